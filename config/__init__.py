@@ -1,0 +1,27 @@
+"""kefu configuration: one pydantic-settings model, validated before anything starts."""
+
+from config.settings import (
+    AdmissionSettings,
+    AgentSettings,
+    DeliverySettings,
+    OpenAISettings,
+    OutboxSettings,
+    ReconcileSettings,
+    Settings,
+    SettingsError,
+    SimulatorSettings,
+    load_settings,
+)
+
+__all__ = [
+    "AdmissionSettings",
+    "AgentSettings",
+    "DeliverySettings",
+    "OpenAISettings",
+    "OutboxSettings",
+    "ReconcileSettings",
+    "Settings",
+    "SettingsError",
+    "SimulatorSettings",
+    "load_settings",
+]

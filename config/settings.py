@@ -1,0 +1,175 @@
+"""Settings for every kefu process.
+
+Sources, highest first: init arguments, `KEFU_*` environment variables (`__` nests), `.env`,
+`kefu.toml` in the working directory, defaults. Every bound of the spec is a field constraint,
+so a bad value stops startup naming the variable and the allowed range.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+EMBEDDED_BROKER = "embedded"
+
+
+class DeliverySettings(BaseModel):
+    journal_mode: Literal["WAL", "DELETE"] = "WAL"
+    busy_timeout_ms: int = Field(2000, ge=1, le=2_147_483_647)
+    locking_mode: Literal["NORMAL", "EXCLUSIVE"] = "NORMAL"
+    cache_size_kib: int | None = Field(None, ge=1, le=2_147_483_647)
+    migration_retry_budget_ms: int = Field(30_000, ge=0, le=600_000)
+
+
+class AdmissionSettings(BaseModel):
+    batch_size: int = Field(1000, ge=1, le=1000)
+
+
+class OpenAISettings(BaseModel):
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str | None = None
+    timeout_s: float = Field(60.0, gt=0, le=600)
+
+
+class AgentSettings(BaseModel):
+    provider: Literal["rules", "openai"] = "rules"
+    knowledge_file: Path | None = None
+    max_steps: int = Field(8, ge=1, le=64)
+    # One writer per session: a turn holds its customer's lease; a dead holder's lease expires.
+    turn_lease_s: float = Field(600.0, ge=1, le=86_400)
+    context_window_tokens: int | None = Field(None, ge=1000, le=10_000_000)
+    openai: OpenAISettings = OpenAISettings()
+
+
+class OutboxSettings(BaseModel):
+    # An attempt older than this without an outcome is presumed dead (its worker crashed).
+    attempt_lease_s: float = Field(120.0, ge=0.5, le=3600)
+
+
+class ReconcileSettings(BaseModel):
+    interval_s: float = Field(10.0, ge=0.2, le=3600)
+    # Work younger than this is left alone: its own broker message is probably still queued.
+    grace_s: float = Field(30.0, ge=0, le=3600)
+
+
+class SimulatorSettings(BaseModel):
+    # Simulated network latency of a send's response (the platform has already recorded it).
+    send_latency_ms: int = Field(0, ge=0, le=60_000)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="KEFU_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        toml_file="kefu.toml",
+        extra="forbid",
+    )
+
+    data_dir: Path = Path("./var")
+    broker_url: str = EMBEDDED_BROKER
+    shard: str = "default"
+    timezone: str = "Asia/Shanghai"
+    media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
+    delivery: DeliverySettings = DeliverySettings()
+    admission: AdmissionSettings = AdmissionSettings()
+    agent: AgentSettings = AgentSettings()
+    outbox: OutboxSettings = OutboxSettings()
+    reconcile: ReconcileSettings = ReconcileSettings()
+    simulator: SimulatorSettings = SimulatorSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, dotenv_settings, TomlConfigSettingsSource(settings_cls))
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", value):
+            raise ValueError("must be 1-32 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _iana_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("must be an IANA time zone name such as Asia/Shanghai") from None
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker(cls, value: str) -> str:
+        if value != EMBEDDED_BROKER and not re.match(r"^(redis|rediss|amqp|pyamqp)://", value):
+            raise ValueError("must be 'embedded' or a redis://, rediss:// or amqp:// URL")
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def delivery_path(self) -> Path:
+        return self.data_dir / f"delivery-{self.shard}.sqlite"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions" / self.shard
+
+    @property
+    def simulator_path(self) -> Path:
+        return self.data_dir / "simulator-platform.sqlite"
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker_url == EMBEDDED_BROKER
+
+
+class SettingsError(Exception):
+    """A configuration value is invalid; the message names each variable and its bound."""
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        variable = "KEFU_" + "__".join(part.upper() for part in loc)
+        message = item["msg"].removeprefix("Value error, ")
+        # Echo only non-secret scalar inputs; never a key.
+        shown = item.get("input")
+        secret = any("key" in part or "secret" in part for part in loc)
+        value = "" if secret or isinstance(shown, (dict, list)) or shown is None else f" (got {shown!r})"
+        lines.append(f"  {variable}{value}: {message}")
+    return "invalid kefu configuration:\n" + "\n".join(lines)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings or raise SettingsError with one line per bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise SettingsError(_describe(error)) from None

@@ -1,0 +1,131 @@
+"""Admission (SPEC 3.6): decide that the agent should answer, and claim a persisted batch.
+
+A customer has at most one open batch (claimed or committed but its turn not ended); input
+that arrives meanwhile waits for the next batch, so turns of one customer never overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy import Connection, text
+
+from runtime.accounts import account_is_live, load_account, resolve_route
+from runtime.rendering import RenderableMessage
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.tables import AdmissionBatch, Customer
+
+Reason = Literal[
+    "admitted", "open-batch", "nothing-pending", "no-route", "route-disabled", "paused",
+    "account-not-live", "group-admission-unavailable", "unknown-customer",
+]
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    reason: Reason
+    batch_id: str | None = None  # set for "admitted" and "open-batch": run its turn
+
+
+def load_customer(conn: Connection, customer_id: int) -> Customer | None:
+    row = conn.execute(text("SELECT * FROM customer WHERE id = :id"), {"id": customer_id}).mappings().first()
+    return Customer.model_validate(dict(row)) if row else None
+
+
+def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
+    row = conn.execute(
+        text("SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed') ORDER BY created_at LIMIT 1"),
+        {"c": customer_id},
+    ).mappings().first()
+    return AdmissionBatch.model_validate(dict(row)) if row else None
+
+
+def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
+    """Claim up to `batch_size` pending messages into a new batch when the route admits."""
+    with store.write() as conn:
+        customer = load_customer(conn, customer_id)
+        if customer is None:
+            return AdmissionDecision("unknown-customer")
+        existing = open_batch(conn, customer_id)
+        if existing is not None:
+            return AdmissionDecision("open-batch", existing.id)
+        account = load_account(conn, customer.account_id)
+        if account is None or not account_is_live(account):
+            return AdmissionDecision("account-not-live")
+        if customer.handling_paused:
+            return AdmissionDecision("paused")
+        route = resolve_route(conn, customer.account_id, customer.conversation_type, customer.conversation_id)
+        if route is None:
+            return AdmissionDecision("no-route")
+        if not route.enabled:
+            return AdmissionDecision("route-disabled")
+        if customer.conversation_type == "group":
+            # Group triggers (mention / every_n / interval) are not built yet; input stays pending.
+            return AdmissionDecision("group-admission-unavailable")
+        ids = [
+            row[0]
+            for row in conn.execute(
+                text("SELECT id FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"),
+                {"c": customer_id, "n": batch_size},
+            )
+        ]
+        triggering = conn.execute(
+            text(
+                "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
+                " AND sender_role IN ('external', 'human-native') LIMIT 1"
+            ),
+            {"c": customer_id},
+        ).first()
+        if not ids or triggering is None:
+            return AdmissionDecision("nothing-pending")
+        batch_id = f"b{customer_id}-{ids[0]}"  # stable: derived from the first claimed message
+        at = now_ms()
+        conn.execute(
+            AdmissionBatch.__table__.insert().values(
+                id=batch_id, customer_id=customer_id, handling_epoch=customer.handling_epoch,
+                route_id=route.id, route_generation=route.generation, state="claimed",
+                message_count=len(ids), created_at=at, updated_at=at,
+            )
+        )
+        conn.execute(
+            text(
+                "UPDATE inbound_message SET state = 'claimed', batch_id = :b"
+                " WHERE customer_id = :c AND state = 'pending' AND id BETWEEN :lo AND :hi"
+            ),
+            {"b": batch_id, "c": customer_id, "lo": ids[0], "hi": ids[-1]},
+        )
+        return AdmissionDecision("admitted", batch_id)
+
+
+def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
+    rows = conn.execute(
+        text(
+            "SELECT sender_role, sender_name, content_type, body, received_at FROM inbound_message"
+            " WHERE batch_id = :b ORDER BY id"
+        ),
+        {"b": batch_id},
+    ).mappings()
+    return [RenderableMessage.model_validate(dict(row)) for row in rows]
+
+
+def load_batch(conn: Connection, batch_id: str) -> AdmissionBatch | None:
+    row = conn.execute(text("SELECT * FROM admission_batch WHERE id = :b"), {"b": batch_id}).mappings().first()
+    return AdmissionBatch.model_validate(dict(row)) if row else None
+
+
+def commit_batch(conn: Connection, batch_id: str) -> None:
+    """The session log holds the batch durably: its messages are committed."""
+    at = now_ms()
+    conn.execute(
+        text("UPDATE admission_batch SET state = 'committed', updated_at = :at WHERE id = :b AND state = 'claimed'"),
+        {"b": batch_id, "at": at},
+    )
+    conn.execute(text("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id})
+
+
+def finish_batch(conn: Connection, batch_id: str) -> None:
+    conn.execute(
+        text("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),
+        {"b": batch_id, "at": now_ms()},
+    )

@@ -1,0 +1,38 @@
+"""The model boundary: chat messages in, one assistant reply (text and tool calls) out."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+
+class ToolCall(BaseModel):
+    id: str = Field(min_length=1)
+    name: str
+    arguments: str  # JSON text exactly as the model produced it; may be malformed
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = []
+    tool_call_id: str | None = None
+
+
+class AssistantReply(BaseModel):
+    text: str = ""
+    tool_calls: list[ToolCall] = []
+    usage: dict[str, Any] | None = None
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelProvider(Protocol):
+    name: str
+
+    def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply: ...

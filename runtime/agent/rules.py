@@ -1,0 +1,90 @@
+"""The `rules` provider: a deterministic keyword FAQ that drives the same tool path as an LLM.
+
+It reads the buyer lines of the latest admitted batch, answers each matching FAQ entry (or a
+greeting, or the fallback) in one `im_send_message` call, and ends the turn once that tool
+has a result. No network, no randomness.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from runtime.agent.model import AssistantReply, ChatMessage, ToolCall, ToolSpec
+from runtime.errors import KefuError
+
+FOLLOW_UP_PREFIX = "[kefu follow-up]"
+_LINE = re.compile(r"^\[[^\]]*\] \[counterpart(?: [^\]]*)?\] (?P<text>.*)$")
+
+
+class FaqEntry(BaseModel):
+    keywords: list[str] = Field(min_length=1)
+    answer: str = Field(min_length=1)
+
+
+class Knowledge(BaseModel):
+    greeting_keywords: list[str] = []
+    greeting: str = Field(min_length=1)
+    fallback: str = Field(min_length=1)
+    faq: list[FaqEntry] = []
+
+
+def load_knowledge(path: Path | None) -> Knowledge:
+    """Load the FAQ file (the shipped sample when `path` is None); errors name the file."""
+    source = str(path) if path else "the shipped sample FAQ"
+    try:
+        if path is None:
+            raw = resources.files("runtime.agent").joinpath("knowledge/sample_faq.toml").read_text("utf-8")
+        else:
+            raw = Path(path).read_text("utf-8")
+        return Knowledge.model_validate(tomllib.loads(raw))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
+        raise KefuError(
+            "KEFU_KNOWLEDGE_INVALID", f"cannot load {source}: {error}", "fix KEFU_AGENT__KNOWLEDGE_FILE"
+        ) from None
+
+
+class RulesProvider:
+    name = "rules"
+
+    def __init__(self, knowledge: Knowledge) -> None:
+        self.knowledge = knowledge
+
+    def answer(self, buyer_lines: list[str]) -> str:
+        answers: list[str] = []
+        greeted = False
+        for line in buyer_lines:
+            lowered = line.lower()
+            matched = [e.answer for e in self.knowledge.faq if any(k.lower() in lowered for k in e.keywords)]
+            if matched:
+                answers.extend(a for a in matched if a not in answers)
+            elif any(k.lower() in lowered for k in self.knowledge.greeting_keywords):
+                greeted = True
+        if answers:
+            return "\n".join(answers)
+        return self.knowledge.greeting if greeted else self.knowledge.fallback
+
+    def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
+        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        if last_user is None:
+            return AssistantReply(text="(no customer input)")
+        if any(m.role == "tool" for m in messages[last_user + 1 :]):
+            return AssistantReply(text="已回复顾客。")
+        # A follow-up turn answers the batch whose turn was interrupted: the latest buyer batch.
+        batch = next(
+            m for m in reversed(messages[: last_user + 1]) if m.role == "user" and not m.content.startswith(FOLLOW_UP_PREFIX)
+        )
+        lines = [match["text"] for line in batch.content.splitlines() if (match := _LINE.match(line))]
+        if not lines:
+            return AssistantReply(text="本批次没有顾客消息，无需回复。")
+        call = ToolCall(
+            id=f"rules-{len(messages)}",
+            name="im_send_message",
+            arguments=json.dumps({"text": self.answer(lines)}, ensure_ascii=False),
+        )
+        return AssistantReply(text="", tool_calls=[call])

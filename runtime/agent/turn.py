@@ -1,0 +1,173 @@
+"""One agent turn over an admitted batch, recorded in the customer's session log (SPEC 3.7).
+
+Order of durability: the batch is written to the session log and flushed before its messages
+are committed in the delivery store; a crash before that commit is repaired on the next run
+by finding the batch id in the log. A crash mid-turn is closed on the next load by closers
+appended after the tail (never re-running a tool), followed by one follow-up turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import text
+
+from runtime.accounts import load_account
+from runtime.admission import batch_messages, commit_batch, finish_batch, load_customer, open_batch
+from runtime.agent.model import ChatMessage, ModelProvider, ToolCall
+from runtime.agent.rules import FOLLOW_UP_PREFIX
+from runtime.agent.tools import TOOLS, TurnBinding, execute
+from runtime.rendering import render_batch
+from runtime.session_log import SessionEvent, SessionLog
+from runtime.store import DeliveryStore
+
+SYSTEM_PROMPT = (
+    "你是店铺的在线客服。顾客消息以带时间和标签的行给出。只能通过 im_send_message 工具回复顾客；"
+    "你的普通文字只给店铺运营人员看，不会发给顾客。"
+)
+FOLLOW_UP_TEXT = FOLLOW_UP_PREFIX + " 上一轮处理被中断。请先检查工具结果，再回复顾客（已发送的内容不要重复发送）。"
+
+Outcome = Literal["complete", "interrupted", "error"]
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    batch_id: str
+    outcome: Outcome
+    session_id: str
+
+
+def session_path(sessions_dir: Path, session_id: str) -> Path:
+    return sessions_dir / f"{session_id}.jsonl.zst"
+
+
+def repair(log: SessionLog) -> bool:
+    """Close an unfinished turn at the tail. Returns True if closers were appended."""
+    start = next((i for i in range(len(log.events) - 1, -1, -1) if log.events[i].type in ("turn/start", "turn/end")), None)
+    if start is None or log.events[start].type == "turn/end":
+        return False
+    turn = log.events[start]
+    tail = log.events[start:]
+    requested = [c for e in tail if e.type == "assistant/message" for c in getattr(e, "tool_calls", [])]
+    started = {getattr(e, "call_id") for e in tail if e.type == "tool/call"}
+    finished = {getattr(e, "call_id") for e in tail if e.type == "tool/result"}
+    for call in requested:
+        if call["id"] in finished:
+            continue
+        code = "TOOL_OUTCOME_UNKNOWN" if call["id"] in started else "TOOL_NOT_STARTED"
+        note = "outcome unknown: query outside state before any retry" if code == "TOOL_OUTCOME_UNKNOWN" else "never started"
+        log.append("tool/result", call_id=call["id"], name=call["name"], is_error=True, code=code, content=f"Error: {code}: {note}")
+    steps = [e for e in tail if e.type in ("step/start", "step/end")]
+    if steps and steps[-1].type == "step/start":
+        log.append("step/end", turn=getattr(steps[-1], "turn"), step=getattr(steps[-1], "step"))
+    log.append("turn/end", turn=getattr(turn, "turn"), outcome="interrupted")
+    log.flush()
+    return True
+
+
+def model_view(events: list[SessionEvent]) -> list[ChatMessage]:
+    """What the model sees: messages and tool traffic; never attempts or lifecycle events."""
+    messages = [ChatMessage(role="system", content=SYSTEM_PROMPT)]
+    for e in events:
+        if e.type == "user/message":
+            messages.append(ChatMessage(role="user", content=getattr(e, "text")))
+        elif e.type == "assistant/message":
+            calls = [ToolCall(**c) for c in getattr(e, "tool_calls", [])]
+            messages.append(ChatMessage(role="assistant", content=getattr(e, "text", ""), tool_calls=calls))
+        elif e.type == "tool/result":
+            messages.append(ChatMessage(role="tool", content=getattr(e, "content"), tool_call_id=getattr(e, "call_id")))
+    return messages
+
+
+def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEvent, str | None]]:
+    """(turn/start, outcome or None) for every turn recorded for a batch."""
+    ends = {getattr(e, "turn"): getattr(e, "outcome") for e in events if e.type == "turn/end"}
+    return [(e, ends.get(getattr(e, "turn"))) for e in events if e.type == "turn/start" and getattr(e, "batch_id") == batch_id]
+
+
+def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
+    with store.write() as conn:
+        session_id = conn.execute(text("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
+        if session_id is None:
+            session_id = f"s{customer_id}-1"
+            conn.execute(text("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+    return session_id
+
+
+def run_turn(
+    store: DeliveryStore,
+    provider: ModelProvider,
+    customer_id: int,
+    sessions_dir: Path,
+    zone: ZoneInfo,
+    max_steps: int,
+    on_registered: Callable[[str], None] = lambda request_id: None,
+) -> TurnResult | None:
+    """Run the turn of the customer's open batch, if any. The caller holds the writer lease."""
+    with store.read() as conn:
+        batch = open_batch(conn, customer_id)
+        customer = load_customer(conn, customer_id)
+        if batch is None or customer is None:
+            return None
+        account = load_account(conn, customer.account_id)
+        lines = batch_messages(conn, batch.id)
+    session_id = ensure_session_id(store, customer_id)
+    log = SessionLog(session_path(sessions_dir, session_id))
+    log.open_for_append()
+    repair(log)
+    if not log.events:
+        log.append("system/message", text=SYSTEM_PROMPT)
+
+    turns = _turns_of(log.events, batch.id)
+    if turns and turns[-1][1] in ("complete", "error"):
+        with store.write() as conn:  # the turn ended but the store never heard: reconcile
+            commit_batch(conn, batch.id)
+            finish_batch(conn, batch.id)
+        return TurnResult(batch.id, turns[-1][1], session_id)  # type: ignore[arg-type]
+
+    turn_id = f"t{log.offset}"
+    if turns:  # interrupted: exactly one follow-up turn per interruption
+        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=getattr(turns[-1][0], "turn"))
+        log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
+    else:
+        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
+        log.append("user/message", source=batch.id, text=render_batch(lines, zone))
+    log.flush()
+    with store.write() as conn:
+        commit_batch(conn, batch.id)
+
+    binding = TurnBinding(
+        store=store, customer=customer, batch=batch, session_id=session_id,
+        account_revision=account.revision if account else 0, on_registered=on_registered,
+    )
+    tools = [spec for spec, _ in TOOLS.values()]
+    outcome: Outcome = "error"
+    for step in range(max_steps):
+        log.append("step/start", turn=turn_id, step=step)
+        reply = provider.complete(model_view(log.all_events), tools)
+        log.append(
+            "assistant/message", text=reply.text, tool_calls=[c.model_dump() for c in reply.tool_calls], usage=reply.usage
+        )
+        log.flush()  # the requested tool calls are durable before any of them starts
+        for call in reply.tool_calls:
+            log.append("tool/call", call_id=call.id, name=call.name)
+            log.flush()
+            result = execute(binding, call)
+            log.append(
+                "tool/result", call_id=call.id, name=call.name, content=result.content,
+                is_error=result.is_error, request_id=result.request_id,
+            )
+        log.append("step/end", turn=turn_id, step=step)
+        log.flush()
+        if not reply.tool_calls:
+            outcome = "complete"
+            break
+    log.append("turn/end", turn=turn_id, outcome=outcome)
+    log.flush()
+    with store.write() as conn:
+        finish_batch(conn, batch.id)
+    return TurnResult(batch.id, outcome, session_id)

@@ -1,0 +1,25 @@
+"""Stable error codes. Every error says what happened and what to do next."""
+
+from __future__ import annotations
+
+
+class KefuError(Exception):
+    """An error an operator can meet: a stable code, what happened, and what to do."""
+
+    def __init__(self, code: str, message: str, action: str = "") -> None:
+        self.code = code
+        self.message = message
+        self.action = action
+        super().__init__(f"{code}: {message}" + (f" ({action})" if action else ""))
+
+
+class PageRejected(KefuError):
+    """A page failed validation; nothing of it was written."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "KEFU_PAGE_INVALID",
+            "inbound page rejected: " + "; ".join(problems),
+            "fix the transport that produced it; the provider cursor was not advanced",
+        )

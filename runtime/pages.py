@@ -1,0 +1,99 @@
+"""What a transport hands to kefu: one page of provider messages grouped by conversation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runtime.errors import PageRejected
+
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+ConversationType = Literal["direct", "group"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sender(_Model):
+    id: Id
+    display_name: str | None = Field(None, max_length=256)
+    # Role evidence from the provider: a native-client operator of the shop, or a buyer.
+    role: Literal["buyer", "native_operator", "unknown"] = "unknown"
+
+
+class TextContent(_Model):
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=65_536)
+
+
+class MarkdownContent(_Model):
+    type: Literal["markdown"] = "markdown"
+    title: str | None = Field(None, max_length=256)
+    text: str = Field(max_length=65_536)
+
+
+class ImageContent(_Model):
+    type: Literal["image"] = "image"
+    ref: Id  # provider download code or media id; never inline bytes
+
+
+class UnsupportedContent(_Model):
+    type: Literal["unsupported"] = "unsupported"
+    platform_type: Id
+
+
+Content = Annotated[
+    TextContent | MarkdownContent | ImageContent | UnsupportedContent, Field(discriminator="type")
+]
+
+
+class InboundMessage(_Model):
+    platform_message_id: Id
+    sender: Sender
+    content: Content
+    occurred_at: AwareDatetime
+    mention: bool | None = None  # None: the provider gave no mention evidence
+    direct_peer_id: Id | None = None
+
+
+class ConversationGroup(_Model):
+    conversation_id: Id
+    conversation_type: ConversationType
+    title: str | None = Field(None, max_length=256)
+    messages: list[InboundMessage] = Field(min_length=1, max_length=1000)
+
+
+class InboundPage(_Model):
+    account_id: Id
+    stream_id: Id
+    # Provider cursor after this page. Opaque and private: kept out of reprs and logs.
+    cursor: str = Field(min_length=1, max_length=4096, repr=False)
+    page_op_id: Id
+    groups: list[ConversationGroup] = Field(max_length=1000)
+
+    @model_validator(mode="after")
+    def _one_group_per_conversation(self) -> InboundPage:
+        seen: set[str] = set()
+        for index, group in enumerate(self.groups):
+            if group.conversation_id in seen:
+                raise ValueError(f"groups.{index}.conversation_id: conversation appears in two groups")
+            seen.add(group.conversation_id)
+        return self
+
+    @property
+    def message_count(self) -> int:
+        return sum(len(group.messages) for group in self.groups)
+
+
+def parse_page(data: Any) -> InboundPage:
+    """Validate a page; on failure name each bad field (never echo its value: it may be a body)."""
+    try:
+        return InboundPage.model_validate(data)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors(include_input=False, include_url=False):
+            where = ".".join(str(part) for part in item["loc"]) or "page"
+            problems.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
+        raise PageRejected(problems) from None

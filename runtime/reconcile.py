@@ -1,0 +1,46 @@
+"""What is pending in SQLite and overdue: the reconciler re-enqueues exactly this, so a lost or
+duplicated broker message never loses or repeats work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from runtime.store import DeliveryStore, now_ms
+
+LIMIT = 1000
+
+
+@dataclass
+class PendingWork:
+    admissions: list[int] = field(default_factory=list)  # customer ids with unclaimed input
+    turns: list[int] = field(default_factory=list)  # customer ids with an open batch
+    attempts: list[str] = field(default_factory=list)  # outbox requests to attempt
+    settlements: list[str] = field(default_factory=list)  # result-unknown requests to query
+
+
+def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -> PendingWork:
+    now = now_ms()
+    quiet = now - int(grace_s * 1000)
+    with store.read() as conn:
+        def ids(sql: str, **params: object) -> list:
+            return [row[0] for row in conn.execute(text(sql), {"n": LIMIT, **params})]
+
+        return PendingWork(
+            admissions=ids(
+                "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending' AND received_at < :t LIMIT :n",
+                t=quiet,
+            ),
+            turns=ids(
+                "SELECT customer_id FROM admission_batch WHERE state IN ('claimed', 'committed')"
+                " AND updated_at < :t LIMIT :n",
+                t=quiet,
+            ),
+            attempts=ids(
+                "SELECT request_id FROM outbox_request WHERE (state = 'pending' AND updated_at < :t)"
+                " OR (state = 'sending' AND updated_at < :lease) LIMIT :n",
+                t=quiet, lease=now - int(attempt_lease_s * 1000),
+            ),
+            settlements=ids("SELECT request_id FROM outbox_request WHERE state = 'result-unknown' LIMIT :n"),
+        )

@@ -1,0 +1,48 @@
+"""How admitted messages read to the model (SPEC 3.6): one labelled line per message."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel
+
+
+class RenderableMessage(BaseModel):
+    sender_role: str
+    sender_name: str | None
+    content_type: str
+    body: str
+    received_at: int  # ms since epoch, UTC
+
+
+def content_text(content_type: str, body: str) -> str:
+    if content_type in ("text", "markdown"):
+        return body
+    if content_type == "image":
+        return "[image]"
+    platform_type = json.loads(body).get("platform_type", "unknown") if content_type == "unsupported" else content_type
+    return f"[unsupported message type: {platform_type}]"
+
+
+def label(sender_role: str, sender_name: str | None) -> str:
+    # Never "[label]: text": Markdown would read that as a link reference definition.
+    if sender_role == "human-console":
+        return "[operator from console]"
+    if sender_role == "human-native":
+        return "[operator from native client]"
+    return f"[counterpart {sender_name}]" if sender_name else "[counterpart]"
+
+
+def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:
+    return datetime.fromtimestamp(received_at_ms / 1000, tz=timezone.utc).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+
+
+def render_line(message: RenderableMessage, zone: ZoneInfo) -> str:
+    when = shop_time(message.received_at, zone)
+    return f"[{when}] {label(message.sender_role, message.sender_name)} {content_text(message.content_type, message.body)}"
+
+
+def render_batch(messages: list[RenderableMessage], zone: ZoneInfo) -> str:
+    return "\n".join(render_line(message, zone) for message in messages)

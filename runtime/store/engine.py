@@ -1,0 +1,139 @@
+"""Open a delivery SQLite file: PRAGMAs set and read back, migrations applied, transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import QueuePool
+
+from config import DeliverySettings
+from runtime.errors import KefuError
+from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _is_busy(error: BaseException) -> bool:
+    text = str(error).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+class DeliveryStore:
+    """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE)."""
+
+    def __init__(self, path: Path, settings: DeliverySettings | None = None) -> None:
+        self.path = Path(path).resolve()
+        self.settings = settings or DeliverySettings()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        exclusive = self.settings.locking_mode == "EXCLUSIVE"
+        self.engine: Engine = create_engine(
+            f"sqlite:///{self.path}",
+            poolclass=QueuePool,
+            # EXCLUSIVE locking allows a single holder: one pooled connection.
+            pool_size=1 if exclusive else 4,
+            max_overflow=0 if exclusive else 4,
+            connect_args={"check_same_thread": False, "timeout": self.settings.busy_timeout_ms / 1000},
+        )
+        event.listen(self.engine, "connect", self._on_connect)
+        event.listen(self.engine, "begin", self._on_begin)
+        self._migrate()
+
+    # -- connection set-up -------------------------------------------------------------
+    def _on_connect(self, dbapi: sqlite3.Connection, _record: Any) -> None:
+        dbapi.isolation_level = None  # kefu issues BEGIN itself (see _on_begin)
+        s = self.settings
+        wanted: list[tuple[str, str, Any]] = [
+            ("locking_mode", s.locking_mode, s.locking_mode.lower()),
+            ("journal_mode", s.journal_mode, s.journal_mode.lower()),
+            ("busy_timeout", str(s.busy_timeout_ms), s.busy_timeout_ms),
+            ("synchronous", "NORMAL" if s.journal_mode == "WAL" else "FULL", 1 if s.journal_mode == "WAL" else 2),
+            ("foreign_keys", "ON", 1),
+        ]
+        if s.cache_size_kib is not None:
+            wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
+        for name, value, expected in wanted:
+            actual = dbapi.execute(f"PRAGMA {name} = {value}").fetchone()
+            if actual is None:
+                actual = dbapi.execute(f"PRAGMA {name}").fetchone()
+            if actual[0] != expected:
+                raise KefuError(
+                    "KEFU_DELIVERY_PRAGMA_MISMATCH",
+                    f"{self.path}: PRAGMA {name} is {actual[0]!r}, expected {expected!r}",
+                    "check that the file system supports this mode (WAL needs shared memory)",
+                )
+
+    @staticmethod
+    def _on_begin(conn: Connection) -> None:
+        mode = "IMMEDIATE" if conn.get_execution_options().get("kefu_write", True) else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    # -- transactions ------------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction; commits on success, rolls back on any error."""
+        with self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A consistent read snapshot that takes no write lock."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(kefu_write=False)
+            with conn.begin():
+                yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- schema ------------------------------------------------------------------------
+    def user_version(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.exec_driver_sql("PRAGMA user_version").scalar_one())
+
+    def _migrate(self) -> None:
+        current = self.user_version()
+        if current > LATEST_VERSION:
+            raise KefuError(
+                "KEFU_SCHEMA_TOO_NEW",
+                f"{self.path} has schema version {current}; this kefu understands up to {LATEST_VERSION}",
+                "run a newer kefu, or point KEFU_DATA_DIR at another directory",
+            )
+        for migration in MIGRATIONS:
+            if migration.version > current:
+                self._apply(migration.version, migration.statements)
+
+    def _apply(self, version: int, statements: tuple[str, ...]) -> None:
+        deadline = time.monotonic() + self.settings.migration_retry_budget_ms / 1000
+        delay = 0.01
+        while True:
+            try:
+                with self.write() as conn:
+                    if int(conn.exec_driver_sql("PRAGMA user_version").scalar_one()) >= version:
+                        return  # another process migrated meanwhile
+                    for statement in statements:
+                        conn.exec_driver_sql(statement)
+                    conn.exec_driver_sql(f"PRAGMA user_version = {version}")
+                return
+            except OperationalError as error:
+                if not _is_busy(error) or time.monotonic() + delay > deadline:
+                    if _is_busy(error):
+                        raise KefuError(
+                            "KEFU_DELIVERY_SQLITE_BUSY",
+                            f"{self.path} stayed locked while migrating to version {version}; "
+                            "the schema version is unchanged",
+                            "stop the other process holding the file, or raise "
+                            "KEFU_DELIVERY__MIGRATION_RETRY_BUDGET_MS",
+                        ) from None
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)

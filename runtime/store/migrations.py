@@ -1,0 +1,177 @@
+"""Ordered, frozen schema migrations for the delivery store.
+
+Each migration is plain DDL run in one transaction together with its `user_version` stamp, so a
+file is always at exactly one version. Never edit a released migration: add the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+V1 = Migration(
+    1,
+    "initial delivery schema",
+    (
+        """CREATE TABLE account (
+            id TEXT PRIMARY KEY,
+            platform TEXT NOT NULL CHECK (platform IN ('dingtalk', 'wangwang', 'simulator')),
+            identity TEXT NOT NULL,
+            workspace TEXT NOT NULL DEFAULT 'default',
+            revision INTEGER NOT NULL DEFAULT 1,
+            connection_intent TEXT NOT NULL DEFAULT 'connected',
+            authorization TEXT NOT NULL DEFAULT 'ready',
+            listener_state TEXT NOT NULL DEFAULT 'stopped',
+            last_error TEXT,
+            simulated INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            UNIQUE (platform, identity)
+        )""",
+        """CREATE TABLE route (
+            id TEXT PRIMARY KEY,
+            account_id TEXT NOT NULL REFERENCES account(id),
+            conversation_type TEXT NOT NULL CHECK (conversation_type IN ('direct', 'group')),
+            target TEXT NOT NULL CHECK (target IN ('all', 'specific')),
+            conversation_id TEXT,
+            peer_id TEXT,
+            workspace TEXT NOT NULL DEFAULT 'default',
+            enabled INTEGER NOT NULL DEFAULT 1,
+            agent_preset TEXT,
+            trigger_mention INTEGER NOT NULL DEFAULT 0,
+            trigger_every_n INTEGER,
+            trigger_interval_s INTEGER,
+            generation INTEGER NOT NULL DEFAULT 1,
+            created_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX route_by_account ON route (account_id, conversation_type)",
+        """CREATE TABLE customer (
+            id INTEGER PRIMARY KEY,
+            account_id TEXT NOT NULL REFERENCES account(id),
+            conversation_id TEXT NOT NULL,
+            conversation_type TEXT NOT NULL,
+            title TEXT,
+            direct_peer_id TEXT,
+            handling_paused INTEGER NOT NULL DEFAULT 0,
+            handling_epoch INTEGER NOT NULL DEFAULT 0,
+            session_id TEXT,
+            last_activity_at INTEGER NOT NULL,
+            UNIQUE (account_id, conversation_id)
+        )""",
+        """CREATE TABLE inbound_message (
+            id INTEGER PRIMARY KEY,
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            account_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            sender_id TEXT NOT NULL,
+            sender_name TEXT,
+            sender_role TEXT NOT NULL,
+            content_type TEXT NOT NULL,
+            body TEXT NOT NULL,
+            occurred_at INTEGER NOT NULL,
+            received_at INTEGER NOT NULL,
+            mention INTEGER,
+            direct_peer_id TEXT,
+            origin TEXT NOT NULL DEFAULT 'live',
+            state TEXT NOT NULL DEFAULT 'pending',
+            batch_id TEXT,
+            UNIQUE (account_id, conversation_id, platform_message_id)
+        )""",
+        "CREATE INDEX inbound_open ON inbound_message (customer_id, id) WHERE state IN ('pending', 'claimed')",
+        "CREATE INDEX inbound_by_batch ON inbound_message (batch_id) WHERE batch_id IS NOT NULL",
+        """CREATE TABLE page_receipt (
+            account_id TEXT NOT NULL,
+            stream_id TEXT NOT NULL,
+            page_op_id TEXT NOT NULL,
+            message_count INTEGER NOT NULL,
+            committed_at INTEGER NOT NULL,
+            PRIMARY KEY (account_id, stream_id, page_op_id)
+        )""",
+        """CREATE TABLE group_receipt (
+            account_id TEXT NOT NULL,
+            stream_id TEXT NOT NULL,
+            page_op_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            committed_at INTEGER NOT NULL,
+            PRIMARY KEY (account_id, stream_id, page_op_id, conversation_id)
+        )""",
+        """CREATE TABLE provider_cursor (
+            account_id TEXT NOT NULL,
+            stream_id TEXT NOT NULL,
+            cursor TEXT NOT NULL,
+            page_op_id TEXT NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (account_id, stream_id)
+        )""",
+        """CREATE TABLE admission_batch (
+            id TEXT PRIMARY KEY,
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            handling_epoch INTEGER NOT NULL,
+            route_id TEXT NOT NULL,
+            route_generation INTEGER NOT NULL,
+            state TEXT NOT NULL DEFAULT 'claimed',
+            message_count INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX batch_open ON admission_batch (customer_id) WHERE state IN ('claimed', 'committed')",
+        """CREATE TABLE outbox_request (
+            request_id TEXT PRIMARY KEY,
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            account_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            recipient_id TEXT,
+            origin TEXT NOT NULL CHECK (origin IN ('auto', 'manual')),
+            content_type TEXT NOT NULL,
+            body TEXT NOT NULL,
+            batch_id TEXT,
+            session_id TEXT,
+            tool_call_id TEXT,
+            route_generation INTEGER,
+            account_revision INTEGER,
+            handling_epoch INTEGER,
+            state TEXT NOT NULL DEFAULT 'pending',
+            platform_message_id TEXT,
+            error_code TEXT,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX outbox_by_platform_id ON outbox_request (account_id, platform_message_id)",
+        "CREATE INDEX outbox_by_batch ON outbox_request (customer_id, batch_id)",
+        """CREATE TABLE outbox_attempt (
+            request_id TEXT NOT NULL REFERENCES outbox_request(request_id),
+            attempt_no INTEGER NOT NULL,
+            state TEXT NOT NULL DEFAULT 'started',
+            owner TEXT NOT NULL,
+            started_at INTEGER NOT NULL,
+            finished_at INTEGER,
+            platform_message_id TEXT,
+            error_code TEXT,
+            PRIMARY KEY (request_id, attempt_no)
+        )""",
+    ),
+)
+
+V2 = Migration(
+    2,
+    "session writer leases and an index of unsettled sends",
+    (
+        """CREATE TABLE lease (
+            name TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX outbox_unsettled ON outbox_request (state, updated_at)"
+        " WHERE state IN ('pending', 'sending', 'result-unknown')",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2)
+LATEST_VERSION = MIGRATIONS[-1].version

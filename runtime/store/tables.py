@@ -1,0 +1,158 @@
+"""SQLModel mappings of the delivery tables (the DDL itself lives in migrations.py).
+
+tests/unit/test_migrations.py checks that these mappings and the migrated schema agree.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Field, SQLModel
+
+
+class Account(SQLModel, table=True):
+    __tablename__ = "account"
+    id: str = Field(primary_key=True)
+    platform: str
+    identity: str
+    workspace: str = "default"
+    revision: int = 1
+    connection_intent: str = "connected"
+    authorization: str = "ready"
+    listener_state: str = "stopped"
+    last_error: str | None = None
+    simulated: bool = False
+    created_at: int
+
+
+class Route(SQLModel, table=True):
+    __tablename__ = "route"
+    id: str = Field(primary_key=True)
+    account_id: str
+    conversation_type: str
+    target: str
+    conversation_id: str | None = None
+    peer_id: str | None = None
+    workspace: str = "default"
+    enabled: bool = True
+    agent_preset: str | None = None
+    trigger_mention: bool = False
+    trigger_every_n: int | None = None
+    trigger_interval_s: int | None = None
+    generation: int = 1
+    created_at: int
+
+
+class Customer(SQLModel, table=True):
+    __tablename__ = "customer"
+    id: int | None = Field(default=None, primary_key=True)
+    account_id: str
+    conversation_id: str
+    conversation_type: str
+    title: str | None = None
+    direct_peer_id: str | None = None
+    handling_paused: bool = False
+    handling_epoch: int = 0
+    session_id: str | None = None
+    last_activity_at: int
+
+
+class InboundMessageRow(SQLModel, table=True):
+    __tablename__ = "inbound_message"
+    id: int | None = Field(default=None, primary_key=True)
+    customer_id: int
+    account_id: str
+    conversation_id: str
+    platform_message_id: str
+    sender_id: str
+    sender_name: str | None = None
+    sender_role: str  # external | human-native | human-console | ai
+    content_type: str  # text | markdown | image | unsupported
+    body: str
+    occurred_at: int
+    received_at: int
+    mention: bool | None = None
+    direct_peer_id: str | None = None
+    origin: str = "live"  # live | history
+    state: str = "pending"  # pending | claimed | committed | ignored | history
+    batch_id: str | None = None
+
+
+class PageReceipt(SQLModel, table=True):
+    __tablename__ = "page_receipt"
+    account_id: str = Field(primary_key=True)
+    stream_id: str = Field(primary_key=True)
+    page_op_id: str = Field(primary_key=True)
+    message_count: int
+    committed_at: int
+
+
+class GroupReceipt(SQLModel, table=True):
+    __tablename__ = "group_receipt"
+    account_id: str = Field(primary_key=True)
+    stream_id: str = Field(primary_key=True)
+    page_op_id: str = Field(primary_key=True)
+    conversation_id: str = Field(primary_key=True)
+    committed_at: int
+
+
+class ProviderCursor(SQLModel, table=True):
+    __tablename__ = "provider_cursor"
+    account_id: str = Field(primary_key=True)
+    stream_id: str = Field(primary_key=True)
+    cursor: str = Field(repr=False)
+    page_op_id: str
+    updated_at: int
+
+
+class AdmissionBatch(SQLModel, table=True):
+    __tablename__ = "admission_batch"
+    id: str = Field(primary_key=True)
+    customer_id: int
+    handling_epoch: int
+    route_id: str
+    route_generation: int
+    state: str = "claimed"  # claimed | committed | done
+    message_count: int
+    created_at: int
+    updated_at: int
+
+
+class OutboxRequest(SQLModel, table=True):
+    __tablename__ = "outbox_request"
+    request_id: str = Field(primary_key=True)
+    customer_id: int
+    account_id: str
+    conversation_id: str
+    recipient_id: str | None = None
+    origin: str  # auto | manual
+    content_type: str
+    body: str
+    batch_id: str | None = None
+    session_id: str | None = None
+    tool_call_id: str | None = None
+    route_generation: int | None = None
+    account_revision: int | None = None
+    handling_epoch: int | None = None
+    state: str = "pending"  # pending | sending | sent | failed | result-unknown
+    platform_message_id: str | None = None
+    error_code: str | None = None
+    created_at: int
+    updated_at: int
+
+
+class OutboxAttempt(SQLModel, table=True):
+    __tablename__ = "outbox_attempt"
+    request_id: str = Field(primary_key=True)
+    attempt_no: int = Field(primary_key=True)
+    state: str = "started"  # started | sent | not-submitted | rejected | unknown
+    owner: str
+    started_at: int
+    finished_at: int | None = None
+    platform_message_id: str | None = None
+    error_code: str | None = None
+
+
+class Lease(SQLModel, table=True):
+    __tablename__ = "lease"
+    name: str = Field(primary_key=True)
+    owner: str
+    expires_at: int

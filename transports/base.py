@@ -1,0 +1,22 @@
+"""What the worker needs from a platform transport."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from runtime.outbox import OutboundSend, SendReceipt
+from runtime.pages import InboundPage
+
+
+class Transport(Protocol):
+    platform: str
+    stream_id: str  # the provider stream whose cursor catch-up reads
+
+    def send(self, message: OutboundSend) -> SendReceipt:
+        """Deliver one message; raise runtime.outbox.SendFailure classified by outcome."""
+
+    def query_send(self, request_id: str) -> SendReceipt | None:
+        """The receipt of an earlier send by its request id, or None if the platform has none."""
+
+    def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
+        """The next page of inbound messages after a committed cursor (catch-up), or None."""

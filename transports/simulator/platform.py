@@ -1,0 +1,133 @@
+"""The far side of the simulator: what buyers said and what the "platform" received.
+
+It is the simulated platform's own ledger (a small SQLite file of its own, separate from
+kefu's delivery store), shared by the demo or test process that plays buyers and the worker
+processes that send. Every send is recorded, duplicates included: it is the ground truth
+for counting duplicate replies.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import BaseModel
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS buyer_message (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    account_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    buyer_id TEXT NOT NULL,
+    buyer_name TEXT NOT NULL,
+    text TEXT NOT NULL,
+    occurred_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS received_send (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    platform_message_id TEXT NOT NULL UNIQUE,
+    client_ref TEXT NOT NULL,
+    account_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    recipient_id TEXT,
+    text TEXT NOT NULL,
+    received_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref);
+"""
+
+
+class BuyerMessage(BaseModel):
+    seq: int
+    account_id: str
+    conversation_id: str
+    buyer_id: str
+    buyer_name: str
+    text: str
+    occurred_at: int
+
+
+class ReceivedSend(BaseModel):
+    id: int
+    platform_message_id: str
+    client_ref: str
+    account_id: str
+    conversation_id: str
+    recipient_id: str | None
+    text: str
+    received_at: int
+
+
+class SimulatedPlatform:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.row_factory = sqlite3.Row
+            yield db
+        finally:
+            db.close()
+
+    @staticmethod
+    def conversation_for(buyer_id: str) -> str:
+        return f"sim-direct-{buyer_id}"
+
+    def buyer_says(self, account_id: str, buyer_id: str, buyer_name: str, text: str) -> BuyerMessage:
+        at = time.time_ns() // 1_000_000
+        conversation_id = self.conversation_for(buyer_id)
+        with self._connect() as db:
+            seq = db.execute(
+                "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (account_id, conversation_id, buyer_id, buyer_name, text, at),
+            ).lastrowid
+        return BuyerMessage(
+            seq=seq, account_id=account_id, conversation_id=conversation_id, buyer_id=buyer_id,
+            buyer_name=buyer_name, text=text, occurred_at=at,
+        )
+
+    def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (account_id, after_seq, limit),
+            ).fetchall()
+        return [BuyerMessage(**dict(row)) for row in rows]
+
+    def receive_send(self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str) -> ReceivedSend:
+        at = time.time_ns() // 1_000_000
+        platform_message_id = f"simmsg-{uuid.uuid4().hex[:16]}"
+        with self._connect() as db:
+            row_id = db.execute(
+                "INSERT INTO received_send (platform_message_id, client_ref, account_id, conversation_id,"
+                " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at),
+            ).lastrowid
+        return ReceivedSend(
+            id=row_id, platform_message_id=platform_message_id, client_ref=client_ref, account_id=account_id,
+            conversation_id=conversation_id, recipient_id=recipient_id, text=text, received_at=at,
+        )
+
+    def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id",
+                (account_id, account_id, after_id),
+            ).fetchall()
+        return [ReceivedSend(**dict(row)) for row in rows]
+
+    def received_by_ref(self, client_ref: str) -> ReceivedSend | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)).fetchone()
+        return ReceivedSend(**dict(row)) if row else None

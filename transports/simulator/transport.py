@@ -1,0 +1,68 @@
+"""kefu's adapter for the simulated platform: pages out of buyer messages, sends into the ledger."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from itertools import groupby
+
+from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from transports.simulator.platform import BuyerMessage, SimulatedPlatform
+
+STREAM_ID = "simulator"
+
+
+class SimulatorTransport:
+    platform = "simulator"
+    stream_id = STREAM_ID
+
+    def __init__(self, platform: SimulatedPlatform, send_latency_ms: int = 0, page_size: int = 100) -> None:
+        self.far_side = platform
+        self.send_latency_ms = send_latency_ms
+        self.page_size = page_size
+
+    def page_of(self, account_id: str, messages: list[BuyerMessage]) -> InboundPage:
+        """A page holding exactly these buyer messages, its cursor after the last one."""
+        ordered = sorted(messages, key=lambda m: (m.conversation_id, m.seq))
+        groups = [
+            ConversationGroup(
+                conversation_id=conversation_id,
+                conversation_type="direct",
+                messages=[
+                    InboundMessage(
+                        platform_message_id=f"sim-{m.seq}",
+                        sender=Sender(id=m.buyer_id, display_name=m.buyer_name, role="buyer"),
+                        content=TextContent(text=m.text),
+                        occurred_at=datetime.fromtimestamp(m.occurred_at / 1000, tz=timezone.utc),
+                        direct_peer_id=m.buyer_id,
+                    )
+                    for m in items
+                ],
+            )
+            for conversation_id, items in ((k, list(g)) for k, g in groupby(ordered, key=lambda m: m.conversation_id))
+        ]
+        first, last = min(m.seq for m in messages), max(m.seq for m in messages)
+        return InboundPage(
+            account_id=account_id, stream_id=self.stream_id, cursor=str(last),
+            page_op_id=f"sim-page-{first}-{last}", groups=groups,
+        )
+
+    def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
+        messages = self.far_side.buyer_messages(account_id, int(cursor or 0), self.page_size)
+        return self.page_of(account_id, messages) if messages else None
+
+    def send(self, message: OutboundSend) -> SendReceipt:
+        if not message.recipient_id:
+            raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
+        received = self.far_side.receive_send(
+            message.account_id, message.conversation_id, message.recipient_id, message.text, message.request_id
+        )
+        # The platform has the message; only its response is still on the wire.
+        if self.send_latency_ms:
+            time.sleep(self.send_latency_ms / 1000)
+        return SendReceipt(platform_message_id=received.platform_message_id)
+
+    def query_send(self, request_id: str) -> SendReceipt | None:
+        received = self.far_side.received_by_ref(request_id)
+        return SendReceipt(platform_message_id=received.platform_message_id) if received else None

@@ -1,0 +1,59 @@
+"""Broker wiring (and the result backend, used only by `celery.ping` and health checks): the embedded default (kombu's filesystem transport under the data dir) or Redis.
+
+The broker only distributes work; SQLite is the system of record. The filesystem transport
+drops a message that is in flight when its worker dies, and Redis holds it until the
+visibility timeout, so in both cases the reconciler is what guarantees progress.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from config import Settings
+
+# Longer than the longest task (an agent turn, bounded by its lease) and any countdown.
+VISIBILITY_TIMEOUT_S = 3600
+
+
+def embedded_folders(data_dir: Path) -> dict[str, Path]:
+    root = data_dir / "broker"
+    return {
+        "data_folder_in": root / "queue",
+        "data_folder_out": root / "queue",
+        "processed_folder": root / "processed",
+        "control_folder": root / "control",
+    }
+
+
+def data_dir_results(data_dir: Path) -> Path:
+    folder = data_dir / "broker" / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def broker_config(settings: Settings) -> dict[str, Any]:
+    if settings.embedded_broker:
+        folders = embedded_folders(settings.data_dir)
+        for folder in folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        options: dict[str, Any] = {key: str(path) for key, path in folders.items()}
+        # Keep consumed messages under the data dir (never the system temp dir); pruned by beat.
+        options.update(store_processed=True, polling_interval=0.05)
+        return {
+            "broker_url": "filesystem://",
+            "broker_transport_options": options,
+            "result_backend": f"file://{data_dir_results(settings.data_dir)}",
+        }
+    options = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "unacked_restore_interval": 5,
+        "unacked_restore_throttle": 1,
+    }
+    return {
+        "broker_url": settings.broker_url,
+        "broker_transport_options": options,
+        "result_backend": settings.broker_url,
+        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+    }

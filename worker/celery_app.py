@@ -1,0 +1,68 @@
+"""The Celery app, configured from kefu settings at import (a bad setting stops startup)."""
+
+from __future__ import annotations
+
+import sys
+
+from celery import Celery
+from celery.signals import beat_init, worker_init
+from kombu import Queue
+
+from config import Settings, SettingsError, load_settings
+import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
+from worker.broker import broker_config
+from worker.context import runtime_for
+
+FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory")
+
+
+def queue_name(family: str, shard: str) -> str:
+    return f"kefu.{family}.{shard}"
+
+
+def make_app(settings: Settings) -> Celery:
+    app = Celery("kefu")
+    shard = settings.shard
+    app.conf.update(
+        **broker_config(settings),
+        broker_connection_retry_on_startup=True,
+        # kefu's tasks report through SQLite, never through results; only pings keep theirs.
+        task_ignore_result=True,
+        task_annotations={"celery.ping": {"ignore_result": False}},
+        result_expires=300,
+        task_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_queues=[Queue(queue_name(family, shard)) for family in FAMILIES],
+        task_default_queue=queue_name("ingest", shard),
+        task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
+        beat_schedule={
+            "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},
+        },
+        beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
+        worker_hijack_root_logger=False,
+    )
+    app.kefu_settings = settings  # type: ignore[attr-defined]
+    return app
+
+
+@worker_init.connect
+@beat_init.connect
+def _check_runtime(sender: object, **_: object) -> None:
+    """Open the store and load the agent before consuming anything: bad state stops startup."""
+    runtime_for(sender.app).check()  # type: ignore[attr-defined]
+
+
+def _load() -> Settings:
+    try:
+        return load_settings()
+    except SettingsError as error:
+        print(f"kefu: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+app = make_app(_load())

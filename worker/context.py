@@ -1,0 +1,71 @@
+"""Per-process composition of the runtime for one Celery app: store, transports, agent.
+
+Built lazily in each worker process (never before a fork), and once per app.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from celery import Celery
+
+from config import Settings
+from runtime.agent.model import ModelProvider
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore
+from transports.base import Transport
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+
+
+def build_provider(settings: Settings) -> ModelProvider:
+    if settings.agent.provider == "rules":
+        return RulesProvider(load_knowledge(settings.agent.knowledge_file))
+    raise KefuError(
+        "KEFU_PROVIDER_UNAVAILABLE",
+        f"agent provider {settings.agent.provider!r} is not built yet in this version of kefu",
+        "set KEFU_AGENT__PROVIDER=rules",
+    )
+
+
+@dataclass
+class WorkerRuntime:
+    settings: Settings
+    pid: int = field(default_factory=os.getpid)
+
+    @cached_property
+    def store(self) -> DeliveryStore:
+        return DeliveryStore(self.settings.delivery_path, self.settings.delivery)
+
+    @cached_property
+    def provider(self) -> ModelProvider:
+        return build_provider(self.settings)
+
+    @cached_property
+    def transports(self) -> dict[str, Transport]:
+        simulator = SimulatorTransport(
+            SimulatedPlatform(self.settings.simulator_path), send_latency_ms=self.settings.simulator.send_latency_ms
+        )
+        return {"simulator": simulator}
+
+    def transport(self, platform: str) -> Transport:
+        try:
+            return self.transports[platform]
+        except KeyError:
+            raise KefuError(
+                "KEFU_TRANSPORT_UNAVAILABLE", f"no {platform} transport is built into this worker yet"
+            ) from None
+
+    def check(self) -> None:
+        """Fail startup early: open the store (migrate, check PRAGMAs), load the agent."""
+        _ = self.store, self.provider
+
+
+def runtime_for(app: Celery) -> WorkerRuntime:
+    current = getattr(app, "kefu_runtime", None)
+    if current is None or current.pid != os.getpid():
+        current = WorkerRuntime(app.kefu_settings)  # type: ignore[attr-defined]
+        app.kefu_runtime = current  # type: ignore[attr-defined]
+    return current

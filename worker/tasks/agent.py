@@ -1,0 +1,30 @@
+"""kefu.agent.run_turn: one turn for a customer's open batch, under the customer's writer lease."""
+
+from __future__ import annotations
+
+from celery import Task, shared_task
+
+from runtime import leases
+from runtime.agent.turn import run_turn as run_agent_turn
+from worker.context import runtime_for
+
+
+@shared_task(name="kefu.agent.run_turn", bind=True)
+def run_turn(self: Task, customer_id: int) -> str:
+    runtime = runtime_for(self.app)
+    settings = runtime.settings
+    lease, owner = f"customer:{customer_id}", leases.new_owner()
+    if not leases.acquire(runtime.store, lease, owner, settings.agent.turn_lease_s):
+        return "busy"  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
+    attempt = self.app.tasks["kefu.outbox.attempt"]
+    try:
+        result = run_agent_turn(
+            runtime.store, runtime.provider, customer_id, settings.sessions_dir, settings.zone,
+            settings.agent.max_steps, on_registered=lambda request_id: attempt.delay(request_id),
+        )
+    finally:
+        leases.release(runtime.store, lease, owner)
+    if result is None:
+        return "no-open-batch"
+    self.app.tasks["kefu.agent.admit"].delay(customer_id)  # input that arrived during the turn
+    return result.outcome

@@ -1,0 +1,29 @@
+"""kefu.ingest: persist an inbound page, then ask admission about each touched customer."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+
+from runtime.errors import PageRejected
+from runtime.ingest import ingest_page
+from runtime.pages import parse_page
+from worker.context import runtime_for
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="kefu.ingest.page", bind=True)
+def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
+    try:
+        parsed = parse_page(page)
+    except PageRejected as error:
+        # Final: a malformed page never becomes valid by retrying. Fields only, never values.
+        log.error("page rejected: %s", "; ".join(error.problems))
+        return {"rejected": error.problems}
+    result = ingest_page(runtime_for(self.app).store, parsed)
+    for customer_id in result.customer_ids:
+        self.app.tasks["kefu.agent.admit"].delay(customer_id)
+    return {"page": result.page_op_id, "replayed": result.replayed, "rows": result.rows_written}

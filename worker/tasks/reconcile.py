@@ -1,0 +1,72 @@
+"""kefu.ingest.reconcile (beat): re-enqueue whatever SQLite says is pending and overdue.
+
+It also catches transports up from the committed cursor (a page lost with its broker message
+is fetched again) and prunes consumed messages of the embedded broker.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from celery import Task, shared_task
+from sqlalchemy import text
+
+from runtime.ingest import committed_cursor
+from runtime.reconcile import pending_work
+from runtime.store import now_ms
+from worker.broker import embedded_folders
+from worker.context import WorkerRuntime, runtime_for
+
+PROCESSED_KEEP_S = 3600
+
+
+def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
+    """Publish the page after each account's committed cursor when it is overdue."""
+    with runtime.store.read() as conn:
+        accounts = conn.execute(
+            text("SELECT id, platform FROM account WHERE connection_intent = 'connected'")
+        ).all()
+    overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
+    published = 0
+    for account_id, platform in accounts:
+        transport = runtime.transports.get(platform)
+        if transport is None:
+            continue
+        page = transport.page_after(account_id, committed_cursor(runtime.store, account_id, transport.stream_id))
+        if page is None:
+            continue
+        oldest = min(m.occurred_at for g in page.groups for m in g.messages)
+        if oldest.timestamp() * 1000 < overdue_before:
+            app_tasks["kefu.ingest.page"].delay(page.model_dump(mode="json"))
+            published += 1
+    return published
+
+
+def prune_processed(folder: Path) -> None:
+    cutoff = time.time() - PROCESSED_KEEP_S
+    for entry in folder.glob("*.msg"):
+        if entry.stat().st_mtime < cutoff:
+            entry.unlink(missing_ok=True)
+
+
+@shared_task(name="kefu.ingest.reconcile", bind=True)
+def reconcile(self: Task) -> dict[str, int]:
+    runtime = runtime_for(self.app)
+    settings = runtime.settings
+    work = pending_work(runtime.store, settings.reconcile.grace_s, settings.outbox.attempt_lease_s)
+    for customer_id in work.admissions:
+        self.app.tasks["kefu.agent.admit"].delay(customer_id)
+    for customer_id in work.turns:
+        self.app.tasks["kefu.agent.run_turn"].delay(customer_id)
+    for request_id in work.attempts:
+        self.app.tasks["kefu.outbox.attempt"].delay(request_id)
+    for request_id in work.settlements:
+        self.app.tasks["kefu.outbox.settle"].delay(request_id)
+    pages = catch_up(runtime, self.app.tasks)
+    if settings.embedded_broker:
+        prune_processed(embedded_folders(settings.data_dir)["processed_folder"])
+    return {
+        "admissions": len(work.admissions), "turns": len(work.turns), "attempts": len(work.attempts),
+        "settlements": len(work.settlements), "pages": pages,
+    }
