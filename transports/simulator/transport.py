@@ -13,6 +13,10 @@ from transports.simulator.platform import BuyerMessage, SimulatedPlatform
 STREAM_ID = "simulator"
 
 
+def platform_message_id(seq: int) -> str:
+    return f"sim-{seq}"
+
+
 class SimulatorTransport:
     platform = "simulator"
     stream_id = STREAM_ID
@@ -31,7 +35,7 @@ class SimulatorTransport:
                 conversation_type="direct",
                 messages=[
                     InboundMessage(
-                        platform_message_id=f"sim-{m.seq}",
+                        platform_message_id=platform_message_id(m.seq),
                         sender=Sender(id=m.buyer_id, display_name=m.buyer_name, role="buyer"),
                         content=TextContent(text=m.text),
                         occurred_at=datetime.fromtimestamp(m.occurred_at / 1000, tz=timezone.utc),

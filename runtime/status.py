@@ -1,0 +1,39 @@
+"""Per-stage counts read from the delivery store (never from broker or process counters)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from sqlalchemy import text
+
+from runtime.store import DeliveryStore
+
+
+class StageCounts(BaseModel):
+    stage: str
+    counts: dict[str, int]
+
+
+def stage_counts(store: DeliveryStore) -> list[StageCounts]:
+    queries = {
+        "inbound messages": "SELECT state, count(*) FROM inbound_message GROUP BY state",
+        "admission batches": "SELECT state, count(*) FROM admission_batch GROUP BY state",
+        "outbox requests": "SELECT state, count(*) FROM outbox_request GROUP BY state",
+        "provider streams": "SELECT 'committed pages', count(*) FROM page_receipt",
+    }
+    with store.read() as conn:
+        return [
+            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(text(sql))})
+            for stage, sql in queries.items()
+        ]
+
+
+def is_quiet(store: DeliveryStore) -> bool:
+    """Nothing pending, claimed, in a turn, or waiting to be sent."""
+    with store.read() as conn:
+        return not conn.execute(
+            text(
+                "SELECT 1 FROM inbound_message WHERE state IN ('pending', 'claimed')"
+                " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
+                " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
+            )
+        ).first()

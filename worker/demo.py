@@ -1,0 +1,91 @@
+"""`kefu demo`: three simulated buyers talk to the shop through a real worker on the embedded
+broker; the verdict line is computed from the delivery store and the platform's ledger."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from config import load_settings
+from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.status import is_quiet
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+from worker.audit import Audit, audit
+from worker.celery_app import make_app
+from worker.process import WorkerProcess
+
+ACCOUNT = "demo-shop"
+BUYERS = {"b1": "张三", "b2": "李四", "b3": "王五"}
+# (buyer, texts sent back to back before waiting for the reply)
+SCRIPT: list[tuple[str, list[str]]] = [
+    ("b1", ["你好，在吗？"]),
+    ("b2", ["这款四件套是什么材质的？"]),
+    ("b1", ["今天下单什么时候发货？", "发什么快递？"]),
+    ("b3", ["我收到的枕套有破损"]),
+    ("b2", ["有优惠券吗"]),
+    ("b3", ["那可以退货吗？"]),
+    ("b1", ["可以开发票吗"]),
+    ("b2", ["能用花呗分期吗？"]),
+    ("b3", ["好的，谢谢"]),
+    ("b2", ["好的，谢谢"]),
+]
+
+
+def run_demo(data_dir: Path | None, console: Console) -> Audit:
+    base = load_settings()
+    data_dir = (data_dir or base.data_dir / f"demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    env = {
+        "KEFU_DATA_DIR": str(data_dir), "KEFU_BROKER_URL": "embedded",
+        "KEFU_RECONCILE__INTERVAL_S": "2", "KEFU_RECONCILE__GRACE_S": "5",
+    }
+    settings = load_settings(data_dir=data_dir, broker_url="embedded")
+    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="demo-shop-seller"))
+    create_direct_route(store, DirectRouteSpec(id="demo-all-direct", account_id=ACCOUNT))
+    platform = SimulatedPlatform(settings.simulator_path)
+    transport = SimulatorTransport(platform)
+    app = make_app(settings)
+    console.print(f"[dim]data dir {data_dir} · embedded broker · simulator transport · rules agent[/dim]")
+    worker = WorkerProcess(env, data_dir / "worker.log").start()
+    try:
+        worker.wait_ready(app)
+        seen_sends = 0
+        first_page = None
+        for buyer_id, texts in SCRIPT:
+            for text in texts:
+                message = platform.buyer_says(ACCOUNT, buyer_id, BUYERS[buyer_id], text)
+                page = transport.page_of(ACCOUNT, [message])
+                first_page = first_page or page
+                app.send_task("kefu.ingest.page", args=[page.model_dump(mode="json")])
+                console.print(f"[bold cyan]{BUYERS[buyer_id]}[/] ▸ {text}", soft_wrap=True)
+            # The platform redelivers the first page (a late ACK): it must not be answered again.
+            app.send_task("kefu.ingest.page", args=[first_page.model_dump(mode="json")])
+            _wait_answered(store, platform)
+            seen_sends = _print_replies(platform, seen_sends, console)
+    finally:
+        worker.stop()
+    return audit(store, platform, ACCOUNT)
+
+
+def _wait_answered(store: DeliveryStore, platform: SimulatedPlatform, timeout_s: float = 20) -> None:
+    """Until every buyer message so far is answered and nothing is in flight (or time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = audit(store, platform, ACCOUNT)
+        if result.answered == result.buyer_messages and is_quiet(store):
+            return
+        time.sleep(0.05)
+
+
+def _print_replies(platform: SimulatedPlatform, seen: int, console: Console) -> int:
+    sends = platform.received(ACCOUNT)
+    for send in sends[seen:]:
+        name = BUYERS.get(send.recipient_id or "", send.recipient_id)
+        for i, line in enumerate(send.text.splitlines()):
+            lead = f"    [green]客服 → {name}[/] ◂ " if i == 0 else "                   "
+            console.print(lead + line, soft_wrap=True)
+    return len(sends)
