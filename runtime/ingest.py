@@ -51,7 +51,8 @@ class IngestResult:
     page_op_id: str
     replayed: bool
     rows_written: int = 0
-    # Customers that may have new live input: admission should look at them.
+    # Customers of the page's live conversations. Admission looks at each, also on replay: the
+    # process that first committed them may have died before asking (admission is idempotent).
     customer_ids: list[int] = field(default_factory=list)
 
 
@@ -77,15 +78,27 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
                 "create the account before its transport publishes pages",
             )
         if _page_committed(conn, page):
-            return IngestResult(page.page_op_id, replayed=True)
+            customers = [] if origin != "live" else [
+                customer_id
+                for group in page.groups
+                if (customer_id := _customer_id(conn, page.account_id, group.conversation_id)) is not None
+            ]
+            return IngestResult(page.page_op_id, replayed=True, customer_ids=customers)
     result = IngestResult(page.page_op_id, replayed=False)
     for group in page.groups:
         customer_id, written = commit_group(store, page, group, origin)
         result.rows_written += written
-        if customer_id is not None and written and origin == "live":
+        if origin == "live":
             result.customer_ids.append(customer_id)
     commit_cursor(store, page)
     return result
+
+
+def _customer_id(conn: Connection, account_id: str, conversation_id: str) -> int | None:
+    return conn.execute(
+        text("SELECT id FROM customer WHERE account_id = :a AND conversation_id = :c"),
+        {"a": account_id, "c": conversation_id},
+    ).scalar_one_or_none()
 
 
 def _page_committed(conn: Connection, page: InboundPage) -> bool:
@@ -100,9 +113,9 @@ def _page_committed(conn: Connection, page: InboundPage) -> bool:
 
 def commit_group(
     store: DeliveryStore, page: InboundPage, group: ConversationGroup, origin: str
-) -> tuple[int | None, int]:
+) -> tuple[int, int]:
     """Commit one conversation group with its receipt. Returns (customer id, rows written);
-    (None, 0) when the group was already committed by an earlier delivery of this page."""
+    rows written is 0 when an earlier delivery of this page already committed the group."""
     at = now_ms()
     receipt = {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id, "c": group.conversation_id}
     last_peer = next((m.direct_peer_id for m in reversed(group.messages) if m.direct_peer_id), None)
@@ -114,7 +127,7 @@ def commit_group(
             ),
             receipt,
         ).first():
-            return None, 0
+            return _customer_id(conn, page.account_id, group.conversation_id), 0  # type: ignore[return-value]
         customer_id = conn.execute(
             _UPSERT_CUSTOMER,
             {

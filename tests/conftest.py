@@ -1,0 +1,54 @@
+"""Shared fixtures: settings on a temporary data dir, a delivery store, a simulated shop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config import Settings, load_settings
+from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+
+ACCOUNT = "shop"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No developer's KEFU_* variables, .env or kefu.toml leak into a test."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("KEFU_") and name != "KEFU_TEST_REDIS_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings(data_dir=tmp_path / "var")
+
+
+@pytest.fixture
+def store(settings: Settings) -> DeliveryStore:
+    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def shop(store: DeliveryStore) -> str:
+    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="seller-1"))
+    create_direct_route(store, DirectRouteSpec(id="all-direct", account_id=ACCOUNT))
+    return ACCOUNT
+
+
+@pytest.fixture
+def platform(settings: Settings) -> SimulatedPlatform:
+    return SimulatedPlatform(settings.simulator_path)
+
+
+@pytest.fixture
+def transport(platform: SimulatedPlatform) -> SimulatorTransport:
+    return SimulatorTransport(platform)

@@ -1,0 +1,29 @@
+"""Helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform
+from worker.audit import Audit, audit
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def wait_all_answered(store: DeliveryStore, platform: SimulatedPlatform, account: str, timeout_s: float = 30) -> Audit:
+    result: list[Audit] = []
+
+    def answered() -> bool:
+        result[:] = [audit(store, platform, account)]
+        return result[0].answered == result[0].buyer_messages
+
+    wait_for(answered, timeout_s, "every buyer message to be answered")
+    return result[0]

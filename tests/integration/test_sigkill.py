@@ -1,0 +1,63 @@
+"""A worker killed with SIGKILL mid-task is restarted; every buyer message is answered once."""
+
+from __future__ import annotations
+
+import time
+
+from runtime.status import is_quiet
+from tests.integration.helpers import wait_all_answered, wait_for
+from worker.audit import audit
+from worker.celery_app import make_app
+from worker.process import WorkerProcess
+
+
+def _env(settings, **extra: str) -> dict[str, str]:
+    return {
+        "KEFU_DATA_DIR": str(settings.data_dir),
+        "KEFU_BROKER_URL": settings.broker_url,
+        "KEFU_RECONCILE__INTERVAL_S": "0.5",
+        "KEFU_RECONCILE__GRACE_S": "1",
+        "KEFU_OUTBOX__ATTEMPT_LEASE_S": "2",
+        "KEFU_AGENT__TURN_LEASE_S": "2",
+        **extra,
+    }
+
+
+def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, store, shop, platform, transport):
+    app = make_app(settings)
+    log = settings.data_dir / "worker.log"
+    # The platform records each send at once but answers 5 s later: a kill lands mid-send.
+    worker = WorkerProcess(_env(settings, KEFU_SIMULATOR__SEND_LATENCY_MS="5000"), log).start()
+    try:
+        worker.wait_ready(app)
+        for round_ in range(2):
+            for buyer in ("b1", "b2", "b3"):
+                message = platform.buyer_says(shop, buyer, f"买家{buyer}", ["什么时候发货", "可以退货吗"][round_])
+                app.send_task("kefu.ingest.page", args=[transport.page_of(shop, [message]).model_dump(mode="json")])
+        wait_for(lambda: len(platform.received(shop)) >= 1, 30, "the first send to reach the platform")
+        worker.kill()
+    finally:
+        worker.stop()
+    with store.read() as conn:
+        in_flight = conn.exec_driver_sql(
+            "SELECT count(*) FROM outbox_attempt WHERE state = 'started' AND finished_at IS NULL"
+        ).scalar_one()
+    assert in_flight == 1, "the kill must land while an attempt is in flight"
+    assert len(platform.received(shop)) == 1
+
+    restarted = WorkerProcess(_env(settings), log).start()
+    try:
+        restarted.wait_ready(app)
+        wait_all_answered(store, platform, shop, timeout_s=60)
+        wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet")
+        time.sleep(1.5)  # a few reconcile ticks: nothing may be sent again
+        result = audit(store, platform, shop)
+    finally:
+        restarted.stop()
+    assert (result.buyer_messages, result.answered, result.duplicate_replies, result.lost) == (6, 6, 0, 0)
+    with store.read() as conn:
+        states = dict(conn.exec_driver_sql("SELECT state, count(*) FROM outbox_request GROUP BY state").all())
+        attempts = conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one()
+    assert states == {"sent": len(platform.received(shop))}
+    # The interrupted attempt was settled by a receipt query, never attempted a second time.
+    assert attempts == states["sent"]
