@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import zstandard
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field
 
 EventType = Literal[
     "turn/start", "turn/end", "step/start", "step/end", "system/message", "user/message",
@@ -23,7 +23,7 @@ EventType = Literal[
 
 class SessionEvent(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
-    seq: NonNegativeInt  # position: 0..N-1, contiguous
+    seq: int = Field(ge=0, strict=True)  # position: 0..N-1, contiguous
     type: EventType
     at: int = Field(ge=0)  # ms since epoch
 

@@ -6,7 +6,7 @@ import sys
 
 from celery import Celery
 from celery.signals import beat_init, worker_init
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
 import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
@@ -18,6 +18,12 @@ FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory")
 
 def queue_name(family: str, shard: str) -> str:
     return f"kefu.{family}.{shard}"
+
+
+def shard_queues(shard: str) -> list[Queue]:
+    """One direct exchange per queue: a message lands in exactly one queue."""
+    names = [queue_name(family, shard) for family in FAMILIES]
+    return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
 
 
 def make_app(settings: Settings) -> Celery:
@@ -37,8 +43,10 @@ def make_app(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_queues=[Queue(queue_name(family, shard)) for family in FAMILIES],
+        task_queues=shard_queues(shard),
         task_default_queue=queue_name("ingest", shard),
+        task_default_exchange=queue_name("ingest", shard),
+        task_default_routing_key=queue_name("ingest", shard),
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
         beat_schedule={
             "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},

@@ -10,19 +10,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from config import Settings, SettingsError, load_settings
+from config import Settings
 from runtime.errors import KefuError
+from worker.celery_app import app
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
 console = Console()
 
 
 def _settings() -> Settings:
-    try:
-        return load_settings()
-    except SettingsError as error:
-        console.print(f"[red]kefu: {error}[/red]")
-        raise typer.Exit(2) from None
+    """Validated when the worker package loads: a bad value has already stopped the process."""
+    return app.kefu_settings  # type: ignore[attr-defined]
 
 
 def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
@@ -68,7 +66,6 @@ def demo(
     """Play a scripted conversation through a real worker on embedded defaults."""
     from worker.demo import run_demo
 
-    _settings()
     try:
         result = run_demo(data_dir, console)
     except KefuError as error:

@@ -101,6 +101,26 @@ class DeliveryStore:
             return int(conn.exec_driver_sql("PRAGMA user_version").scalar_one())
 
     def _migrate(self) -> None:
+        """Bring the file to LATEST_VERSION, retrying under SQLITE_BUSY within the budget."""
+        deadline = time.monotonic() + self.settings.migration_retry_budget_ms / 1000
+        delay = 0.01
+        while True:
+            try:
+                return self._migrate_once()
+            except OperationalError as error:
+                if not _is_busy(error):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise KefuError(
+                        "KEFU_DELIVERY_SQLITE_BUSY",
+                        f"{self.path} stayed locked by another process while opening it; "
+                        "the schema version is unchanged",
+                        "stop the other process holding the file, or raise KEFU_DELIVERY__MIGRATION_RETRY_BUDGET_MS",
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _migrate_once(self) -> None:
         current = self.user_version()
         if current > LATEST_VERSION:
             raise KefuError(
@@ -109,31 +129,12 @@ class DeliveryStore:
                 "run a newer kefu, or point KEFU_DATA_DIR at another directory",
             )
         for migration in MIGRATIONS:
-            if migration.version > current:
-                self._apply(migration.version, migration.statements)
-
-    def _apply(self, version: int, statements: tuple[str, ...]) -> None:
-        deadline = time.monotonic() + self.settings.migration_retry_budget_ms / 1000
-        delay = 0.01
-        while True:
-            try:
-                with self.write() as conn:
-                    if int(conn.exec_driver_sql("PRAGMA user_version").scalar_one()) >= version:
-                        return  # another process migrated meanwhile
-                    for statement in statements:
-                        conn.exec_driver_sql(statement)
-                    conn.exec_driver_sql(f"PRAGMA user_version = {version}")
-                return
-            except OperationalError as error:
-                if not _is_busy(error) or time.monotonic() + delay > deadline:
-                    if _is_busy(error):
-                        raise KefuError(
-                            "KEFU_DELIVERY_SQLITE_BUSY",
-                            f"{self.path} stayed locked while migrating to version {version}; "
-                            "the schema version is unchanged",
-                            "stop the other process holding the file, or raise "
-                            "KEFU_DELIVERY__MIGRATION_RETRY_BUDGET_MS",
-                        ) from None
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+            if migration.version <= current:
+                continue
+            # The stamp commits with the DDL: a file is always at exactly one version.
+            with self.write() as conn:
+                if int(conn.exec_driver_sql("PRAGMA user_version").scalar_one()) >= migration.version:
+                    continue  # another process migrated meanwhile
+                for statement in migration.statements:
+                    conn.exec_driver_sql(statement)
+                conn.exec_driver_sql(f"PRAGMA user_version = {migration.version}")

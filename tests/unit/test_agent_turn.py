@@ -1,0 +1,136 @@
+"""Admission and one agent turn through the rules provider, against a real store and log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.admission import evaluate
+from runtime.agent.model import ChatMessage, ToolCall
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.tools import TurnBinding, execute
+from runtime.agent.turn import run_turn, session_path
+from runtime.errors import KefuError
+from runtime.ingest import ingest_page
+from runtime.session_log import SessionLog
+
+KNOWLEDGE = load_knowledge(None)
+
+
+def say(store, transport, platform, buyer, text):
+    message = platform.buyer_says("shop", buyer, f"买家{buyer}", text)
+    return ingest_page(store, transport.page_of("shop", [message])).customer_ids[0]
+
+
+def turn(store, settings, customer_id, registered=None):
+    return run_turn(
+        store, RulesProvider(KNOWLEDGE), customer_id, settings.sessions_dir, settings.zone, 8,
+        on_registered=(registered.append if registered is not None else lambda r: None),
+    )
+
+
+def test_one_open_batch_per_customer(store, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "什么时候发货")
+    first = evaluate(store, customer, batch_size=1000)
+    say(store, transport, platform, "b1", "发什么快递")
+    again = evaluate(store, customer, batch_size=1000)
+    assert first.reason == "admitted" and (again.reason, again.batch_id) == ("open-batch", first.batch_id)
+
+
+def test_batch_size_bounds_a_batch(store, shop, transport, platform):
+    for text in ["一", "二", "三"]:
+        customer = say(store, transport, platform, "b1", text)
+    evaluate(store, customer, batch_size=2)
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT message_count FROM admission_batch").scalar_one() == 2
+
+
+def test_specific_route_beats_all_even_when_disabled(store, shop, transport, platform):
+    from runtime.accounts import DirectRouteSpec, create_direct_route
+
+    create_direct_route(store, DirectRouteSpec(id="vip", account_id="shop", target="specific",
+                                               conversation_id=platform.conversation_for("b1"), enabled=False))
+    blocked = say(store, transport, platform, "b1", "你好")
+    allowed = say(store, transport, platform, "b2", "你好")
+    assert evaluate(store, blocked, 1000).reason == "route-disabled"
+    assert evaluate(store, allowed, 1000).reason == "admitted"
+
+
+def test_a_turn_logs_the_batch_then_answers_through_the_tool(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "什么时候发货？")
+    evaluate(store, customer, 1000)
+    registered: list[str] = []
+    result = turn(store, settings, customer, registered)
+    assert result.outcome == "complete" and len(registered) == 1
+    events = SessionLog(session_path(settings.sessions_dir, result.session_id)).load()
+    assert [e.type for e in events] == [
+        "system/message", "turn/start", "user/message", "step/start", "assistant/message", "tool/call",
+        "tool/result", "step/end", "step/start", "assistant/message", "step/end", "turn/end",
+    ]
+    assert "[counterpart 买家b1] 什么时候发货？" in events[2].text
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+        body = conn.exec_driver_sql("SELECT body FROM outbox_request").scalar_one()
+    assert "48小时内发货" in body
+
+
+def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "可以退货吗")
+    evaluate(store, customer, 1000)
+    turn(store, settings, customer)
+    with store.write() as conn:  # simulate a crash right after the send was registered
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
+    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
+    events = log.load()
+    cut = next(e.seq for e in events if e.type == "tool/result")
+    data = b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
+    log.path.write_bytes(data)  # the log as it was when the worker died (tool started, no result)
+
+    result = turn(store, settings, customer)
+    assert result.outcome == "complete"
+    again = turn(store, settings, customer)
+    assert again is None  # the batch is done: no second follow-up
+    events = SessionLog(log.path).load()
+    kinds = [getattr(e, "kind") for e in events if e.type == "turn/start"]
+    assert kinds == ["batch", "follow-up"]
+    assert any(getattr(e, "code", None) == "TOOL_OUTCOME_UNKNOWN" for e in events)
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ("{not json", "Error: arguments of im_send_message are not valid JSON"),
+    ('{"txt": "hi"}', "Error: invalid arguments for im_send_message: text: Field required"),
+    ('{"text": ""}', "Error: invalid arguments for im_send_message: text: String should have at least 1 character"),
+])
+def test_broken_tool_arguments_get_a_model_readable_error(store, settings, shop, transport, platform, arguments, expected):
+    from runtime.admission import load_batch, load_customer
+
+    customer_id = say(store, transport, platform, "b1", "你好")
+    decision = evaluate(store, customer_id, 1000)
+    with store.read() as conn:
+        binding = TurnBinding(store=store, customer=load_customer(conn, customer_id),
+                              batch=load_batch(conn, decision.batch_id), session_id="s", account_revision=1)
+    outcome = execute(binding, ToolCall(id="c1", name="im_send_message", arguments=arguments))
+    assert outcome.is_error and outcome.content.startswith(expected)
+    unknown = execute(binding, ToolCall(id="c2", name="im_refund", arguments="{}"))
+    assert unknown.is_error and "unknown tool" in unknown.content
+
+
+def test_rules_provider_answers_faq_greeting_and_fallback():
+    rules = RulesProvider(KNOWLEDGE)
+    assert "48小时内发货" in rules.answer(["什么时候发货"])
+    assert rules.answer(["你好"]) == KNOWLEDGE.greeting
+    assert rules.answer(["能用花呗吗"]) == KNOWLEDGE.fallback
+    reply = rules.complete([ChatMessage(role="user", content="[2026-11-30 14:05] [counterpart 张三] 发什么快递")], [])
+    assert "中通" in json.loads(reply.tool_calls[0].arguments)["text"]
+
+
+def test_a_broken_knowledge_file_names_the_file(tmp_path):
+    bad = tmp_path / "faq.toml"
+    bad.write_text("greeting = 1\n", encoding="utf-8")
+    with pytest.raises(KefuError) as raised:
+        load_knowledge(bad)
+    assert raised.value.code == "KEFU_KNOWLEDGE_INVALID" and str(bad) in str(raised.value)

@@ -1,0 +1,97 @@
+"""Outbox (SPEC 3.8): intent before any platform call, exactly one attempt per request id."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runtime.outbox import (
+    AttemptGrant,
+    AttemptSkipped,
+    OutboundIntent,
+    SendFailure,
+    SendReceipt,
+    begin_attempt,
+    load_request,
+    record_failure,
+    record_sent,
+    register_outbound,
+    settle_by_receipt,
+)
+
+
+@pytest.fixture
+def request_id(store, shop) -> str:
+    with store.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at) VALUES ('shop', 'c', 'direct', 0)"
+        )
+        intent = OutboundIntent(
+            request_id="manual-1", customer_id=1, account_id="shop", conversation_id="c", recipient_id="b1",
+            origin="manual", body="您好",
+        )
+        register_outbound(conn, intent)
+        register_outbound(conn, intent.model_copy(update={"body": "changed"}))  # idempotent: first intent wins
+    return "manual-1"
+
+
+def state(store, request_id):
+    with store.read() as conn:
+        return load_request(conn, request_id)
+
+
+def test_registration_is_idempotent_and_durable_before_any_attempt(store, request_id):
+    request = state(store, request_id)
+    assert (request.state, request.body) == ("pending", "您好")
+
+
+def test_exactly_one_attempt_per_request(store, request_id):
+    grant = begin_attempt(store, request_id, "w1", lease_s=60)
+    assert isinstance(grant, AttemptGrant) and grant.attempt_no == 1 and grant.send.text == "您好"
+    assert begin_attempt(store, request_id, "w2", lease_s=60) == AttemptSkipped("in-progress")
+    record_sent(store, request_id, 1, SendReceipt(platform_message_id="p1"))
+    assert begin_attempt(store, request_id, "w3", lease_s=60) == AttemptSkipped("settled")
+    assert state(store, request_id).platform_message_id == "p1"
+
+
+def test_an_abandoned_attempt_becomes_result_unknown_without_a_new_attempt(store, request_id):
+    assert isinstance(begin_attempt(store, request_id, "dead-worker", lease_s=0.05), AttemptGrant)
+    time.sleep(0.1)
+    assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("result-unknown")
+    assert begin_attempt(store, request_id, "w3", lease_s=0.05) == AttemptSkipped("result-unknown")
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 1
+    assert state(store, request_id).state == "result-unknown"
+    assert settle_by_receipt(store, request_id, SendReceipt(platform_message_id="p9"))
+    assert (state(store, request_id).state, state(store, request_id).platform_message_id) == ("sent", "p9")
+
+
+def test_failure_kinds(store, request_id):
+    grant = begin_attempt(store, request_id, "w", 60)
+    record_failure(store, request_id, grant.attempt_no, SendFailure("not-submitted", "QPS_LIMIT"))
+    assert state(store, request_id).state == "pending"  # safe to try again, as a new attempt
+    second = begin_attempt(store, request_id, "w", 60)
+    assert second.attempt_no == 2
+    record_failure(store, request_id, 2, SendFailure("rejected", "RECIPIENT_BLOCKED"))
+    assert (state(store, request_id).state, state(store, request_id).error_code) == ("failed", "RECIPIENT_BLOCKED")
+    assert begin_attempt(store, request_id, "w", 60) == AttemptSkipped("settled")
+
+
+def test_auto_send_is_revoked_when_handling_was_paused_after_admission(store, shop):
+    with store.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at) VALUES ('shop', 'c', 'direct', 0)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, message_count,"
+            " created_at, updated_at) VALUES ('b1', 1, 0, 'all-direct', 1, 1, 0, 0)"
+        )
+        register_outbound(conn, OutboundIntent(
+            request_id="auto-1", customer_id=1, account_id="shop", conversation_id="c", recipient_id="b1",
+            origin="auto", body="好的", batch_id="b1", route_generation=1, handling_epoch=0,
+        ))
+        conn.exec_driver_sql("UPDATE customer SET handling_paused = 1, handling_epoch = 1")
+    assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped("revoked")
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0

@@ -1,0 +1,69 @@
+"""Session log: zstd frames, contiguous seq, torn last frame ignored, crash closers."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from runtime.agent.turn import repair
+from runtime.session_log import SessionEvent, SessionLog
+
+
+def test_flush_reports_durability_and_frames_read_back(tmp_path):
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    assert log.flush() is False
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.append("user/message", source="b1", text="[2026-11-30 14:05] [counterpart 张三] 你好")
+    assert log.offset == 2
+    assert log.flush() is True
+    log.append("turn/end", turn="t0", outcome="complete")
+    log.flush()
+    events = SessionLog(log.path).load()
+    assert [e.seq for e in events] == [0, 1, 2]
+    assert events[1].text.endswith("你好")
+
+
+def test_a_torn_last_frame_is_ignored_then_truncated_before_appending(tmp_path):
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.flush()
+    good_size = path.stat().st_size
+    log.append("user/message", source="b1", text="被截断的帧")
+    log.flush()
+    with open(path, "r+b") as handle:  # a crash mid-write: the second frame is cut short
+        handle.truncate(good_size + (path.stat().st_size - good_size) // 2)
+    reader = SessionLog(path)
+    assert [e.type for e in reader.load()] == ["turn/start"]
+    assert reader.torn_bytes > 0
+    writer = SessionLog(path)
+    writer.open_for_append()
+    assert path.stat().st_size == good_size
+    writer.append("turn/end", turn="t0", outcome="interrupted")
+    writer.flush()
+    assert [e.seq for e in SessionLog(path).load()] == [0, 1]
+
+
+@pytest.mark.parametrize("seq", [-1, 1.5, "2"])
+def test_seq_must_be_a_non_negative_integer(seq):
+    with pytest.raises(ValidationError):
+        SessionEvent(seq=seq, type="turn/start", at=0)
+
+
+def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.append("step/start", turn="t0", step=0)
+    calls = [{"id": "c1", "name": "im_send_message", "arguments": "{}"}, {"id": "c2", "name": "im_send_message", "arguments": "{}"}]
+    log.append("assistant/message", text="", tool_calls=calls)
+    log.append("tool/call", call_id="c1", name="im_send_message")
+    log.flush()
+    reopened = SessionLog(log.path)
+    reopened.open_for_append()
+    assert repair(reopened) is True
+    tail = [(e.type, getattr(e, "code", None) or getattr(e, "outcome", None)) for e in SessionLog(log.path).load()[4:]]
+    assert tail == [
+        ("tool/result", "TOOL_OUTCOME_UNKNOWN"), ("tool/result", "TOOL_NOT_STARTED"),
+        ("step/end", None), ("turn/end", "interrupted"),
+    ]
+    assert repair(reopened) is False  # a closed tail needs nothing more

@@ -1,0 +1,98 @@
+"""Delivery store: PRAGMAs, migrations from a real older file, refusal of a newer one."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from sqlmodel import SQLModel
+
+import runtime.store.tables  # noqa: F401  (registers the mappings)
+from config import DeliverySettings
+from runtime.errors import KefuError
+from runtime.store import LATEST_VERSION, DeliveryStore
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "delivery-v1.sqlite"
+
+
+def test_pragmas_are_applied_and_read_back(tmp_path):
+    store = DeliveryStore(tmp_path / "d.sqlite", DeliverySettings(busy_timeout_ms=1234, cache_size_kib=4096))
+    with store.read() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 1234
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar_one() == -4096
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+
+
+def test_delete_journal_and_exclusive_locking(tmp_path):
+    path = tmp_path / "d.sqlite"
+    store = DeliveryStore(path, DeliverySettings(journal_mode="DELETE", locking_mode="EXCLUSIVE"))
+    with store.write() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "delete"
+        assert conn.exec_driver_sql("PRAGMA locking_mode").scalar_one() == "exclusive"
+    other = sqlite3.connect(path, timeout=0.1)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("SELECT count(*) FROM account").fetchone()
+    store.close()
+
+
+def test_new_file_is_at_latest_version_and_matches_the_mappings(tmp_path):
+    store = DeliveryStore(tmp_path / "d.sqlite")
+    assert store.user_version() == LATEST_VERSION
+    with store.read() as conn:
+        for table in SQLModel.metadata.sorted_tables:
+            columns = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
+            assert columns == set(table.columns.keys()), table.name
+
+
+def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
+    path = tmp_path / "d.sqlite"
+    shutil.copy(FIXTURE, path)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    store = DeliveryStore(path)
+    assert store.user_version() == 2
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT body FROM inbound_message").scalar_one() == "什么时候发货"
+        assert conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "pending"
+        assert conn.exec_driver_sql("SELECT count(*) FROM lease").scalar_one() == 0
+        indexes = {row[1] for row in conn.exec_driver_sql("PRAGMA index_list(outbox_request)")}
+    assert "outbox_unsettled" in indexes
+    DeliveryStore(path)  # reopening a migrated file is a no-op
+
+
+def test_newer_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "d.sqlite"
+    DeliveryStore(path).close()
+    sqlite3.connect(path).execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
+    with pytest.raises(KefuError) as raised:
+        DeliveryStore(path)
+    assert raised.value.code == "KEFU_SCHEMA_TOO_NEW"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == LATEST_VERSION + 1
+
+
+def test_migration_gives_up_on_a_held_lock_within_its_budget(tmp_path):
+    path = tmp_path / "d.sqlite"
+    shutil.copy(FIXTURE, path)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    settings = DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=300)
+    try:
+        with pytest.raises(KefuError) as raised:
+            DeliveryStore(path, settings)
+    finally:
+        holder.execute("ROLLBACK")
+    assert raised.value.code == "KEFU_DELIVERY_SQLITE_BUSY"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_migration_waits_for_a_short_lock(tmp_path):
+    path = tmp_path / "d.sqlite"
+    shutil.copy(FIXTURE, path)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(0.3, lambda: holder.execute("ROLLBACK")).start()
+    store = DeliveryStore(path, DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=5000))
+    assert store.user_version() == 2
