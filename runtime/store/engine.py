@@ -22,6 +22,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 def _is_busy(error: BaseException) -> bool:
     text = str(error).lower()
     return "database is locked" in text or "database is busy" in text
@@ -91,6 +103,13 @@ class DeliveryStore:
             conn = conn.execution_options(kefu_write=False)
             with conn.begin():
                 yield conn
+
+    @contextmanager
+    def raw(self) -> Iterator[sqlite3.Connection]:
+        """A pooled DBAPI connection in autocommit mode, for hot paths that run several short
+        transactions with `immediate()`; no SQLAlchemy statement overhead."""
+        with self.engine.connect() as conn:
+            yield conn.connection.dbapi_connection  # type: ignore[misc]
 
     def close(self) -> None:
         self.engine.dispose()

@@ -93,7 +93,7 @@ V1 = Migration(
             message_count INTEGER NOT NULL,
             committed_at INTEGER NOT NULL,
             PRIMARY KEY (account_id, stream_id, page_op_id)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE TABLE group_receipt (
             account_id TEXT NOT NULL,
             stream_id TEXT NOT NULL,
@@ -101,7 +101,7 @@ V1 = Migration(
             conversation_id TEXT NOT NULL,
             committed_at INTEGER NOT NULL,
             PRIMARY KEY (account_id, stream_id, page_op_id, conversation_id)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE TABLE provider_cursor (
             account_id TEXT NOT NULL,
             stream_id TEXT NOT NULL,
@@ -109,7 +109,7 @@ V1 = Migration(
             page_op_id TEXT NOT NULL,
             updated_at INTEGER NOT NULL,
             PRIMARY KEY (account_id, stream_id)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE TABLE admission_batch (
             id TEXT PRIMARY KEY,
             customer_id INTEGER NOT NULL REFERENCES customer(id),

@@ -1,0 +1,135 @@
+"""Ingest throughput: the runtime ingest path vs raw SQLite executemany of the same rows.
+
+100,000 messages in pages of 100 (by default 10 conversations x 10 messages each) across
+1,000 conversations. kefu's path validates each page from its JSON form (as a worker receives
+it), commits every conversation group in its own transaction with a receipt (SPEC 3.3), then
+the cursor with the page receipt. Two raw baselines insert the same rows into a table with the
+same columns and indexes and the same PRAGMAs: one transaction per page, and one transaction
+per conversation group (the commit boundaries the spec requires of kefu).
+
+    python -m bench.ingest [--messages 100000] [--groups-per-page 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime.accounts import AccountSpec, create_account
+from runtime.ingest import ingest_page
+from runtime.pages import parse_page
+from runtime.store import DeliveryStore
+from runtime.store.migrations import MIGRATIONS
+
+CONVERSATIONS = 1000
+PAGE_SIZE = 100
+
+
+def make_pages(total: int, groups_per_page: int = 10) -> list[dict]:
+    start = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    pages = []
+    per_group = PAGE_SIZE // groups_per_page
+    for p in range(total // PAGE_SIZE):
+        first_conversation = (p * groups_per_page) % CONVERSATIONS
+        groups = []
+        for g in range(groups_per_page):
+            conversation = first_conversation + g
+            messages = [
+                {
+                    "platform_message_id": f"m{p}-{g}-{i}",
+                    "sender": {"id": f"buyer{conversation}", "display_name": f"买家{conversation}", "role": "buyer"},
+                    "content": {"type": "text", "text": f"请问第{i}件商品什么时候发货？订单号{p}{g}{i}"},
+                    "occurred_at": (start + timedelta(seconds=p * PAGE_SIZE + g * per_group + i)).isoformat(),
+                    "direct_peer_id": f"buyer{conversation}",
+                }
+                for i in range(per_group)
+            ]
+            groups.append({"conversation_id": f"conv{conversation}", "conversation_type": "direct", "messages": messages})
+        pages.append({"account_id": "shop", "stream_id": "bench", "cursor": str(p), "page_op_id": f"page{p}", "groups": groups})
+    return pages
+
+
+def run_kefu(pages: list[dict], folder: Path) -> float:
+    store = DeliveryStore(folder / "kefu.sqlite")
+    create_account(store, AccountSpec(id="shop", platform="simulator", identity="bench"))
+    began = time.perf_counter()
+    for page in pages:
+        ingest_page(store, parse_page(page))
+    elapsed = time.perf_counter() - began
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == sum(
+            len(g["messages"]) for p in pages for g in p["groups"]
+        )
+    store.close()
+    return elapsed
+
+
+def run_raw(pages: list[dict], folder: Path, per_group: bool) -> float:
+    db = sqlite3.connect(folder / f"raw-{per_group}.sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    v1 = next(m for m in MIGRATIONS if m.version == 1)
+    for statement in v1.statements:
+        if "inbound_message" in statement and ("CREATE TABLE" in statement or "CREATE INDEX" in statement):
+            db.execute(statement.replace("REFERENCES customer(id)", ""))
+    def row(g: dict, m: dict) -> tuple:
+        return (
+            int(g["conversation_id"][4:]), "shop", g["conversation_id"], m["platform_message_id"], m["sender"]["id"],
+            m["sender"]["display_name"], "external", "text", m["content"]["text"],
+            int(datetime.fromisoformat(m["occurred_at"]).timestamp() * 1000), 0, None, m["direct_peer_id"],
+        )
+
+    if per_group:
+        batches = [[row(g, m) for m in g["messages"]] for p in pages for g in p["groups"]]
+    else:
+        batches = [[row(g, m) for g in p["groups"] for m in g["messages"]] for p in pages]
+    began = time.perf_counter()
+    for rows in batches:
+        db.execute("BEGIN")
+        db.executemany(
+            "INSERT INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id, sender_id,"
+            " sender_name, sender_role, content_type, body, occurred_at, received_at, mention, direct_peer_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        db.execute("COMMIT")
+    elapsed = time.perf_counter() - began
+    db.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--groups-per-page", type=int, default=10, choices=[1, 2, 4, 5, 10, 20, 25, 50, 100])
+    args = parser.parse_args()
+    pages = make_pages(args.messages, args.groups_per_page)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_page = run_raw(pages, Path(tmp), per_group=False)
+        raw_group = run_raw(pages, Path(tmp), per_group=True)
+        kefu = run_kefu(pages, Path(tmp))
+    title = (
+        f"ingest: {args.messages:,} messages, pages of {PAGE_SIZE} "
+        f"({args.groups_per_page} conversations each), {CONVERSATIONS:,} conversations"
+    )
+    table = Table("path", "seconds", "messages/s", "kefu / this", title=title)
+    for name, seconds in [
+        ("raw executemany, 1 transaction per page", raw_page),
+        ("raw executemany, 1 transaction per group", raw_group),
+        ("kefu runtime ingest (validate + ingest_page)", kefu),
+    ]:
+        table.add_row(name, f"{seconds:.2f}", f"{args.messages / seconds:,.0f}", f"{seconds / kefu:.1%}")
+    Console().print(table)
+    print(f"ratio kefu/raw (1 transaction per page): {raw_page / kefu:.1%} (goal >= 40%)")
+    print(f"ratio kefu/raw (same commit boundaries): {raw_group / kefu:.1%}")
+
+
+if __name__ == "__main__":
+    main()
