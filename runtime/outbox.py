@@ -104,16 +104,17 @@ def find_same_text(conn: Connection, customer_id: int, batch_id: str, body: str)
 def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     row = conn.execute(
         text(
-            "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled FROM customer c"
+            "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled,"
+            " a.connection_intent = 'connected' AND a.authorization = 'ready' FROM customer c"
             " JOIN admission_batch b ON b.customer_id = c.id LEFT JOIN route r ON r.id = b.route_id"
-            " WHERE c.id = :c AND b.id = :b"
+            " JOIN account a ON a.id = c.account_id WHERE c.id = :c AND b.id = :b"
         ),
         {"c": request.customer_id, "b": request.batch_id},
     ).first()
     if row is None:
         return None
-    paused, epoch, generation, enabled = row
-    if paused or epoch != request.handling_epoch:
+    paused, epoch, generation, enabled, account_live = row
+    if paused or epoch != request.handling_epoch or not account_live:
         return "revoked"
     if generation != request.route_generation or not enabled:
         return "route-changed"

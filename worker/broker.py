@@ -1,4 +1,5 @@
-"""Broker wiring (and the result backend, used only by `celery.ping` and health checks): the embedded default (kombu's filesystem transport under the data dir) or Redis.
+"""Broker wiring, and the result backend (used only by pings): the embedded default, kombu's
+filesystem transport with atomic writes under the data dir, or Redis.
 
 The broker only distributes work; SQLite is the system of record. The filesystem transport
 drops a message that is in flight when its worker dies, and Redis holds it until the
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
+from worker.embedded_broker import SCHEME
 
 # Longer than the longest task (an agent turn, bounded by its lease) and any countdown.
 VISIBILITY_TIMEOUT_S = 3600
@@ -23,6 +25,7 @@ def embedded_folders(data_dir: Path) -> dict[str, Path]:
         "data_folder_out": root / "queue",
         "processed_folder": root / "processed",
         "control_folder": root / "control",
+        "staging_folder": root / "staging",
     }
 
 
@@ -41,7 +44,7 @@ def broker_config(settings: Settings) -> dict[str, Any]:
         # Keep consumed messages under the data dir (never the system temp dir); pruned by beat.
         options.update(store_processed=True, polling_interval=0.05)
         return {
-            "broker_url": "filesystem://",
+            "broker_url": f"{SCHEME}://",
             "broker_transport_options": options,
             "result_backend": f"file://{data_dir_results(settings.data_dir)}",
         }

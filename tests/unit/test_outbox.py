@@ -78,7 +78,13 @@ def test_failure_kinds(store, request_id):
     assert begin_attempt(store, request_id, "w", 60) == AttemptSkipped("settled")
 
 
-def test_auto_send_is_revoked_when_handling_was_paused_after_admission(store, shop):
+@pytest.mark.parametrize(("change", "reason"), [
+    ("UPDATE customer SET handling_paused = 1, handling_epoch = 1", "revoked"),
+    ("UPDATE account SET connection_intent = 'disconnected'", "revoked"),
+    ("UPDATE route SET generation = 2", "route-changed"),
+    ("UPDATE route SET enabled = 0", "route-changed"),
+])
+def test_a_stale_auto_send_ends_without_an_attempt(store, shop, change, reason):
     with store.write() as conn:
         conn.exec_driver_sql(
             "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at) VALUES ('shop', 'c', 'direct', 0)"
@@ -91,7 +97,8 @@ def test_auto_send_is_revoked_when_handling_was_paused_after_admission(store, sh
             request_id="auto-1", customer_id=1, account_id="shop", conversation_id="c", recipient_id="b1",
             origin="auto", body="好的", batch_id="b1", route_generation=1, handling_epoch=0,
         ))
-        conn.exec_driver_sql("UPDATE customer SET handling_paused = 1, handling_epoch = 1")
-    assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped("revoked")
+        conn.exec_driver_sql(change)
+    assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped(reason)
+    assert state(store, "auto-1").state == reason
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0

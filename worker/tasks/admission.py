@@ -5,10 +5,11 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from runtime.admission import evaluate
+from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
 
 
-@shared_task(name="kefu.agent.admit", bind=True)
+@shared_task(name="kefu.agent.admit", bind=True, **RETRY_ON_BUSY)
 def admit(self: Task, customer_id: int) -> str:
     runtime = runtime_for(self.app)
     decision = evaluate(runtime.store, customer_id, runtime.settings.admission.batch_size)

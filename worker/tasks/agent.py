@@ -6,10 +6,11 @@ from celery import Task, shared_task
 
 from runtime import leases
 from runtime.agent.turn import run_turn as run_agent_turn
+from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
 
 
-@shared_task(name="kefu.agent.run_turn", bind=True)
+@shared_task(name="kefu.agent.run_turn", bind=True, **RETRY_ON_BUSY)
 def run_turn(self: Task, customer_id: int) -> str:
     runtime = runtime_for(self.app)
     settings = runtime.settings

@@ -10,12 +10,13 @@ from celery import Task, shared_task
 from runtime.errors import PageRejected
 from runtime.ingest import ingest_page
 from runtime.pages import parse_page
+from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="kefu.ingest.page", bind=True)
+@shared_task(name="kefu.ingest.page", bind=True, **RETRY_ON_BUSY)
 def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
     try:
         parsed = parse_page(page)

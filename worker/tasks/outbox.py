@@ -17,6 +17,7 @@ from runtime.outbox import (
     record_sent,
     settle_by_receipt,
 )
+from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import WorkerRuntime, runtime_for
 
 log = logging.getLogger(__name__)
@@ -29,15 +30,20 @@ def _platform(runtime: WorkerRuntime, account_id: str) -> str:
     return account.platform if account else "unknown"
 
 
-@shared_task(name="kefu.outbox.attempt", bind=True, max_retries=len(RETRY_BACKOFF_S))
+@shared_task(name="kefu.outbox.attempt", bind=True, **{**RETRY_ON_BUSY, "max_retries": len(RETRY_BACKOFF_S)})
 def attempt(self: Task, request_id: str) -> str:
     runtime = runtime_for(self.app)
+    with runtime.store.read() as conn:
+        request = load_request(conn, request_id)
+    if request is None:
+        return "unknown-request"
+    # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
+    transport = runtime.transport(_platform(runtime, request.account_id))
     grant = begin_attempt(runtime.store, request_id, new_owner(), runtime.settings.outbox.attempt_lease_s)
     if isinstance(grant, AttemptSkipped):
         if grant.reason == "result-unknown":
             self.app.tasks["kefu.outbox.settle"].delay(request_id)
         return grant.reason
-    transport = runtime.transport(_platform(runtime, grant.send.account_id))
     try:
         receipt = transport.send(grant.send)
     except SendFailure as failure:
@@ -54,7 +60,7 @@ def attempt(self: Task, request_id: str) -> str:
     return "sent"
 
 
-@shared_task(name="kefu.outbox.settle", bind=True)
+@shared_task(name="kefu.outbox.settle", bind=True, **RETRY_ON_BUSY)
 def settle(self: Task, request_id: str) -> str:
     runtime = runtime_for(self.app)
     with runtime.store.read() as conn:

@@ -16,6 +16,7 @@ from runtime.ingest import committed_cursor
 from runtime.reconcile import pending_work
 from runtime.store import now_ms
 from worker.broker import embedded_folders
+from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import WorkerRuntime, runtime_for
 
 PROCESSED_KEEP_S = 3600
@@ -50,7 +51,7 @@ def prune_processed(folder: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-@shared_task(name="kefu.ingest.reconcile", bind=True)
+@shared_task(name="kefu.ingest.reconcile", bind=True, **RETRY_ON_BUSY)
 def reconcile(self: Task) -> dict[str, int]:
     runtime = runtime_for(self.app)
     settings = runtime.settings
