@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
+
+from runtime.store.sql import sql
 
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
@@ -32,7 +34,7 @@ class DirectRouteSpec(BaseModel):
 def create_account(store: DeliveryStore, spec: AccountSpec) -> Account:
     with store.write() as conn:
         clash = conn.execute(
-            text("SELECT id FROM account WHERE id = :id OR (platform = :platform AND identity = :identity)"),
+            sql("SELECT id FROM account WHERE id = :id OR (platform = :platform AND identity = :identity)"),
             {"id": spec.id, "platform": spec.platform, "identity": spec.identity},
         ).first()
         if clash is not None:
@@ -61,14 +63,14 @@ def create_direct_route(store: DeliveryStore, spec: DirectRouteSpec) -> Route:
 
 
 def load_account(conn: Connection, account_id: str) -> Account | None:
-    row = conn.execute(text("SELECT * FROM account WHERE id = :id"), {"id": account_id}).mappings().first()
+    row = conn.execute(sql("SELECT * FROM account WHERE id = :id"), {"id": account_id}).mappings().first()
     return Account.model_validate(dict(row)) if row else None
 
 
 def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:
     """The route that governs a conversation: a specific route beats `all`, even when disabled."""
     row = conn.execute(
-        text(
+        sql(
             "SELECT * FROM route WHERE account_id = :a AND conversation_type = :t"
             " AND (target = 'all' OR conversation_id = :c)"
             " ORDER BY target = 'specific' DESC, created_at LIMIT 1"

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
+
+from runtime.store.sql import sql
 
 from runtime.accounts import account_is_live, load_account, resolve_route
 from runtime.rendering import RenderableMessage
@@ -29,13 +31,13 @@ class AdmissionDecision:
 
 
 def load_customer(conn: Connection, customer_id: int) -> Customer | None:
-    row = conn.execute(text("SELECT * FROM customer WHERE id = :id"), {"id": customer_id}).mappings().first()
+    row = conn.execute(sql("SELECT * FROM customer WHERE id = :id"), {"id": customer_id}).mappings().first()
     return Customer.model_validate(dict(row)) if row else None
 
 
 def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
     row = conn.execute(
-        text("SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed') ORDER BY created_at LIMIT 1"),
+        sql("SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed') ORDER BY created_at LIMIT 1"),
         {"c": customer_id},
     ).mappings().first()
     return AdmissionBatch.model_validate(dict(row)) if row else None
@@ -66,12 +68,12 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         ids = [
             row[0]
             for row in conn.execute(
-                text("SELECT id FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"),
+                sql("SELECT id FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"),
                 {"c": customer_id, "n": batch_size},
             )
         ]
         triggering = conn.execute(
-            text(
+            sql(
                 "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
                 " AND sender_role IN ('external', 'human-native') LIMIT 1"
             ),
@@ -89,7 +91,7 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             )
         )
         conn.execute(
-            text(
+            sql(
                 "UPDATE inbound_message SET state = 'claimed', batch_id = :b"
                 " WHERE customer_id = :c AND state = 'pending' AND id BETWEEN :lo AND :hi"
             ),
@@ -100,7 +102,7 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
 
 def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
     rows = conn.execute(
-        text(
+        sql(
             "SELECT sender_role, sender_name, content_type, body, received_at FROM inbound_message"
             " WHERE batch_id = :b ORDER BY id"
         ),
@@ -110,7 +112,7 @@ def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
 
 
 def load_batch(conn: Connection, batch_id: str) -> AdmissionBatch | None:
-    row = conn.execute(text("SELECT * FROM admission_batch WHERE id = :b"), {"b": batch_id}).mappings().first()
+    row = conn.execute(sql("SELECT * FROM admission_batch WHERE id = :b"), {"b": batch_id}).mappings().first()
     return AdmissionBatch.model_validate(dict(row)) if row else None
 
 
@@ -118,14 +120,14 @@ def commit_batch(conn: Connection, batch_id: str) -> None:
     """The session log holds the batch durably: its messages are committed."""
     at = now_ms()
     conn.execute(
-        text("UPDATE admission_batch SET state = 'committed', updated_at = :at WHERE id = :b AND state = 'claimed'"),
+        sql("UPDATE admission_batch SET state = 'committed', updated_at = :at WHERE id = :b AND state = 'claimed'"),
         {"b": batch_id, "at": at},
     )
-    conn.execute(text("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id})
+    conn.execute(sql("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id})
 
 
 def finish_batch(conn: Connection, batch_id: str) -> None:
     conn.execute(
-        text("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),
+        sql("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),
         {"b": batch_id, "at": now_ms()},
     )

@@ -9,7 +9,7 @@ import os
 import socket
 import uuid
 
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore, now_ms
 
@@ -22,7 +22,7 @@ def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
     at = now_ms()
     with store.write() as conn:
         changed = conn.execute(
-            text(
+            sql(
                 "INSERT INTO lease (name, owner, expires_at) VALUES (:n, :o, :e)"
                 " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
                 " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
@@ -34,4 +34,4 @@ def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
 
 def release(store: DeliveryStore, name: str, owner: str) -> None:
     with store.write() as conn:
-        conn.execute(text("DELETE FROM lease WHERE name = :n AND owner = :o"), {"n": name, "o": owner})
+        conn.execute(sql("DELETE FROM lease WHERE name = :n AND owner = :o"), {"n": name, "o": owner})

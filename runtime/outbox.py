@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
+
+from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import OutboxRequest
@@ -86,14 +88,14 @@ def register_outbound(conn: Connection, intent: OutboundIntent) -> OutboxRequest
 
 
 def load_request(conn: Connection, request_id: str) -> OutboxRequest | None:
-    row = conn.execute(text("SELECT * FROM outbox_request WHERE request_id = :r"), {"r": request_id}).mappings().first()
+    row = conn.execute(sql("SELECT * FROM outbox_request WHERE request_id = :r"), {"r": request_id}).mappings().first()
     return OutboxRequest.model_validate(dict(row)) if row else None
 
 
 def find_same_text(conn: Connection, customer_id: int, batch_id: str, body: str) -> str | None:
     """An earlier auto request with this exact text for the same admitted batch, if any."""
     return conn.execute(
-        text(
+        sql(
             "SELECT request_id FROM outbox_request WHERE customer_id = :c AND batch_id = :b AND body = :t"
             " AND origin = 'auto' ORDER BY created_at LIMIT 1"
         ),
@@ -103,7 +105,7 @@ def find_same_text(conn: Connection, customer_id: int, batch_id: str, body: str)
 
 def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     row = conn.execute(
-        text(
+        sql(
             "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled,"
             " a.connection_intent = 'connected' AND a.authorization = 'ready' FROM customer c"
             " JOIN admission_batch b ON b.customer_id = c.id LEFT JOIN route r ON r.id = b.route_id"
@@ -132,7 +134,7 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
         if request.state == "result-unknown":
             return AttemptSkipped("result-unknown")
         last = conn.execute(
-            text("SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r ORDER BY attempt_no DESC LIMIT 1"),
+            sql("SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r ORDER BY attempt_no DESC LIMIT 1"),
             {"r": request_id},
         ).first()
         if last is not None and last.state == "started":
@@ -142,20 +144,20 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             return AttemptSkipped("result-unknown")
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
             conn.execute(
-                text("UPDATE outbox_request SET state = :s, updated_at = :at WHERE request_id = :r"),
+                sql("UPDATE outbox_request SET state = :s, updated_at = :at WHERE request_id = :r"),
                 {"s": stale, "at": at, "r": request_id},
             )
             return AttemptSkipped(stale)  # type: ignore[arg-type]
         attempt_no = (last.attempt_no if last else 0) + 1
         conn.execute(
-            text(
+            sql(
                 "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at)"
                 " VALUES (:r, :n, 'started', :o, :at)"
             ),
             {"r": request_id, "n": attempt_no, "o": owner, "at": at},
         )
         conn.execute(
-            text("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
+            sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
             {"r": request_id, "at": at},
         )
     send = OutboundSend(
@@ -171,14 +173,14 @@ def _mark(
 ) -> None:
     at = now_ms()
     conn.execute(
-        text(
+        sql(
             "UPDATE outbox_attempt SET state = :s, finished_at = :at, platform_message_id = :p, error_code = :e"
             " WHERE request_id = :r AND attempt_no = :n"
         ),
         {"s": attempt_state, "at": at, "p": platform_message_id, "e": error_code, "r": request_id, "n": attempt_no},
     )
     conn.execute(
-        text(
+        sql(
             "UPDATE outbox_request SET state = :s, updated_at = :at,"
             " platform_message_id = coalesce(:p, platform_message_id), error_code = :e WHERE request_id = :r"
         ),
@@ -205,7 +207,7 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, receipt: SendReceip
         if request is None or request.state != "result-unknown":
             return False
         attempt_no = conn.execute(
-            text("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
+            sql("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
         ).scalar_one()
         _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=receipt.platform_message_id)
         return True

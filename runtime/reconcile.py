@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore, now_ms
 
@@ -25,7 +25,7 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -
     quiet = now - int(grace_s * 1000)
     with store.read() as conn:
         def ids(sql: str, **params: object) -> list:
-            return [row[0] for row in conn.execute(text(sql), {"n": LIMIT, **params})]
+            return [row[0] for row in conn.execute(sql(sql), {"n": LIMIT, **params})]
 
         return PendingWork(
             admissions=ids(

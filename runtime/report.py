@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore
 
@@ -13,7 +13,7 @@ def requests_by_message(store: DeliveryStore, account_id: str) -> dict[tuple[str
     """(conversation id, platform message id) → auto requests registered for its batch."""
     with store.read() as conn:
         rows = conn.execute(
-            text(
+            sql(
                 "SELECT m.conversation_id, m.platform_message_id, o.request_id FROM inbound_message m"
                 " LEFT JOIN outbox_request o ON o.customer_id = m.customer_id AND o.batch_id = m.batch_id"
                 " WHERE m.account_id = :a AND m.sender_role IN ('external', 'human-native')"

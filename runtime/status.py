@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pydantic import BaseModel
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore
 
@@ -22,7 +22,7 @@ def stage_counts(store: DeliveryStore) -> list[StageCounts]:
     }
     with store.read() as conn:
         return [
-            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(text(sql))})
+            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(sql))})
             for stage, sql in queries.items()
         ]
 
@@ -31,7 +31,7 @@ def is_quiet(store: DeliveryStore) -> bool:
     """Nothing pending, claimed, in a turn, or waiting to be sent."""
     with store.read() as conn:
         return not conn.execute(
-            text(
+            sql(
                 "SELECT 1 FROM inbound_message WHERE state IN ('pending', 'claimed')"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"

@@ -1,9 +1,9 @@
-"""The embedded broker: kombu's filesystem transport, with atomic message files.
+"""The embedded broker: kombu's filesystem transport, with atomic files.
 
-kombu's own `_put` creates the message file in the queue folder and then writes it, so a
-consumer listing the folder in between reads an empty file, and the worker dies on the
-JSON error. Here each message is written in a staging folder and renamed into the queue, so
-a consumer only ever sees complete files.
+kombu's own transport creates a file and then writes it, both for messages (`_put`) and for
+an exchange's binding table (`_queue_bind`), so a reader in between gets an empty file and
+the worker dies on the JSON error. Here both are written aside and renamed into place, so a
+reader only ever sees complete files.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
+from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
@@ -32,6 +33,25 @@ class Channel(filesystem.Channel):
             os.replace(staging, os.path.join(self.data_folder_out, name))
         except OSError as exc:
             raise ChannelError(f"Cannot add message file {name!r} to the queue folder") from exc
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        table = self._exchange_file(exchange)
+        self.control_folder.mkdir(exist_ok=True)
+        entry = exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            with open(table.parent / f"{table.name}.lock", "a") as guard:
+                lock(guard, LOCK_EX)  # one read-modify-write at a time, across processes
+                try:
+                    queues = self.get_table(exchange)
+                    if entry in queues:
+                        return
+                    staging = table.parent / f".{table.name}.{uuid.uuid4().hex}.tmp"
+                    staging.write_bytes(str_to_bytes(dumps([entry, *queues])))
+                    os.replace(staging, table)
+                finally:
+                    unlock(guard)
+        except OSError as exc:
+            raise ChannelError(f"Cannot bind {queue!r} to exchange {exchange!r}") from exc
 
 
 class Transport(filesystem.Transport):

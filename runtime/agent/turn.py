@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.accounts import load_account
 from runtime.admission import batch_messages, commit_batch, finish_batch, load_customer, open_batch
@@ -91,10 +91,10 @@ def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEv
 
 def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
     with store.write() as conn:
-        session_id = conn.execute(text("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
+        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
         if session_id is None:
             session_id = f"s{customer_id}-1"
-            conn.execute(text("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+            conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
     return session_id
 
 
@@ -146,13 +146,19 @@ def run_turn(
     )
     tools = [spec for spec, _ in TOOLS.values()]
     outcome: Outcome = "error"
+    # Flush points: requested tool calls before any starts, each start before it runs, results
+    # before the next model call; a step without tools is flushed with the turn's end.
     for step in range(max_steps):
         log.append("step/start", turn=turn_id, step=step)
         reply = provider.complete(model_view(log.all_events), tools)
         log.append(
             "assistant/message", text=reply.text, tool_calls=[c.model_dump() for c in reply.tool_calls], usage=reply.usage
         )
-        log.flush()  # the requested tool calls are durable before any of them starts
+        if not reply.tool_calls:
+            log.append("step/end", turn=turn_id, step=step)
+            outcome = "complete"
+            break
+        log.flush()
         for call in reply.tool_calls:
             log.append("tool/call", call_id=call.id, name=call.name)
             log.flush()
@@ -163,9 +169,6 @@ def run_turn(
             )
         log.append("step/end", turn=turn_id, step=step)
         log.flush()
-        if not reply.tool_calls:
-            outcome = "complete"
-            break
     log.append("turn/end", turn=turn_id, outcome=outcome)
     log.flush()
     with store.write() as conn:

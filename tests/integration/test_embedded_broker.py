@@ -1,16 +1,19 @@
-"""The embedded broker never hands a consumer a half-written message.
+"""The embedded broker never hands a reader a half-written file.
 
-kombu's stock filesystem transport fails this race (an empty file, then a JSON error that
-stops the worker); kefu's transport writes each message aside and renames it into the queue.
+kombu's stock filesystem transport creates a file and then writes it, so a reader in
+between gets an empty file: for a message that stops the worker on a JSON error, for an
+exchange's binding table it fails a publish. kefu's transport writes aside and renames.
 """
 
 from __future__ import annotations
 
 import threading
 
-from kombu import Connection
+from kombu import Connection, Exchange, Queue
 
 from worker.broker import embedded_folders
+
+URL = "kefu-filesystem://"
 
 
 def _options(data_dir) -> dict:
@@ -20,20 +23,29 @@ def _options(data_dir) -> dict:
     return {key: str(path) for key, path in folders.items()} | {"polling_interval": 0.001}
 
 
-def _race(url: str, data_dir, count: int = 150) -> tuple[list[int], list[BaseException]]:
-    payload = "买" * 200_000  # ~600 KB: writing it takes long enough for a reader to look
+def _run(*targets) -> None:
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+
+def test_large_messages_are_read_only_when_complete(tmp_path):
+    options, count, payload = _options(tmp_path), 150, "买" * 200_000  # ~600 KB: slow to write
+    with Connection(URL, transport_options=options) as conn:
+        conn.SimpleQueue("race").close()  # bindings in place before the race
     received: list[int] = []
     errors: list[BaseException] = []
-    options = _options(data_dir)
 
     def produce() -> None:
-        with Connection(url, transport_options=options) as conn:
+        with Connection(URL, transport_options=options) as conn:
             queue = conn.SimpleQueue("race")
             for i in range(count):
                 queue.put({"i": i, "body": payload})
 
     def consume() -> None:
-        with Connection(url, transport_options=options) as conn:
+        with Connection(URL, transport_options=options) as conn:
             queue = conn.SimpleQueue("race")
             try:
                 while len(received) < count:
@@ -43,16 +55,38 @@ def _race(url: str, data_dir, count: int = 150) -> tuple[list[int], list[BaseExc
             except BaseException as error:  # noqa: BLE001 - reported to the test
                 errors.append(error)
 
-    threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return received, errors
-
-
-def test_kefu_filesystem_transport_delivers_only_complete_messages(tmp_path):
-    received, errors = _race("kefu-filesystem://", tmp_path)
+    _run(consume, produce)
     assert errors == []
-    assert sorted(received) == list(range(150))
+    assert sorted(received) == list(range(count))
 
+
+def test_concurrent_bindings_are_all_kept_and_never_read_half_written(tmp_path):
+    options, binders = _options(tmp_path), 8
+    exchange = Exchange("fan", type="direct")
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def bind(i: int) -> None:
+        with Connection(URL, transport_options=options) as conn:
+            for round_ in range(20):
+                Queue(f"q{i}-{round_}", exchange, routing_key=f"q{i}-{round_}")(conn.default_channel).declare()
+
+    def read() -> None:
+        with Connection(URL, transport_options=options) as conn:
+            channel = conn.default_channel
+            while not done.is_set():
+                try:
+                    channel.get_table("fan")
+                except BaseException as error:  # noqa: BLE001 - reported to the test
+                    errors.append(error)
+                    return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    _run(*[lambda i=i: bind(i) for i in range(binders)])
+    done.set()
+    reader.join(10)
+    with Connection(URL, transport_options=options) as conn:
+        table = conn.default_channel.get_table("fan")
+    assert errors == []
+    assert sorted(entry.queue for entry in table) == sorted(f"q{i}-{r}" for i in range(binders) for r in range(20))

@@ -9,10 +9,9 @@ for counting duplicate replies.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -66,18 +65,18 @@ class SimulatedPlatform:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        self._local = threading.local()
+        self._connect().executescript(_SCHEMA)
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        try:
+    def _connect(self) -> sqlite3.Connection:
+        """This thread's connection (autocommit: every statement is its own transaction)."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             db.execute("PRAGMA journal_mode = WAL")
             db.row_factory = sqlite3.Row
-            yield db
-        finally:
-            db.close()
+            self._local.db = db
+        return db
 
     @staticmethod
     def conversation_for(buyer_id: str) -> str:
@@ -86,48 +85,47 @@ class SimulatedPlatform:
     def buyer_says(self, account_id: str, buyer_id: str, buyer_name: str, text: str) -> BuyerMessage:
         at = time.time_ns() // 1_000_000
         conversation_id = self.conversation_for(buyer_id)
-        with self._connect() as db:
-            seq = db.execute(
-                "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (account_id, conversation_id, buyer_id, buyer_name, text, at),
-            ).lastrowid
+        seq = self._connect().execute(
+            "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (account_id, conversation_id, buyer_id, buyer_name, text, at),
+        ).lastrowid
         return BuyerMessage(
             seq=seq, account_id=account_id, conversation_id=conversation_id, buyer_id=buyer_id,
             buyer_name=buyer_name, text=text, occurred_at=at,
         )
 
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (account_id, after_seq, limit),
-            ).fetchall()
+        db = self._connect()
+        rows = db.execute(
+            "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (account_id, after_seq, limit),
+        ).fetchall()
         return [BuyerMessage(**dict(row)) for row in rows]
 
     def receive_send(self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str) -> ReceivedSend:
         at = time.time_ns() // 1_000_000
         platform_message_id = f"simmsg-{uuid.uuid4().hex[:16]}"
-        with self._connect() as db:
-            row_id = db.execute(
-                "INSERT INTO received_send (platform_message_id, client_ref, account_id, conversation_id,"
-                " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at),
-            ).lastrowid
+        db = self._connect()
+        row_id = db.execute(
+            "INSERT INTO received_send (platform_message_id, client_ref, account_id, conversation_id,"
+            " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at),
+        ).lastrowid
         return ReceivedSend(
             id=row_id, platform_message_id=platform_message_id, client_ref=client_ref, account_id=account_id,
             conversation_id=conversation_id, recipient_id=recipient_id, text=text, received_at=at,
         )
 
     def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id",
-                (account_id, account_id, after_id),
-            ).fetchall()
+        db = self._connect()
+        rows = db.execute(
+            "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id",
+            (account_id, account_id, after_id),
+        ).fetchall()
         return [ReceivedSend(**dict(row)) for row in rows]
 
     def received_by_ref(self, client_ref: str) -> ReceivedSend | None:
-        with self._connect() as db:
-            row = db.execute("SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)).fetchone()
+        db = self._connect()
+        row = db.execute("SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)).fetchone()
         return ReceivedSend(**dict(row)) if row else None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from celery import Task, shared_task
-from sqlalchemy import text
+from runtime.store.sql import sql
 
 from runtime.ingest import committed_cursor
 from runtime.reconcile import pending_work
@@ -26,7 +26,7 @@ def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
     """Publish the page after each account's committed cursor when it is overdue."""
     with runtime.store.read() as conn:
         accounts = conn.execute(
-            text("SELECT id, platform FROM account WHERE connection_intent = 'connected'")
+            sql("SELECT id, platform FROM account WHERE connection_intent = 'connected'")
         ).all()
     overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
     published = 0
