@@ -11,7 +11,6 @@ against the same worker, is the round trip of a no-op Celery task (`kefu.ingest.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -72,7 +71,9 @@ class Rig:
             buyer = f"buyer{self.buyers}"
             message = self.platform.buyer_says(ACCOUNT, buyer, buyer, "请问什么时候发货？")
             sent[buyer] = time.time()
-            self.app.send_task("kefu.ingest.page", args=[self.transport.page_of(ACCOUNT, [message]).model_dump(mode="json")])
+            self.app.send_task(
+                "kefu.ingest.page", args=[self.transport.page_of(ACCOUNT, [message]).model_dump(mode="json")]
+            )
         deadline = time.time() + drain_s
         while time.time() < deadline:
             replies = [s for s in self.platform.received(ACCOUNT, after_id=after) if s.recipient_id in sent]
@@ -101,18 +102,45 @@ def main() -> None:
             noop = rig.noop_round_trips(200)
             rig.offer(5, 2)  # warm-up
             latencies, lost, _ = rig.offer(args.rate, args.seconds)
-            table = Table("measure", "p50 ms", "p99 ms", "n", title=f"e2e on Redis, {args.concurrency} worker processes")
-            table.add_row("no-op Celery task round trip (baseline)", f"{percentile(noop, .5):.1f}", f"{percentile(noop, .99):.1f}", str(len(noop)))
-            table.add_row(f"page -> reply at {args.rate:g} msg/s", f"{percentile(latencies, .5):.1f}", f"{percentile(latencies, .99):.1f}", str(len(latencies)))
+            table = Table(
+                "measure", "p50 ms", "p99 ms", "n", title=f"e2e on Redis, {args.concurrency} worker processes"
+            )
+            table.add_row(
+                "no-op Celery task round trip (baseline)",
+                f"{percentile(noop, 0.5):.1f}",
+                f"{percentile(noop, 0.99):.1f}",
+                str(len(noop)),
+            )
+            table.add_row(
+                f"page -> reply at {args.rate:g} msg/s",
+                f"{percentile(latencies, 0.5):.1f}",
+                f"{percentile(latencies, 0.99):.1f}",
+                str(len(latencies)),
+            )
             console.print(table)
             print(f"unanswered at {args.rate:g} msg/s: {lost}")
-            print(f"ratio e2e p50 / no-op p50: {percentile(latencies, .5) / percentile(noop, .5):.1f}x")
+            print(f"ratio e2e p50 / no-op p50: {percentile(latencies, 0.5) / percentile(noop, 0.5):.1f}x")
             sustained = 0.0
-            rates = Table("offered msg/s", "p50 ms", "p99 ms", "unanswered", "drained in s", "sustained", title="step-up (5 s per step)")
+            rates = Table(
+                "offered msg/s",
+                "p50 ms",
+                "p99 ms",
+                "unanswered",
+                "drained in s",
+                "sustained",
+                title="step-up (5 s per step)",
+            )
             for rate in (10, 20, 40, 80, 160, 320):
                 lat, missing, last = rig.offer(rate, 5)
                 ok = missing == 0 and last <= 5 + 1.0  # kept up: done within 1 s of the last offer
-                rates.add_row(str(rate), f"{percentile(lat, .5):.0f}" if lat else "-", f"{percentile(lat, .99):.0f}" if lat else "-", str(missing), f"{last:.1f}", "yes" if ok else "no")
+                rates.add_row(
+                    str(rate),
+                    f"{percentile(lat, 0.5):.0f}" if lat else "-",
+                    f"{percentile(lat, 0.99):.0f}" if lat else "-",
+                    str(missing),
+                    f"{last:.1f}",
+                    "yes" if ok else "no",
+                )
                 if not ok:
                     break
                 sustained = rate

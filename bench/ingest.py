@@ -16,7 +16,7 @@ import argparse
 import sqlite3
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
@@ -33,7 +33,7 @@ PAGE_SIZE = 100
 
 
 def make_pages(total: int, groups_per_page: int = 10) -> list[dict]:
-    start = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 30, tzinfo=UTC)
     pages = []
     per_group = PAGE_SIZE // groups_per_page
     for p in range(total // PAGE_SIZE):
@@ -51,8 +51,12 @@ def make_pages(total: int, groups_per_page: int = 10) -> list[dict]:
                 }
                 for i in range(per_group)
             ]
-            groups.append({"conversation_id": f"conv{conversation}", "conversation_type": "direct", "messages": messages})
-        pages.append({"account_id": "shop", "stream_id": "bench", "cursor": str(p), "page_op_id": f"page{p}", "groups": groups})
+            groups.append(
+                {"conversation_id": f"conv{conversation}", "conversation_type": "direct", "messages": messages}
+            )
+        pages.append(
+            {"account_id": "shop", "stream_id": "bench", "cursor": str(p), "page_op_id": f"page{p}", "groups": groups}
+        )
     return pages
 
 
@@ -79,11 +83,22 @@ def run_raw(pages: list[dict], folder: Path, per_group: bool) -> float:
     for statement in v1.statements:
         if "inbound_message" in statement and ("CREATE TABLE" in statement or "CREATE INDEX" in statement):
             db.execute(statement.replace("REFERENCES customer(id)", ""))
+
     def row(g: dict, m: dict) -> tuple:
         return (
-            int(g["conversation_id"][4:]), "shop", g["conversation_id"], m["platform_message_id"], m["sender"]["id"],
-            m["sender"]["display_name"], "external", "text", m["content"]["text"],
-            int(datetime.fromisoformat(m["occurred_at"]).timestamp() * 1000), 0, None, m["direct_peer_id"],
+            int(g["conversation_id"][4:]),
+            "shop",
+            g["conversation_id"],
+            m["platform_message_id"],
+            m["sender"]["id"],
+            m["sender"]["display_name"],
+            "external",
+            "text",
+            m["content"]["text"],
+            int(datetime.fromisoformat(m["occurred_at"]).timestamp() * 1000),
+            0,
+            None,
+            m["direct_peer_id"],
         )
 
     if per_group:

@@ -7,10 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
-from runtime.store.sql import sql
-
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
 from runtime.store.tables import Account, Route
 
 
@@ -69,14 +68,18 @@ def load_account(conn: Connection, account_id: str) -> Account | None:
 
 def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:
     """The route that governs a conversation: a specific route beats `all`, even when disabled."""
-    row = conn.execute(
-        sql(
-            "SELECT * FROM route WHERE account_id = :a AND conversation_type = :t"
-            " AND (target = 'all' OR conversation_id = :c)"
-            " ORDER BY target = 'specific' DESC, created_at LIMIT 1"
-        ),
-        {"a": account_id, "t": conversation_type, "c": conversation_id},
-    ).mappings().first()
+    row = (
+        conn.execute(
+            sql(
+                "SELECT * FROM route WHERE account_id = :a AND conversation_type = :t"
+                " AND (target = 'all' OR conversation_id = :c)"
+                " ORDER BY target = 'specific' DESC, created_at LIMIT 1"
+            ),
+            {"a": account_id, "t": conversation_type, "c": conversation_id},
+        )
+        .mappings()
+        .first()
+    )
     return Route.model_validate(dict(row)) if row else None
 
 

@@ -11,16 +11,22 @@ from typing import Literal
 
 from sqlalchemy import Connection
 
-from runtime.store.sql import sql
-
 from runtime.accounts import account_is_live, load_account, resolve_route
 from runtime.rendering import RenderableMessage
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
 from runtime.store.tables import AdmissionBatch, Customer
 
 Reason = Literal[
-    "admitted", "open-batch", "nothing-pending", "no-route", "route-disabled", "paused",
-    "account-not-live", "group-admission-unavailable", "unknown-customer",
+    "admitted",
+    "open-batch",
+    "nothing-pending",
+    "no-route",
+    "route-disabled",
+    "paused",
+    "account-not-live",
+    "group-admission-unavailable",
+    "unknown-customer",
 ]
 
 
@@ -36,10 +42,17 @@ def load_customer(conn: Connection, customer_id: int) -> Customer | None:
 
 
 def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
-    row = conn.execute(
-        sql("SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed') ORDER BY created_at LIMIT 1"),
-        {"c": customer_id},
-    ).mappings().first()
+    row = (
+        conn.execute(
+            sql(
+                "SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
+                " ORDER BY created_at LIMIT 1"
+            ),
+            {"c": customer_id},
+        )
+        .mappings()
+        .first()
+    )
     return AdmissionBatch.model_validate(dict(row)) if row else None
 
 
@@ -85,9 +98,15 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         at = now_ms()
         conn.execute(
             AdmissionBatch.__table__.insert().values(
-                id=batch_id, customer_id=customer_id, handling_epoch=customer.handling_epoch,
-                route_id=route.id, route_generation=route.generation, state="claimed",
-                message_count=len(ids), created_at=at, updated_at=at,
+                id=batch_id,
+                customer_id=customer_id,
+                handling_epoch=customer.handling_epoch,
+                route_id=route.id,
+                route_generation=route.generation,
+                state="claimed",
+                message_count=len(ids),
+                created_at=at,
+                updated_at=at,
             )
         )
         conn.execute(
@@ -123,7 +142,9 @@ def commit_batch(conn: Connection, batch_id: str) -> None:
         sql("UPDATE admission_batch SET state = 'committed', updated_at = :at WHERE id = :b AND state = 'claimed'"),
         {"b": batch_id, "at": at},
     )
-    conn.execute(sql("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id})
+    conn.execute(
+        sql("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id}
+    )
 
 
 def finish_batch(conn: Connection, batch_id: str) -> None:

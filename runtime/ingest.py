@@ -78,11 +78,15 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
                 "create the account before its transport publishes pages",
             )
         if db.execute(_PAGE_COMMITTED, (page.account_id, page.stream_id, page.page_op_id)).fetchone():
-            customers = [] if origin != "live" else [
-                row[0]
-                for group in page.groups
-                if (row := db.execute(_CUSTOMER_ID, (page.account_id, group.conversation_id)).fetchone())
-            ]
+            customers = (
+                []
+                if origin != "live"
+                else [
+                    row[0]
+                    for group in page.groups
+                    if (row := db.execute(_CUSTOMER_ID, (page.account_id, group.conversation_id)).fetchone())
+                ]
+            )
             return IngestResult(page.page_op_id, replayed=True, customer_ids=customers)
         result = IngestResult(page.page_op_id, replayed=False)
         for group in page.groups:
@@ -119,16 +123,31 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
         customer_id = db.execute(
             _UPSERT_CUSTOMER,
             {
-                "account_id": page.account_id, "conversation_id": group.conversation_id,
-                "conversation_type": group.conversation_type, "title": group.title, "peer": last_peer, "at": at,
+                "account_id": page.account_id,
+                "conversation_id": group.conversation_id,
+                "conversation_type": group.conversation_type,
+                "title": group.title,
+                "peer": last_peer,
+                "at": at,
             },
         ).fetchone()[0]
         account, conversation = page.account_id, group.conversation_id
         rows = [
             (
-                customer_id, account, conversation, m.platform_message_id, m.sender.id, m.sender.display_name,
-                m.content.type, _body(m), int(m.occurred_at.timestamp() * 1000), at, m.mention,
-                m.direct_peer_id, origin, "human-native" if m.sender.role == "native_operator" else "external",
+                customer_id,
+                account,
+                conversation,
+                m.platform_message_id,
+                m.sender.id,
+                m.sender.display_name,
+                m.content.type,
+                _body(m),
+                int(m.occurred_at.timestamp() * 1000),
+                at,
+                m.mention,
+                m.direct_peer_id,
+                origin,
+                "human-native" if m.sender.role == "native_operator" else "external",
             )
             for m in group.messages
         ]

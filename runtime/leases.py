@@ -9,9 +9,8 @@ import os
 import socket
 import uuid
 
-from runtime.store.sql import sql
-
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
 
 
 def new_owner() -> str:

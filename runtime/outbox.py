@@ -14,9 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
-from runtime.store.sql import sql
-
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
 from runtime.store.tables import OutboxRequest
 
 SETTLED = ("sent", "failed", "revoked", "route-changed")
@@ -80,9 +79,9 @@ def register_outbound(conn: Connection, intent: OutboundIntent) -> OutboxRequest
     """Persist the intent (idempotent on request id) and return the stored request."""
     at = now_ms()
     conn.execute(
-        OutboxRequest.__table__.insert().prefix_with("OR IGNORE").values(
-            **intent.model_dump(), state="pending", created_at=at, updated_at=at
-        )
+        OutboxRequest.__table__.insert()
+        .prefix_with("OR IGNORE")
+        .values(**intent.model_dump(), state="pending", created_at=at, updated_at=at)
     )
     return load_request(conn, intent.request_id)  # type: ignore[return-value]
 
@@ -134,7 +133,10 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
         if request.state == "result-unknown":
             return AttemptSkipped("result-unknown")
         last = conn.execute(
-            sql("SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r ORDER BY attempt_no DESC LIMIT 1"),
+            sql(
+                "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
+                " ORDER BY attempt_no DESC LIMIT 1"
+            ),
             {"r": request_id},
         ).first()
         if last is not None and last.state == "started":
@@ -161,15 +163,23 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             {"r": request_id, "at": at},
         )
     send = OutboundSend(
-        request_id=request.request_id, account_id=request.account_id, conversation_id=request.conversation_id,
-        recipient_id=request.recipient_id, text=request.body,
+        request_id=request.request_id,
+        account_id=request.account_id,
+        conversation_id=request.conversation_id,
+        recipient_id=request.recipient_id,
+        text=request.body,
     )
     return AttemptGrant(attempt_no, send)
 
 
 def _mark(
-    conn: Connection, request_id: str, attempt_no: int, attempt_state: str, request_state: str,
-    platform_message_id: str | None = None, error_code: str | None = None,
+    conn: Connection,
+    request_id: str,
+    attempt_no: int,
+    attempt_state: str,
+    request_state: str,
+    platform_message_id: str | None = None,
+    error_code: str | None = None,
 ) -> None:
     at = now_ms()
     conn.execute(

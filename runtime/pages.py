@@ -44,9 +44,7 @@ class UnsupportedContent(_Model):
     platform_type: Id
 
 
-Content = Annotated[
-    TextContent | MarkdownContent | ImageContent | UnsupportedContent, Field(discriminator="type")
-]
+Content = Annotated[TextContent | MarkdownContent | ImageContent | UnsupportedContent, Field(discriminator="type")]
 
 
 class InboundMessage(_Model):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.store.sql import sql
-
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
 
 LIMIT = 1000
 
@@ -24,12 +23,14 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -
     now = now_ms()
     quiet = now - int(grace_s * 1000)
     with store.read() as conn:
-        def ids(sql: str, **params: object) -> list:
-            return [row[0] for row in conn.execute(sql(sql), {"n": LIMIT, **params})]
+
+        def ids(query: str, **params: object) -> list:
+            return [row[0] for row in conn.execute(sql(query), {"n": LIMIT, **params})]
 
         return PendingWork(
             admissions=ids(
-                "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending' AND received_at < :t LIMIT :n",
+                "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
+                " AND received_at < :t LIMIT :n",
                 t=quiet,
             ),
             turns=ids(
@@ -40,7 +41,8 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -
             attempts=ids(
                 "SELECT request_id FROM outbox_request WHERE (state = 'pending' AND updated_at < :t)"
                 " OR (state = 'sending' AND updated_at < :lease) LIMIT :n",
-                t=quiet, lease=now - int(attempt_lease_s * 1000),
+                t=quiet,
+                lease=now - int(attempt_lease_s * 1000),
             ),
             settlements=ids("SELECT request_id FROM outbox_request WHERE state = 'result-unknown' LIMIT :n"),
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
@@ -36,12 +36,14 @@ def label(sender_role: str, sender_name: str | None) -> str:
 
 
 def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:
-    return datetime.fromtimestamp(received_at_ms / 1000, tz=timezone.utc).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(received_at_ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
 
 
 def render_line(message: RenderableMessage, zone: ZoneInfo) -> str:
     when = shop_time(message.received_at, zone)
-    return f"[{when}] {label(message.sender_role, message.sender_name)} {content_text(message.content_type, message.body)}"
+    return (
+        f"[{when}] {label(message.sender_role, message.sender_name)} {content_text(message.content_type, message.body)}"
+    )
 
 
 def render_batch(messages: list[RenderableMessage], zone: ZoneInfo) -> str:

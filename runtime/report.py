@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from runtime.store.sql import sql
-
 from runtime.store import DeliveryStore
+from runtime.store.sql import sql
 
 
 def requests_by_message(store: DeliveryStore, account_id: str) -> dict[tuple[str, str], list[str]]:

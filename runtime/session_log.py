@@ -16,8 +16,17 @@ import zstandard
 from pydantic import BaseModel, ConfigDict, Field
 
 EventType = Literal[
-    "turn/start", "turn/end", "step/start", "step/end", "system/message", "user/message",
-    "assistant/message", "assistant/attempt", "tool/call", "tool/result", "im/message-read",
+    "turn/start",
+    "turn/end",
+    "step/start",
+    "step/end",
+    "system/message",
+    "user/message",
+    "assistant/message",
+    "assistant/attempt",
+    "tool/call",
+    "tool/result",
+    "im/message-read",
 ]
 
 

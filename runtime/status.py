@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pydantic import BaseModel
-from runtime.store.sql import sql
 
 from runtime.store import DeliveryStore
+from runtime.store.sql import sql
 
 
 class StageCounts(BaseModel):
@@ -22,8 +22,8 @@ def stage_counts(store: DeliveryStore) -> list[StageCounts]:
     }
     with store.read() as conn:
         return [
-            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(sql))})
-            for stage, sql in queries.items()
+            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(query))})
+            for stage, query in queries.items()
         ]
 
 

@@ -8,8 +8,8 @@ from celery import Celery
 from celery.signals import beat_init, worker_init
 from kombu import Exchange, Queue
 
-from config import Settings, SettingsError, load_settings
 import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
+from config import Settings, SettingsError, load_settings
 from worker.broker import broker_config
 from worker.context import runtime_for
 

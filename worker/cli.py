@@ -61,7 +61,9 @@ def status() -> None:
 
 @cli.command()
 def demo(
-    data_dir: Annotated[Path | None, typer.Option(help="where to keep this run (default: a fresh folder under KEFU_DATA_DIR)")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="where to keep this run (default: a fresh folder under KEFU_DATA_DIR)")
+    ] = None,
 ) -> None:
     """Play a scripted conversation through a real worker on embedded defaults."""
     from worker.demo import run_demo

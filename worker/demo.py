@@ -39,8 +39,10 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
     base = load_settings()
     data_dir = (data_dir or base.data_dir / f"demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
     env = {
-        "KEFU_DATA_DIR": str(data_dir), "KEFU_BROKER_URL": "embedded",
-        "KEFU_RECONCILE__INTERVAL_S": "2", "KEFU_RECONCILE__GRACE_S": "5",
+        "KEFU_DATA_DIR": str(data_dir),
+        "KEFU_BROKER_URL": "embedded",
+        "KEFU_RECONCILE__INTERVAL_S": "2",
+        "KEFU_RECONCILE__GRACE_S": "5",
     }
     settings = load_settings(data_dir=data_dir, broker_url="embedded")
     store = DeliveryStore(settings.delivery_path, settings.delivery)

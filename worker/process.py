@@ -26,15 +26,30 @@ class WorkerProcess:
         data_dir = Path(self.env["KEFU_DATA_DIR"])
         pool = ["-P", "solo"] if self.concurrency == 1 else ["-P", "prefork", "-c", str(self.concurrency)]
         command = [
-            sys.executable, "-m", "celery", "-A", "worker", "worker", *pool, "-l", "info",
-            "--without-mingle", "--without-gossip", "-n", f"kefu-{os.getpid()}-{time.monotonic_ns()}@%h",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker",
+            "worker",
+            *pool,
+            "-l",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+            "-n",
+            f"kefu-{os.getpid()}-{time.monotonic_ns()}@%h",
         ]
         if self.beat:
             command += ["-B", "-s", str(data_dir / "beat-schedule-child")]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            command, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         log.close()

@@ -77,7 +77,9 @@ class RulesProvider:
             return AssistantReply(text="已回复顾客。")
         # A follow-up turn answers the batch whose turn was interrupted: the latest buyer batch.
         batch = next(
-            m for m in reversed(messages[: last_user + 1]) if m.role == "user" and not m.content.startswith(FOLLOW_UP_PREFIX)
+            m
+            for m in reversed(messages[: last_user + 1])
+            if m.role == "user" and not m.content.startswith(FOLLOW_UP_PREFIX)
         )
         lines = [match["text"] for line in batch.content.splitlines() if (match := _LINE.match(line))]
         if not lines:

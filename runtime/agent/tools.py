@@ -58,7 +58,9 @@ def _parse(call: ToolCall, model: type[BaseModel]) -> BaseModel | ToolOutcome:
     try:
         return model.model_validate(json.loads(call.arguments or "{}"))
     except json.JSONDecodeError as error:
-        return ToolOutcome(f"Error: arguments of {call.name} are not valid JSON ({error.msg}); send a JSON object", True)
+        return ToolOutcome(
+            f"Error: arguments of {call.name} are not valid JSON ({error.msg}); send a JSON object", True
+        )
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors(include_input=False)
@@ -99,7 +101,9 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
             ),
         )
     binding.on_registered(request.request_id)
-    return ToolOutcome(f"Queued for delivery: request {request.request_id}, status {request.state}.", request_id=request.request_id)
+    return ToolOutcome(
+        f"Queued for delivery: request {request.request_id}, status {request.state}.", request_id=request.request_id
+    )
 
 
 TOOLS: dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]] = {

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from runtime.store.sql import sql
-
 from runtime.accounts import load_account
 from runtime.admission import batch_messages, commit_batch, finish_batch, load_customer, open_batch
 from runtime.agent.model import ChatMessage, ModelProvider, ToolCall
@@ -24,6 +22,7 @@ from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.rendering import render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
+from runtime.store.sql import sql
 
 SYSTEM_PROMPT = (
     "你是店铺的在线客服。顾客消息以带时间和标签的行给出。只能通过 im_send_message 工具回复顾客；"
@@ -47,24 +46,37 @@ def session_path(sessions_dir: Path, session_id: str) -> Path:
 
 def repair(log: SessionLog) -> bool:
     """Close an unfinished turn at the tail. Returns True if closers were appended."""
-    start = next((i for i in range(len(log.events) - 1, -1, -1) if log.events[i].type in ("turn/start", "turn/end")), None)
+    start = next(
+        (i for i in range(len(log.events) - 1, -1, -1) if log.events[i].type in ("turn/start", "turn/end")), None
+    )
     if start is None or log.events[start].type == "turn/end":
         return False
     turn = log.events[start]
     tail = log.events[start:]
     requested = [c for e in tail if e.type == "assistant/message" for c in getattr(e, "tool_calls", [])]
-    started = {getattr(e, "call_id") for e in tail if e.type == "tool/call"}
-    finished = {getattr(e, "call_id") for e in tail if e.type == "tool/result"}
+    started = {e.call_id for e in tail if e.type == "tool/call"}
+    finished = {e.call_id for e in tail if e.type == "tool/result"}
     for call in requested:
         if call["id"] in finished:
             continue
         code = "TOOL_OUTCOME_UNKNOWN" if call["id"] in started else "TOOL_NOT_STARTED"
-        note = "outcome unknown: query outside state before any retry" if code == "TOOL_OUTCOME_UNKNOWN" else "never started"
-        log.append("tool/result", call_id=call["id"], name=call["name"], is_error=True, code=code, content=f"Error: {code}: {note}")
+        note = (
+            "outcome unknown: query outside state before any retry"
+            if code == "TOOL_OUTCOME_UNKNOWN"
+            else "never started"
+        )
+        log.append(
+            "tool/result",
+            call_id=call["id"],
+            name=call["name"],
+            is_error=True,
+            code=code,
+            content=f"Error: {code}: {note}",
+        )
     steps = [e for e in tail if e.type in ("step/start", "step/end")]
     if steps and steps[-1].type == "step/start":
-        log.append("step/end", turn=getattr(steps[-1], "turn"), step=getattr(steps[-1], "step"))
-    log.append("turn/end", turn=getattr(turn, "turn"), outcome="interrupted")
+        log.append("step/end", turn=steps[-1].turn, step=steps[-1].step)
+    log.append("turn/end", turn=turn.turn, outcome="interrupted")
     log.flush()
     return True
 
@@ -74,19 +86,19 @@ def model_view(events: list[SessionEvent]) -> list[ChatMessage]:
     messages = [ChatMessage(role="system", content=SYSTEM_PROMPT)]
     for e in events:
         if e.type == "user/message":
-            messages.append(ChatMessage(role="user", content=getattr(e, "text")))
+            messages.append(ChatMessage(role="user", content=e.text))
         elif e.type == "assistant/message":
             calls = [ToolCall(**c) for c in getattr(e, "tool_calls", [])]
             messages.append(ChatMessage(role="assistant", content=getattr(e, "text", ""), tool_calls=calls))
         elif e.type == "tool/result":
-            messages.append(ChatMessage(role="tool", content=getattr(e, "content"), tool_call_id=getattr(e, "call_id")))
+            messages.append(ChatMessage(role="tool", content=e.content, tool_call_id=e.call_id))
     return messages
 
 
 def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEvent, str | None]]:
     """(turn/start, outcome or None) for every turn recorded for a batch."""
-    ends = {getattr(e, "turn"): getattr(e, "outcome") for e in events if e.type == "turn/end"}
-    return [(e, ends.get(getattr(e, "turn"))) for e in events if e.type == "turn/start" and getattr(e, "batch_id") == batch_id]
+    ends = {e.turn: e.outcome for e in events if e.type == "turn/end"}
+    return [(e, ends.get(e.turn)) for e in events if e.type == "turn/start" and e.batch_id == batch_id]
 
 
 def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
@@ -131,7 +143,7 @@ def run_turn(
 
     turn_id = f"t{log.offset}"
     if turns:  # interrupted: exactly one follow-up turn per interruption
-        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=getattr(turns[-1][0], "turn"))
+        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=turns[-1][0].turn)
         log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
     else:
         log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
@@ -141,8 +153,12 @@ def run_turn(
         commit_batch(conn, batch.id)
 
     binding = TurnBinding(
-        store=store, customer=customer, batch=batch, session_id=session_id,
-        account_revision=account.revision if account else 0, on_registered=on_registered,
+        store=store,
+        customer=customer,
+        batch=batch,
+        session_id=session_id,
+        account_revision=account.revision if account else 0,
+        on_registered=on_registered,
     )
     tools = [spec for spec, _ in TOOLS.values()]
     outcome: Outcome = "error"
@@ -152,7 +168,10 @@ def run_turn(
         log.append("step/start", turn=turn_id, step=step)
         reply = provider.complete(model_view(log.all_events), tools)
         log.append(
-            "assistant/message", text=reply.text, tool_calls=[c.model_dump() for c in reply.tool_calls], usage=reply.usage
+            "assistant/message",
+            text=reply.text,
+            tool_calls=[c.model_dump() for c in reply.tool_calls],
+            usage=reply.usage,
         )
         if not reply.tool_calls:
             log.append("step/end", turn=turn_id, step=step)
@@ -164,8 +183,12 @@ def run_turn(
             log.flush()
             result = execute(binding, call)
             log.append(
-                "tool/result", call_id=call.id, name=call.name, content=result.content,
-                is_error=result.is_error, request_id=result.request_id,
+                "tool/result",
+                call_id=call.id,
+                name=call.name,
+                content=result.content,
+                is_error=result.is_error,
+                request_id=result.request_id,
             )
         log.append("step/end", turn=turn_id, step=step)
         log.flush()

@@ -10,11 +10,14 @@ from transports.simulator import SimulatedPlatform
 from worker.audit import Audit, audit
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, describe: Callable[[], object] = lambda: ""
+) -> None:
+    """Poll until `condition()`; on time-out say what was awaited and, if given, the state."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} {describe()}")
         time.sleep(0.05)
 
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.integration.helpers import wait_for
 
@@ -47,13 +44,21 @@ def _free_port() -> int:
 
 
 def test_worker_and_beat_start_with_defaults_and_inspect_answers(tmp_path):
-    worker = _spawn([str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo", "-l", "info"], tmp_path, tmp_path / "w.log")
-    beat = _spawn([str(BIN / "celery"), "-A", "worker", "beat"], tmp_path, tmp_path / "b.log", KEFU_RECONCILE__INTERVAL_S="0.5")
+    worker = _spawn(
+        [str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo", "-l", "info"], tmp_path, tmp_path / "w.log"
+    )
+    beat = _spawn(
+        [str(BIN / "celery"), "-A", "worker", "beat"], tmp_path, tmp_path / "b.log", KEFU_RECONCILE__INTERVAL_S="0.5"
+    )
     try:
         wait_for(lambda: b"ready" in (tmp_path / "w.log").read_bytes(), 30, "the worker to be ready")
         ping = subprocess.run(
             [str(BIN / "celery"), "-A", "worker", "inspect", "ping", "-t", "5"],
-            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert "pong" in ping.stdout, ping.stdout + ping.stderr
         # beat's reconcile ticks reach the worker through the embedded broker under ./var
@@ -63,24 +68,36 @@ def test_worker_and_beat_start_with_defaults_and_inspect_answers(tmp_path):
         _stop(worker)
     assert (tmp_path / "var" / "delivery-default.sqlite").exists()
     assert (tmp_path / "var" / "broker" / "queue").is_dir()
-    assert (tmp_path / "var" / "beat-schedule-default").exists() or list((tmp_path / "var").glob("beat-schedule-default*"))
+    assert (tmp_path / "var" / "beat-schedule-default").exists() or list(
+        (tmp_path / "var").glob("beat-schedule-default*")
+    )
 
 
 def test_inspect_ping_and_flower_queues_on_redis(tmp_path, redis_base_url):
     broker = f"{redis_base_url}/12"
     port = _free_port()
-    worker = _spawn([str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo", "-l", "info"], tmp_path, tmp_path / "w.log",
+    worker = _spawn(
+        [str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo", "-l", "info"],
+        tmp_path,
+        tmp_path / "w.log",
         KEFU_BROKER_URL=broker,
     )
     flower = _spawn(
         [str(BIN / "celery"), "-A", "worker", "flower", f"--port={port}", "--address=127.0.0.1"],
-        tmp_path, tmp_path / "f.log", KEFU_BROKER_URL=broker, FLOWER_UNAUTHENTICATED_API="true",
+        tmp_path,
+        tmp_path / "f.log",
+        KEFU_BROKER_URL=broker,
+        FLOWER_UNAUTHENTICATED_API="true",
     )
     try:
         wait_for(lambda: b"ready" in (tmp_path / "w.log").read_bytes(), 30, "the worker to be ready")
         ping = subprocess.run(
             [str(BIN / "celery"), "-A", "worker", "inspect", "ping", "-t", "5"],
-            cwd=tmp_path, env=_env(KEFU_BROKER_URL=broker), capture_output=True, text=True, timeout=60,
+            cwd=tmp_path,
+            env=_env(KEFU_BROKER_URL=broker),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert "pong" in ping.stdout, ping.stdout + ping.stderr
         queues: list[str] = []
@@ -102,8 +119,12 @@ def test_inspect_ping_and_flower_queues_on_redis(tmp_path, redis_base_url):
 
 def test_a_bad_setting_stops_the_worker_naming_the_variable(tmp_path):
     run = subprocess.run(
-        [str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo"], cwd=tmp_path, capture_output=True, text=True,
-        env=_env(KEFU_DELIVERY__BUSY_TIMEOUT_MS="-5"), timeout=60,
+        [str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=_env(KEFU_DELIVERY__BUSY_TIMEOUT_MS="-5"),
+        timeout=60,
     )
     assert run.returncode != 0
     assert "KEFU_DELIVERY__BUSY_TIMEOUT_MS" in run.stderr and "greater than or equal to 1" in run.stderr
@@ -112,7 +133,11 @@ def test_a_bad_setting_stops_the_worker_naming_the_variable(tmp_path):
 def test_kefu_config_masks_secrets_and_reads_kefu_toml(tmp_path):
     (tmp_path / "kefu.toml").write_text('timezone = "Europe/Berlin"\n[admission]\nbatch_size = 50\n', encoding="utf-8")
     run = subprocess.run(
-        [str(BIN / "kefu"), "config"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        [str(BIN / "kefu"), "config"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_env(KEFU_AGENT__OPENAI__API_KEY="sk-do-not-print", COLUMNS="200"),
     )
     assert run.returncode == 0, run.stderr
@@ -122,7 +147,11 @@ def test_kefu_config_masks_secrets_and_reads_kefu_toml(tmp_path):
 
 def test_kefu_config_rejects_a_bad_zone(tmp_path):
     run = subprocess.run(
-        [str(BIN / "kefu"), "config"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        [str(BIN / "kefu"), "config"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_env(KEFU_TIMEZONE="Asia/Shanghia", COLUMNS="200"),
     )
     assert run.returncode == 2
@@ -131,13 +160,22 @@ def test_kefu_config_rejects_a_bad_zone(tmp_path):
 
 def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     run = subprocess.run(
-        [str(BIN / "kefu"), "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env(),
+        [str(BIN / "kefu"), "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
     )
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert last == "demo: 11 buyer messages, 11 answered, 0 duplicate replies, 0 lost"
     status = subprocess.run(
-        [str(BIN / "kefu"), "status"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        [str(BIN / "kefu"), "status"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_env(KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))), COLUMNS="200"),
     )
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout

@@ -86,6 +86,9 @@ def test_each_task_family_lands_in_exactly_one_queue(settings):
         with conn.channel() as channel:
             depths = {q.name: q(channel).queue_declare(passive=False).message_count for q in app.conf.task_queues}
     assert depths == {
-        "kefu.ingest.default": 1, "kefu.agent.default": 1, "kefu.outbox.default": 1,
-        "kefu.receipts.default": 0, "kefu.memory.default": 0,
+        "kefu.ingest.default": 1,
+        "kefu.agent.default": 1,
+        "kefu.outbox.default": 1,
+        "kefu.receipts.default": 0,
+        "kefu.memory.default": 0,
     }

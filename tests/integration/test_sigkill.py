@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from runtime.status import is_quiet
+from runtime.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.audit import audit
 from worker.celery_app import make_app
@@ -49,7 +49,7 @@ def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, s
     try:
         restarted.wait_ready(app)
         wait_all_answered(store, platform, shop, timeout_s=60)
-        wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet")
+        wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet", lambda: stage_counts(store))
         time.sleep(1.5)  # a few reconcile ticks: nothing may be sent again
         result = audit(store, platform, shop)
     finally:

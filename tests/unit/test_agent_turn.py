@@ -25,7 +25,12 @@ def say(store, transport, platform, buyer, text):
 
 def turn(store, settings, customer_id, registered=None):
     return run_turn(
-        store, RulesProvider(KNOWLEDGE), customer_id, settings.sessions_dir, settings.zone, 8,
+        store,
+        RulesProvider(KNOWLEDGE),
+        customer_id,
+        settings.sessions_dir,
+        settings.zone,
+        8,
         on_registered=(registered.append if registered is not None else lambda r: None),
     )
 
@@ -49,8 +54,16 @@ def test_batch_size_bounds_a_batch(store, shop, transport, platform):
 def test_specific_route_beats_all_even_when_disabled(store, shop, transport, platform):
     from runtime.accounts import DirectRouteSpec, create_direct_route
 
-    create_direct_route(store, DirectRouteSpec(id="vip", account_id="shop", target="specific",
-                                               conversation_id=platform.conversation_for("b1"), enabled=False))
+    create_direct_route(
+        store,
+        DirectRouteSpec(
+            id="vip",
+            account_id="shop",
+            target="specific",
+            conversation_id=platform.conversation_for("b1"),
+            enabled=False,
+        ),
+    )
     blocked = say(store, transport, platform, "b1", "你好")
     allowed = say(store, transport, platform, "b2", "你好")
     assert evaluate(store, blocked, 1000).reason == "route-disabled"
@@ -65,8 +78,18 @@ def test_a_turn_logs_the_batch_then_answers_through_the_tool(store, settings, sh
     assert result.outcome == "complete" and len(registered) == 1
     events = SessionLog(session_path(settings.sessions_dir, result.session_id)).load()
     assert [e.type for e in events] == [
-        "system/message", "turn/start", "user/message", "step/start", "assistant/message", "tool/call",
-        "tool/result", "step/end", "step/start", "assistant/message", "step/end", "turn/end",
+        "system/message",
+        "turn/start",
+        "user/message",
+        "step/start",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "step/end",
+        "step/start",
+        "assistant/message",
+        "step/end",
+        "turn/end",
     ]
     assert "[counterpart 买家b1] 什么时候发货？" in events[2].text
     with store.read() as conn:
@@ -93,26 +116,36 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
     again = turn(store, settings, customer)
     assert again is None  # the batch is done: no second follow-up
     events = SessionLog(log.path).load()
-    kinds = [getattr(e, "kind") for e in events if e.type == "turn/start"]
+    kinds = [e.kind for e in events if e.type == "turn/start"]
     assert kinds == ["batch", "follow-up"]
     assert any(getattr(e, "code", None) == "TOOL_OUTCOME_UNKNOWN" for e in events)
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
 
 
-@pytest.mark.parametrize(("arguments", "expected"), [
-    ("{not json", "Error: arguments of im_send_message are not valid JSON"),
-    ('{"txt": "hi"}', "Error: invalid arguments for im_send_message: text: Field required"),
-    ('{"text": ""}', "Error: invalid arguments for im_send_message: text: String should have at least 1 character"),
-])
-def test_broken_tool_arguments_get_a_model_readable_error(store, settings, shop, transport, platform, arguments, expected):
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ("{not json", "Error: arguments of im_send_message are not valid JSON"),
+        ('{"txt": "hi"}', "Error: invalid arguments for im_send_message: text: Field required"),
+        ('{"text": ""}', "Error: invalid arguments for im_send_message: text: String should have at least 1 character"),
+    ],
+)
+def test_broken_tool_arguments_get_a_model_readable_error(
+    store, settings, shop, transport, platform, arguments, expected
+):
     from runtime.admission import load_batch, load_customer
 
     customer_id = say(store, transport, platform, "b1", "你好")
     decision = evaluate(store, customer_id, 1000)
     with store.read() as conn:
-        binding = TurnBinding(store=store, customer=load_customer(conn, customer_id),
-                              batch=load_batch(conn, decision.batch_id), session_id="s", account_revision=1)
+        binding = TurnBinding(
+            store=store,
+            customer=load_customer(conn, customer_id),
+            batch=load_batch(conn, decision.batch_id),
+            session_id="s",
+            account_revision=1,
+        )
     outcome = execute(binding, ToolCall(id="c1", name="im_send_message", arguments=arguments))
     assert outcome.is_error and outcome.content.startswith(expected)
     unknown = execute(binding, ToolCall(id="c2", name="im_refund", arguments="{}"))

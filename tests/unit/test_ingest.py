@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from runtime.errors import KefuError, PageRejected
 from runtime.ingest import commit_cursor, commit_group, committed_cursor, ingest_page
@@ -17,7 +19,10 @@ AT = "2026-11-30T06:05:00+00:00"
 
 def page_dict(account="shop", op="p1", cursor="c1", groups=None):
     return {
-        "account_id": account, "stream_id": "s", "cursor": cursor, "page_op_id": op,
+        "account_id": account,
+        "stream_id": "s",
+        "cursor": cursor,
+        "page_op_id": op,
         "groups": groups if groups is not None else [group("conv-1", [message("m1")])],
     }
 
@@ -28,8 +33,12 @@ def group(conversation, messages, type_="direct"):
 
 def message(pmid, text="你好", mention=None, role="buyer", sender="b1"):
     return {
-        "platform_message_id": pmid, "sender": {"id": sender, "display_name": "张三", "role": role},
-        "content": {"type": "text", "text": text}, "occurred_at": AT, "mention": mention, "direct_peer_id": sender,
+        "platform_message_id": pmid,
+        "sender": {"id": sender, "display_name": "张三", "role": role},
+        "content": {"type": "text", "text": text},
+        "occurred_at": AT,
+        "mention": mention,
+        "direct_peer_id": sender,
     }
 
 
@@ -41,7 +50,9 @@ def rows(store, sql):
 def test_duplicate_messages_are_stored_once_and_receive_time_is_stamped_once(store, shop):
     first = ingest_page(store, parse_page(page_dict(op="p1", groups=[group("conv-1", [message("m1"), message("m2")])])))
     received = rows(store, "SELECT platform_message_id, received_at FROM inbound_message ORDER BY id")
-    second = ingest_page(store, parse_page(page_dict(op="p2", groups=[group("conv-1", [message("m2"), message("m3")])])))
+    second = ingest_page(
+        store, parse_page(page_dict(op="p2", groups=[group("conv-1", [message("m2"), message("m3")])]))
+    )
     assert first.rows_written == 2 and second.rows_written == 1
     after = rows(store, "SELECT platform_message_id, received_at FROM inbound_message ORDER BY id")
     assert [r[0] for r in after] == ["m1", "m2", "m3"]
@@ -57,9 +68,17 @@ def test_replayed_page_changes_nothing_but_still_names_its_customers(store, shop
     assert rows(store, "SELECT * FROM inbound_message") == before
 
 
-@pytest.mark.parametrize(("first", "later", "expected"), [
-    (None, True, 1), (False, True, 1), (True, False, 1), (True, None, 1), (None, False, None), (False, None, 0),
-])
+@pytest.mark.parametrize(
+    ("first", "later", "expected"),
+    [
+        (None, True, 1),
+        (False, True, 1),
+        (True, False, 1),
+        (True, None, 1),
+        (None, False, None),
+        (False, None, 0),
+    ],
+)
 def test_mention_evidence_is_only_ever_raised_to_true(store, shop, first, later, expected):
     ingest_page(store, parse_page(page_dict(op="p1", groups=[group("g", [message("m1", mention=first)], "group")])))
     ingest_page(store, parse_page(page_dict(op="p2", groups=[group("g", [message("m1", mention=later)], "group")])))
@@ -79,14 +98,20 @@ def test_cursor_commits_only_after_every_group_receipt(store, shop):
     assert rows(store, "SELECT count(*) FROM inbound_message") == [(2,)]
 
 
-@pytest.mark.parametrize(("mutate", "field"), [
-    (lambda p: p["groups"][0]["messages"][0].pop("platform_message_id"), "groups.0.messages.0.platform_message_id"),
-    (lambda p: p["groups"][0]["messages"][1].update(occurred_at="2026-11-30T06:05:00"), "groups.0.messages.1.occurred_at"),
-    (lambda p: p["groups"][1].update(conversation_type="channel"), "groups.1.conversation_type"),
-    (lambda p: p["groups"][1]["messages"][0]["content"].update(type="video"), "groups.1.messages.0.content"),
-    (lambda p: p.update(cursor=""), "cursor"),
-    (lambda p: p["groups"].append(dict(p["groups"][0])), "conversation appears in two groups"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda p: p["groups"][0]["messages"][0].pop("platform_message_id"), "groups.0.messages.0.platform_message_id"),
+        (
+            lambda p: p["groups"][0]["messages"][1].update(occurred_at="2026-11-30T06:05:00"),
+            "groups.0.messages.1.occurred_at",
+        ),
+        (lambda p: p["groups"][1].update(conversation_type="channel"), "groups.1.conversation_type"),
+        (lambda p: p["groups"][1]["messages"][0]["content"].update(type="video"), "groups.1.messages.0.content"),
+        (lambda p: p.update(cursor=""), "cursor"),
+        (lambda p: p["groups"].append(dict(p["groups"][0])), "conversation appears in two groups"),
+    ],
+)
 def test_an_invalid_page_is_rejected_whole_naming_the_field(store, shop, mutate, field):
     page = page_dict(groups=[group("a", [message("m1"), message("m2", text="秘密内容")]), group("b", [message("m3")])])
     mutate(page)
@@ -109,12 +134,20 @@ def test_sender_classification_uses_platform_ids_never_text(store, shop):
     with store.write() as conn:
         customer_id = conn.exec_driver_sql("SELECT id FROM customer").scalar_one()
         for request_id, origin, pmid in [("r-auto", "auto", "echo-ai"), ("r-man", "manual", "echo-op")]:
-            register_outbound(conn, OutboundIntent(
-                request_id=request_id, customer_id=customer_id, account_id="shop", conversation_id="conv-1",
-                origin=origin, body="现货48小时内发货",
-            ))
+            register_outbound(
+                conn,
+                OutboundIntent(
+                    request_id=request_id,
+                    customer_id=customer_id,
+                    account_id="shop",
+                    conversation_id="conv-1",
+                    origin=origin,
+                    body="现货48小时内发货",
+                ),
+            )
             conn.exec_driver_sql(
-                "UPDATE outbox_request SET state = 'sent', platform_message_id = ? WHERE request_id = ?", (pmid, request_id)
+                "UPDATE outbox_request SET state = 'sent', platform_message_id = ? WHERE request_id = ?",
+                (pmid, request_id),
             )
     echoes = [
         message("echo-ai", text="现货48小时内发货", sender="shop"),
@@ -124,8 +157,11 @@ def test_sender_classification_uses_platform_ids_never_text(store, shop):
     ]
     ingest_page(store, parse_page(page_dict(op="p2", groups=[group("conv-1", echoes)])))
     assert dict(rows(store, "SELECT platform_message_id, sender_role || '/' || state FROM inbound_message")) == {
-        "m1": "external/pending", "echo-ai": "ai/ignored", "echo-op": "human-console/pending",
-        "native": "human-native/pending", "same-text": "external/pending",
+        "m1": "external/pending",
+        "echo-ai": "ai/ignored",
+        "echo-op": "human-console/pending",
+        "native": "human-native/pending",
+        "same-text": "external/pending",
     }
 
 
@@ -138,7 +174,10 @@ def test_any_replay_order_stores_each_message_once(tmp_path_factory, plan):
     store = DeliveryStore(tmp_path_factory.mktemp("h") / "d.sqlite")
     create_account(store, AccountSpec(id="shop", platform="simulator", identity="s"))
     for index, (conversation, number) in enumerate(plan):
-        ingest_page(store, parse_page(page_dict(op=f"p{index}", groups=[group(conversation, [message(f"{conversation}{number}")])])))
+        ingest_page(
+            store,
+            parse_page(page_dict(op=f"p{index}", groups=[group(conversation, [message(f"{conversation}{number}")])])),
+        )
     distinct = {(c, n) for c, n in plan}
     assert rows(store, "SELECT count(*) FROM inbound_message") == [(len(distinct),)]
     store.close()
@@ -147,4 +186,4 @@ def test_any_replay_order_stores_each_message_once(tmp_path_factory, plan):
 def test_occurred_at_keeps_the_provider_instant(store, shop):
     ingest_page(store, parse_page(page_dict()))
     occurred = rows(store, "SELECT occurred_at FROM inbound_message")[0][0]
-    assert occurred == int(datetime(2026, 11, 30, 6, 5, tzinfo=timezone.utc).timestamp() * 1000)
+    assert occurred == int(datetime(2026, 11, 30, 6, 5, tzinfo=UTC).timestamp() * 1000)

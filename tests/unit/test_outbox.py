@@ -25,11 +25,17 @@ from runtime.outbox import (
 def request_id(store, shop) -> str:
     with store.write() as conn:
         conn.exec_driver_sql(
-            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at) VALUES ('shop', 'c', 'direct', 0)"
+            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
+            " VALUES ('shop', 'c', 'direct', 0)"
         )
         intent = OutboundIntent(
-            request_id="manual-1", customer_id=1, account_id="shop", conversation_id="c", recipient_id="b1",
-            origin="manual", body="您好",
+            request_id="manual-1",
+            customer_id=1,
+            account_id="shop",
+            conversation_id="c",
+            recipient_id="b1",
+            origin="manual",
+            body="您好",
         )
         register_outbound(conn, intent)
         register_outbound(conn, intent.model_copy(update={"body": "changed"}))  # idempotent: first intent wins
@@ -78,25 +84,40 @@ def test_failure_kinds(store, request_id):
     assert begin_attempt(store, request_id, "w", 60) == AttemptSkipped("settled")
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ("UPDATE customer SET handling_paused = 1, handling_epoch = 1", "revoked"),
-    ("UPDATE account SET connection_intent = 'disconnected'", "revoked"),
-    ("UPDATE route SET generation = 2", "route-changed"),
-    ("UPDATE route SET enabled = 0", "route-changed"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("UPDATE customer SET handling_paused = 1, handling_epoch = 1", "revoked"),
+        ("UPDATE account SET connection_intent = 'disconnected'", "revoked"),
+        ("UPDATE route SET generation = 2", "route-changed"),
+        ("UPDATE route SET enabled = 0", "route-changed"),
+    ],
+)
 def test_a_stale_auto_send_ends_without_an_attempt(store, shop, change, reason):
     with store.write() as conn:
         conn.exec_driver_sql(
-            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at) VALUES ('shop', 'c', 'direct', 0)"
+            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
+            " VALUES ('shop', 'c', 'direct', 0)"
         )
         conn.exec_driver_sql(
             "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, message_count,"
             " created_at, updated_at) VALUES ('b1', 1, 0, 'all-direct', 1, 1, 0, 0)"
         )
-        register_outbound(conn, OutboundIntent(
-            request_id="auto-1", customer_id=1, account_id="shop", conversation_id="c", recipient_id="b1",
-            origin="auto", body="好的", batch_id="b1", route_generation=1, handling_epoch=0,
-        ))
+        register_outbound(
+            conn,
+            OutboundIntent(
+                request_id="auto-1",
+                customer_id=1,
+                account_id="shop",
+                conversation_id="c",
+                recipient_id="b1",
+                origin="auto",
+                body="好的",
+                batch_id="b1",
+                route_generation=1,
+                handling_epoch=0,
+            ),
+        )
         conn.exec_driver_sql(change)
     assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped(reason)
     assert state(store, "auto-1").state == reason

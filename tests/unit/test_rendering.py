@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from runtime.rendering import RenderableMessage, render_batch
 
 
 def ms(*args) -> int:
-    return int(datetime(*args, tzinfo=timezone.utc).timestamp() * 1000)
+    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)
 
 
 def msg(role, name, content_type, body, at):

@@ -54,7 +54,10 @@ def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
     log = SessionLog(tmp_path / "s.jsonl.zst")
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
     log.append("step/start", turn="t0", step=0)
-    calls = [{"id": "c1", "name": "im_send_message", "arguments": "{}"}, {"id": "c2", "name": "im_send_message", "arguments": "{}"}]
+    calls = [
+        {"id": "c1", "name": "im_send_message", "arguments": "{}"},
+        {"id": "c2", "name": "im_send_message", "arguments": "{}"},
+    ]
     log.append("assistant/message", text="", tool_calls=calls)
     log.append("tool/call", call_id="c1", name="im_send_message")
     log.flush()
@@ -63,7 +66,9 @@ def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
     assert repair(reopened) is True
     tail = [(e.type, getattr(e, "code", None) or getattr(e, "outcome", None)) for e in SessionLog(log.path).load()[4:]]
     assert tail == [
-        ("tool/result", "TOOL_OUTCOME_UNKNOWN"), ("tool/result", "TOOL_NOT_STARTED"),
-        ("step/end", None), ("turn/end", "interrupted"),
+        ("tool/result", "TOOL_OUTCOME_UNKNOWN"),
+        ("tool/result", "TOOL_NOT_STARTED"),
+        ("step/end", None),
+        ("turn/end", "interrupted"),
     ]
     assert repair(reopened) is False  # a closed tail needs nothing more

@@ -94,5 +94,7 @@ def test_migration_waits_for_a_short_lock(tmp_path):
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
     threading.Timer(0.3, lambda: holder.execute("ROLLBACK")).start()
-    store = DeliveryStore(path, DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=5000))
+    store = DeliveryStore(
+        path, DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=5000)
+    )
     assert store.user_version() == 2

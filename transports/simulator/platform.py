@@ -85,14 +85,23 @@ class SimulatedPlatform:
     def buyer_says(self, account_id: str, buyer_id: str, buyer_name: str, text: str) -> BuyerMessage:
         at = time.time_ns() // 1_000_000
         conversation_id = self.conversation_for(buyer_id)
-        seq = self._connect().execute(
-            "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (account_id, conversation_id, buyer_id, buyer_name, text, at),
-        ).lastrowid
+        seq = (
+            self._connect()
+            .execute(
+                "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (account_id, conversation_id, buyer_id, buyer_name, text, at),
+            )
+            .lastrowid
+        )
         return BuyerMessage(
-            seq=seq, account_id=account_id, conversation_id=conversation_id, buyer_id=buyer_id,
-            buyer_name=buyer_name, text=text, occurred_at=at,
+            seq=seq,
+            account_id=account_id,
+            conversation_id=conversation_id,
+            buyer_id=buyer_id,
+            buyer_name=buyer_name,
+            text=text,
+            occurred_at=at,
         )
 
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
@@ -103,7 +112,9 @@ class SimulatedPlatform:
         ).fetchall()
         return [BuyerMessage(**dict(row)) for row in rows]
 
-    def receive_send(self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str) -> ReceivedSend:
+    def receive_send(
+        self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str
+    ) -> ReceivedSend:
         at = time.time_ns() // 1_000_000
         platform_message_id = f"simmsg-{uuid.uuid4().hex[:16]}"
         db = self._connect()
@@ -113,8 +124,14 @@ class SimulatedPlatform:
             (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at),
         ).lastrowid
         return ReceivedSend(
-            id=row_id, platform_message_id=platform_message_id, client_ref=client_ref, account_id=account_id,
-            conversation_id=conversation_id, recipient_id=recipient_id, text=text, received_at=at,
+            id=row_id,
+            platform_message_id=platform_message_id,
+            client_ref=client_ref,
+            account_id=account_id,
+            conversation_id=conversation_id,
+            recipient_id=recipient_id,
+            text=text,
+            received_at=at,
         )
 
     def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
@@ -127,5 +144,7 @@ class SimulatedPlatform:
 
     def received_by_ref(self, client_ref: str) -> ReceivedSend | None:
         db = self._connect()
-        row = db.execute("SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)).fetchone()
+        row = db.execute(
+            "SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)
+        ).fetchone()
         return ReceivedSend(**dict(row)) if row else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import groupby
 
 from runtime.outbox import OutboundSend, SendFailure, SendReceipt
@@ -38,7 +38,7 @@ class SimulatorTransport:
                         platform_message_id=platform_message_id(m.seq),
                         sender=Sender(id=m.buyer_id, display_name=m.buyer_name, role="buyer"),
                         content=TextContent(text=m.text),
-                        occurred_at=datetime.fromtimestamp(m.occurred_at / 1000, tz=timezone.utc),
+                        occurred_at=datetime.fromtimestamp(m.occurred_at / 1000, tz=UTC),
                         direct_peer_id=m.buyer_id,
                     )
                     for m in items
@@ -48,8 +48,11 @@ class SimulatorTransport:
         ]
         first, last = min(m.seq for m in messages), max(m.seq for m in messages)
         return InboundPage(
-            account_id=account_id, stream_id=self.stream_id, cursor=str(last),
-            page_op_id=f"sim-page-{first}-{last}", groups=groups,
+            account_id=account_id,
+            stream_id=self.stream_id,
+            cursor=str(last),
+            page_op_id=f"sim-page-{first}-{last}",
+            groups=groups,
         )
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from runtime.admission import evaluate
-from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
 
 
 @shared_task(name="kefu.agent.admit", bind=True, **RETRY_ON_BUSY)

@@ -6,8 +6,8 @@ from celery import Task, shared_task
 
 from runtime import leases
 from runtime.agent.turn import run_turn as run_agent_turn
-from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
 
 
 @shared_task(name="kefu.agent.run_turn", bind=True, **RETRY_ON_BUSY)
@@ -20,8 +20,13 @@ def run_turn(self: Task, customer_id: int) -> str:
     attempt = self.app.tasks["kefu.outbox.attempt"]
     try:
         result = run_agent_turn(
-            runtime.store, runtime.provider, customer_id, settings.sessions_dir, settings.zone,
-            settings.agent.max_steps, on_registered=lambda request_id: attempt.delay(request_id),
+            runtime.store,
+            runtime.provider,
+            customer_id,
+            settings.sessions_dir,
+            settings.zone,
+            settings.agent.max_steps,
+            on_registered=lambda request_id: attempt.delay(request_id),
         )
     finally:
         leases.release(runtime.store, lease, owner)

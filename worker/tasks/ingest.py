@@ -10,8 +10,8 @@ from celery import Task, shared_task
 from runtime.errors import PageRejected
 from runtime.ingest import ingest_page
 from runtime.pages import parse_page
-from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
 
 log = logging.getLogger(__name__)
 

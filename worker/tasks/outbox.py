@@ -17,8 +17,8 @@ from runtime.outbox import (
     record_sent,
     settle_by_receipt,
 )
-from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import WorkerRuntime, runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = (1, 2, 5, 10, 30, 60)

@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 from celery import Task, shared_task
-from runtime.store.sql import sql
 
 from runtime.ingest import committed_cursor
 from runtime.reconcile import pending_work
 from runtime.store import now_ms
+from runtime.store.sql import sql
 from worker.broker import embedded_folders
-from worker.tasks.options import RETRY_ON_BUSY
 from worker.context import WorkerRuntime, runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
 
 PROCESSED_KEEP_S = 3600
 
@@ -25,9 +25,7 @@ PROCESSED_KEEP_S = 3600
 def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
     """Publish the page after each account's committed cursor when it is overdue."""
     with runtime.store.read() as conn:
-        accounts = conn.execute(
-            sql("SELECT id, platform FROM account WHERE connection_intent = 'connected'")
-        ).all()
+        accounts = conn.execute(sql("SELECT id, platform FROM account WHERE connection_intent = 'connected'")).all()
     overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
     published = 0
     for account_id, platform in accounts:
@@ -68,6 +66,9 @@ def reconcile(self: Task) -> dict[str, int]:
     if settings.embedded_broker:
         prune_processed(embedded_folders(settings.data_dir)["processed_folder"])
     return {
-        "admissions": len(work.admissions), "turns": len(work.turns), "attempts": len(work.attempts),
-        "settlements": len(work.settlements), "pages": pages,
+        "admissions": len(work.admissions),
+        "turns": len(work.turns),
+        "attempts": len(work.attempts),
+        "settlements": len(work.settlements),
+        "pages": pages,
     }

@@ -1,0 +1,54 @@
+"""What the reconciler re-enqueues, and what `kefu status` counts, straight from SQLite."""
+
+from __future__ import annotations
+
+import time
+
+from runtime.admission import evaluate
+from runtime.ingest import ingest_page
+from runtime.outbox import OutboundIntent, begin_attempt, register_outbound
+from runtime.reconcile import pending_work
+from runtime.status import is_quiet, stage_counts
+
+
+def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
+    ids = []
+    for buyer in ("b1", "b2"):
+        ids += ingest_page(
+            store, transport.page_of(shop, [platform.buyer_says(shop, buyer, buyer, "你好")])
+        ).customer_ids
+    assert pending_work(store, grace_s=60, attempt_lease_s=60).admissions == []  # too young: left to its own task
+    evaluate(store, ids[0], 1000)  # b1: claimed into a batch, its turn never ran
+    with store.write() as conn:
+        for request_id in ("r-pending", "r-sending", "r-unknown"):
+            register_outbound(
+                conn,
+                OutboundIntent(
+                    request_id=request_id,
+                    customer_id=ids[1],
+                    account_id=shop,
+                    conversation_id="c",
+                    recipient_id="b2",
+                    origin="manual",
+                    body=request_id,
+                ),
+            )
+        conn.exec_driver_sql("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
+    begin_attempt(store, "r-sending", "dead-worker", lease_s=60)
+    time.sleep(0.05)
+    work = pending_work(store, grace_s=0.01, attempt_lease_s=0.01)
+    assert work.admissions == [ids[1]]
+    assert work.turns == [ids[0]]
+    assert sorted(work.attempts) == ["r-pending", "r-sending"]
+    assert work.settlements == ["r-unknown"]
+    assert not is_quiet(store)
+    counts = {stage.stage: stage.counts for stage in stage_counts(store)}
+    assert counts["inbound messages"] == {"claimed": 1, "pending": 1}
+    assert counts["admission batches"] == {"claimed": 1}
+    assert counts["outbox requests"] == {"pending": 1, "sending": 1, "result-unknown": 1}
+    assert counts["provider streams"] == {"committed pages": 2}
+
+
+def test_an_empty_store_is_quiet(store):
+    assert is_quiet(store)
+    assert pending_work(store, 0, 0) == pending_work(store, 0, 0).__class__()
