@@ -130,7 +130,7 @@ def main() -> None:
                 "sustained",
                 title="step-up (5 s per step)",
             )
-            for rate in (10, 20, 40, 80, 160, 320):
+            for rate in (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320):
                 lat, missing, last = rig.offer(rate, 5)
                 ok = missing == 0 and last <= 5 + 1.0  # kept up: done within 1 s of the last offer
                 rates.add_row(

@@ -51,7 +51,8 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
     platform = SimulatedPlatform(settings.simulator_path)
     transport = SimulatorTransport(platform)
     app = make_app(settings)
-    console.print(f"[dim]data dir {data_dir} · embedded broker · simulator transport · rules agent[/dim]")
+    setup = "embedded broker · simulator transport · rules agent"
+    console.print(f"[dim]data dir {data_dir} · {setup}[/dim]", soft_wrap=True)
     worker = WorkerProcess(env, data_dir / "worker.log").start()
     try:
         worker.wait_ready(app)

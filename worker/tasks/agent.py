@@ -7,6 +7,7 @@ from celery import Task, shared_task
 from runtime import leases
 from runtime.agent.turn import run_turn as run_agent_turn
 from worker.context import runtime_for
+from worker.tasks.admission import admit_now
 from worker.tasks.options import RETRY_ON_BUSY
 
 
@@ -32,5 +33,5 @@ def run_turn(self: Task, customer_id: int) -> str:
         leases.release(runtime.store, lease, owner)
     if result is None:
         return "no-open-batch"
-    self.app.tasks["kefu.agent.admit"].delay(customer_id)  # input that arrived during the turn
+    admit_now(self.app, customer_id)  # input that arrived during the turn
     return result.outcome

@@ -1,4 +1,4 @@
-"""kefu.ingest: persist an inbound page, then ask admission about each touched customer."""
+"""kefu.ingest: persist an inbound page, then run admission for each customer it touched."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from runtime.errors import PageRejected
 from runtime.ingest import ingest_page
 from runtime.pages import parse_page
 from worker.context import runtime_for
+from worker.tasks.admission import admit_now
 from worker.tasks.options import RETRY_ON_BUSY
 
 log = logging.getLogger(__name__)
@@ -26,5 +27,5 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
         return {"rejected": error.problems}
     result = ingest_page(runtime_for(self.app).store, parsed)
     for customer_id in result.customer_ids:
-        self.app.tasks["kefu.agent.admit"].delay(customer_id)
+        admit_now(self.app, customer_id)
     return {"page": result.page_op_id, "replayed": result.replayed, "rows": result.rows_written}
