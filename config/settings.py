@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,7 +23,12 @@ from pydantic_settings import (
 EMBEDDED_BROKER = "embedded"
 
 
-class DeliverySettings(BaseModel):
+class _Section(BaseModel):
+    # A misspelled nested variable (KEFU_DELIVERY__BUSY_TIMEOUT) is an error, not a silent default.
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeliverySettings(_Section):
     journal_mode: Literal["WAL", "DELETE"] = "WAL"
     busy_timeout_ms: int = Field(2000, ge=1, le=2_147_483_647)
     locking_mode: Literal["NORMAL", "EXCLUSIVE"] = "NORMAL"
@@ -31,18 +36,18 @@ class DeliverySettings(BaseModel):
     migration_retry_budget_ms: int = Field(30_000, ge=0, le=600_000)
 
 
-class AdmissionSettings(BaseModel):
+class AdmissionSettings(_Section):
     batch_size: int = Field(1000, ge=1, le=1000)
 
 
-class OpenAISettings(BaseModel):
+class OpenAISettings(_Section):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str | None = None
     timeout_s: float = Field(60.0, gt=0, le=600)
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(_Section):
     provider: Literal["rules", "openai"] = "rules"
     knowledge_file: Path | None = None
     max_steps: int = Field(8, ge=1, le=64)
@@ -52,18 +57,18 @@ class AgentSettings(BaseModel):
     openai: OpenAISettings = OpenAISettings()
 
 
-class OutboxSettings(BaseModel):
+class OutboxSettings(_Section):
     # An attempt older than this without an outcome is presumed dead (its worker crashed).
     attempt_lease_s: float = Field(120.0, ge=0.5, le=3600)
 
 
-class ReconcileSettings(BaseModel):
+class ReconcileSettings(_Section):
     interval_s: float = Field(10.0, ge=0.2, le=3600)
     # Work younger than this is left alone: its own broker message is probably still queued.
     grace_s: float = Field(30.0, ge=0, le=3600)
 
 
-class SimulatorSettings(BaseModel):
+class SimulatorSettings(_Section):
     # Simulated network latency of a send's response (the platform has already recorded it).
     send_latency_ms: int = Field(0, ge=0, le=60_000)
 
