@@ -1,8 +1,10 @@
 """The agent session log (SPEC 2, 3.7): append-only JSON lines in independent zstd frames.
 
-Every flush writes one self-contained frame and fsyncs, so a crash can only tear the last
-frame. A reader stops at the first frame that does not decode completely and reports it as
-torn; the single writer truncates it before appending, so torn bytes are never merged.
+Every flush writes one self-contained frame and fsyncs, so a crash can only damage the tail:
+a last frame that does not decode completely, or (from a foreign or buggy writer) a last line
+that is not a whole event. A reader loads up to the last whole event and reports the rest as
+torn; the single writer cuts the damage off before appending, so it is never merged.
+Damage anywhere before the tail is corruption and raises.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import zstandard
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.store import now_ms
 
 EventType = Literal[
     "turn/start",
@@ -41,21 +45,22 @@ class CorruptSessionLog(Exception):
     pass
 
 
-def read_frames(data: bytes) -> tuple[list[bytes], int]:
-    """Split concatenated zstd frames. Returns (complete frame payloads, bytes they span)."""
-    payloads: list[bytes] = []
-    good = 0
-    while good < len(data):
+def read_frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    """Split concatenated zstd frames: (start, end, payload) of each complete frame."""
+    frames: list[tuple[int, int, bytes]] = []
+    start = 0
+    while start < len(data):
         decompressor = zstandard.ZstdDecompressor().decompressobj()
         try:
-            payload = decompressor.decompress(data[good:])
+            payload = decompressor.decompress(data[start:])
         except zstandard.ZstdError:
             break
         if not decompressor.eof:
             break  # torn: the frame ends before its end mark
-        payloads.append(payload)
-        good = len(data) - len(decompressor.unused_data)
-    return payloads, good
+        end = len(data) - len(decompressor.unused_data)
+        frames.append((start, end, payload))
+        start = end
+    return frames
 
 
 class SessionLog:
@@ -65,6 +70,8 @@ class SessionLog:
         self.path = Path(path)
         self.events: list[SessionEvent] = []
         self.torn_bytes = 0
+        self._damage_at = 0
+        self._salvaged: list[SessionEvent] = []
         self._pending: list[SessionEvent] = []
         self._compressor = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True)
 
@@ -80,31 +87,47 @@ class SessionLog:
 
     def load(self) -> list[SessionEvent]:
         data = self.path.read_bytes() if self.path.exists() else b""
-        payloads, good = read_frames(data)
-        self.torn_bytes = len(data) - good
+        frames = read_frames(data)
         events: list[SessionEvent] = []
-        for payload in payloads:
-            for line in payload.splitlines():
-                event = SessionEvent.model_validate_json(line)
+        self._damage_at = frames[-1][1] if frames else 0  # where the torn tail starts
+        self._salvaged = []  # whole events of a last frame whose last line is damaged
+        for index, (start, _, payload) in enumerate(frames):
+            lines = payload.splitlines()
+            for position, line in enumerate(lines):
+                try:
+                    event = SessionEvent.model_validate_json(line)
+                except ValidationError as error:
+                    if index < len(frames) - 1 or position < len(lines) - 1:
+                        raise CorruptSessionLog(f"{self.path}: event {len(events)} is not a whole event") from error
+                    self._damage_at = start
+                    self._salvaged = events[len(events) - position :]
+                    break
                 if event.seq != len(events):
                     raise CorruptSessionLog(f"{self.path}: seq {event.seq} where {len(events)} was expected")
                 events.append(event)
+        self.torn_bytes = len(data) - self._damage_at
         self.events = events
         return events
 
     def open_for_append(self) -> list[SessionEvent]:
-        """Load, and drop a torn last frame so new frames never follow garbage."""
+        """Load, then cut a torn tail off (re-writing the whole events of a damaged last frame),
+        so new frames never follow garbage."""
         events = self.load()
         if self.torn_bytes:
             with open(self.path, "r+b") as handle:
-                handle.truncate(self.path.stat().st_size - self.torn_bytes)
+                handle.truncate(self._damage_at)
+                if self._salvaged:
+                    handle.seek(self._damage_at)
+                    handle.write(self._frame(self._salvaged))
                 os.fsync(handle.fileno())
-            self.torn_bytes = 0
+            self.torn_bytes, self._salvaged = 0, []
         return events
 
-    def append(self, type: EventType, **data: Any) -> SessionEvent:
-        from runtime.store import now_ms
+    def _frame(self, events: list[SessionEvent]) -> bytes:
+        body = "".join(json.dumps(e.model_dump(), ensure_ascii=False) + "\n" for e in events).encode()
+        return self._compressor.compress(body)
 
+    def append(self, type: EventType, **data: Any) -> SessionEvent:
         event = SessionEvent(seq=self.offset, type=type, at=now_ms(), **data)
         self._pending.append(event)
         return event
@@ -113,10 +136,9 @@ class SessionLog:
         """Write buffered events as one frame and fsync. True if anything was made durable."""
         if not self._pending:
             return False
-        body = "".join(json.dumps(e.model_dump(), ensure_ascii=False) + "\n" for e in self._pending).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as handle:
-            handle.write(self._compressor.compress(body))
+            handle.write(self._frame(self._pending))
             handle.flush()
             os.fsync(handle.fileno())
         self.events.extend(self._pending)

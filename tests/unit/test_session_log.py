@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import zstandard
 from pydantic import ValidationError
 
 from runtime.agent.turn import repair
-from runtime.session_log import SessionEvent, SessionLog
+from runtime.session_log import CorruptSessionLog, SessionEvent, SessionLog
 
 
 def test_flush_reports_durability_and_frames_read_back(tmp_path):
@@ -72,3 +73,34 @@ def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
         ("turn/end", "interrupted"),
     ]
     assert repair(reopened) is False  # a closed tail needs nothing more
+
+
+def _frame(*lines: bytes) -> bytes:
+    return zstandard.ZstdCompressor().compress(b"".join(line + b"\n" for line in lines))
+
+
+def _event(seq: int, type_: str = "system/message") -> bytes:
+    return SessionEvent(seq=seq, type=type_, at=1).model_dump_json().encode()
+
+
+def test_a_truncated_json_line_at_the_tail_loads_up_to_the_last_whole_event(tmp_path):
+    path = tmp_path / "s.jsonl.zst"
+    path.write_bytes(_frame(_event(0), _event(1)) + _frame(_event(2), _event(3)[:-7]))
+    assert [e.seq for e in SessionLog(path).load()] == [0, 1, 2]
+    writer = SessionLog(path)
+    writer.open_for_append()  # the damaged frame is cut off and its whole event re-written
+    writer.append("turn/end", turn="t0", outcome="interrupted")
+    writer.flush()
+    assert [(e.seq, e.type) for e in SessionLog(path).load()] == [
+        (0, "system/message"),
+        (1, "system/message"),
+        (2, "system/message"),
+        (3, "turn/end"),
+    ]
+
+
+def test_damage_before_the_tail_is_corruption_not_a_torn_tail(tmp_path):
+    path = tmp_path / "s.jsonl.zst"
+    path.write_bytes(_frame(_event(0), b'{"seq": 1, "type"') + _frame(_event(2)))
+    with pytest.raises(CorruptSessionLog, match="event 1 is not a whole event"):
+        SessionLog(path).load()
