@@ -147,6 +147,18 @@ def commit_batch(conn: Connection, batch_id: str) -> None:
     )
 
 
+def revoke_batch(conn: Connection, batch_id: str) -> None:
+    """Handling was paused after admission: the batch is dropped, its unclaimed input suppressed."""
+    conn.execute(
+        sql("UPDATE admission_batch SET state = 'revoked', updated_at = :at WHERE id = :b"),
+        {"b": batch_id, "at": now_ms()},
+    )
+    conn.execute(
+        sql("UPDATE inbound_message SET state = 'suppressed' WHERE batch_id = :b AND state = 'claimed'"),
+        {"b": batch_id},
+    )
+
+
 def finish_batch(conn: Connection, batch_id: str) -> None:
     conn.execute(
         sql("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),

@@ -25,18 +25,20 @@ _UPSERT_CUSTOMER = (
     " last_activity_at = max(last_activity_at, excluded.last_activity_at),"
     " title = coalesce(excluded.title, title),"
     " direct_peer_id = coalesce(excluded.direct_peer_id, direct_peer_id)"
-    " RETURNING id"
+    " RETURNING id, handling_paused"
 )
 
 # Sender classification happens here, in SQL: an echo of our own sent message is 'ai' (auto)
 # or 'human-console' (manual); text equality never matters. 'ai' rows are never admitted.
+# Live input for a customer whose automatic handling is paused is kept but never admitted.
 # A duplicate only raises mention evidence to true; everything else stays as first committed.
 _INSERT_MESSAGE = (
     "INSERT INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id,"
     " sender_id, sender_name, sender_role, content_type, body, occurred_at, received_at, mention,"
     " direct_peer_id, origin, state)"
     " SELECT ?1, ?2, ?3, ?4, ?5, ?6, role, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
-    " CASE WHEN ?13 = 'history' THEN 'history' WHEN role = 'ai' THEN 'ignored' ELSE 'pending' END"
+    " CASE WHEN ?13 = 'history' THEN 'history' WHEN role = 'ai' THEN 'ignored'"
+    "  WHEN ?15 THEN 'suppressed' ELSE 'pending' END"
     " FROM (SELECT coalesce((SELECT CASE origin WHEN 'auto' THEN 'ai' ELSE 'human-console' END"
     "   FROM outbox_request WHERE account_id = ?2 AND platform_message_id = ?4"
     "   AND state = 'sent' LIMIT 1), ?14) AS role) WHERE true"
@@ -120,7 +122,7 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
         if not fresh:  # an earlier delivery of this page committed the group
             return db.execute(_CUSTOMER_ID, (page.account_id, group.conversation_id)).fetchone()[0], 0
         last_peer = next((m.direct_peer_id for m in reversed(group.messages) if m.direct_peer_id), None)
-        customer_id = db.execute(
+        customer_id, paused = db.execute(
             _UPSERT_CUSTOMER,
             {
                 "account_id": page.account_id,
@@ -130,7 +132,7 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
                 "peer": last_peer,
                 "at": at,
             },
-        ).fetchone()[0]
+        ).fetchone()
         account, conversation = page.account_id, group.conversation_id
         rows = [
             (
@@ -148,6 +150,7 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
                 m.direct_peer_id,
                 origin,
                 "human-native" if m.sender.role == "native_operator" else "external",
+                paused,
             )
             for m in group.messages
         ]

@@ -1,8 +1,10 @@
 """The `rules` provider: a deterministic keyword FAQ that drives the same tool path as an LLM.
 
-It reads the buyer lines of the latest admitted batch, answers each matching FAQ entry (or a
-greeting, or the fallback) in one `im_send_message` call, and ends the turn once that tool
-has a result. No network, no randomness.
+It reads the buyer lines of the latest admitted batch and answers each matching FAQ entry (or
+a greeting) in one `im_send_message` call. When nothing matches it hands the customer to a
+human (`im_handoff`) without replying: a pause revokes every unsent automatic reply anyway,
+so the operator speaks next. The turn ends once the tools have results. No network, no
+randomness.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class FaqEntry(BaseModel):
 class Knowledge(BaseModel):
     greeting_keywords: list[str] = []
     greeting: str = Field(min_length=1)
-    fallback: str = Field(min_length=1)
+    handoff_reason: str = Field(min_length=1, max_length=500)
     faq: list[FaqEntry] = []
 
 
@@ -55,7 +57,8 @@ class RulesProvider:
     def __init__(self, knowledge: Knowledge) -> None:
         self.knowledge = knowledge
 
-    def answer(self, buyer_lines: list[str]) -> str:
+    def answer(self, buyer_lines: list[str]) -> str | None:
+        """The reply to these lines, or None when nothing matches (a human should answer)."""
         answers: list[str] = []
         greeted = False
         for line in buyer_lines:
@@ -67,7 +70,7 @@ class RulesProvider:
                 greeted = True
         if answers:
             return "\n".join(answers)
-        return self.knowledge.greeting if greeted else self.knowledge.fallback
+        return self.knowledge.greeting if greeted else None
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
@@ -84,9 +87,14 @@ class RulesProvider:
         lines = [match["text"] for line in batch.content.splitlines() if (match := _LINE.match(line))]
         if not lines:
             return AssistantReply(text="本批次没有顾客消息，无需回复。")
-        call = ToolCall(
+        answer = self.answer(lines)
+        if answer is None:
+            reason = json.dumps({"reason": self.knowledge.handoff_reason}, ensure_ascii=False)
+            handoff = ToolCall(id=f"rules-{len(messages)}", name="im_handoff", arguments=reason)
+            return AssistantReply(text="无匹配答案，转人工。", tool_calls=[handoff])
+        send = ToolCall(
             id=f"rules-{len(messages)}",
             name="im_send_message",
-            arguments=json.dumps({"text": self.answer(lines)}, ensure_ascii=False),
+            arguments=json.dumps({"text": answer}, ensure_ascii=False),
         )
-        return AssistantReply(text="", tool_calls=[call])
+        return AssistantReply(text="", tool_calls=[send])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.agent.model import ToolCall, ToolSpec
+from runtime.handling import is_current, pause_handling
 from runtime.outbox import OutboundIntent, find_same_text, register_outbound
 from runtime.store import DeliveryStore
 from runtime.store.tables import AdmissionBatch, Customer
@@ -34,6 +35,7 @@ class ToolOutcome:
     content: str
     is_error: bool = False
     request_id: str | None = None
+    ends_turn: bool = False  # the turn ends after this step (the agent handed off)
 
 
 @dataclass
@@ -77,6 +79,10 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
         return ToolOutcome("Error: attachments are not supported yet; send text only", True)
     customer, batch = binding.customer, binding.batch
     with binding.store.write() as conn:
+        if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
+            return ToolOutcome(
+                "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.", True
+            )
         earlier = find_same_text(conn, customer.id, batch.id, args.text)  # type: ignore[arg-type]
         if earlier is not None:
             return ToolOutcome(
@@ -106,8 +112,32 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     )
 
 
+class ImHandoffArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500)
+
+
+IM_HANDOFF = ToolSpec(
+    name="im_handoff",
+    description="Hand this customer to a human operator: automatic handling pauses until an operator resumes it.",
+    parameters=ImHandoffArgs.model_json_schema(),
+)
+
+
+def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    args = _parse(call, ImHandoffArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    assert isinstance(args, ImHandoffArgs)
+    pause_handling(binding.store, binding.customer.id, reason=f"handoff: {args.reason}")  # type: ignore[arg-type]
+    return ToolOutcome(
+        "Handed off: automatic handling of this customer is paused for a human operator.", ends_turn=True
+    )
+
+
 TOOLS: dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]] = {
     IM_SEND_MESSAGE.name: (IM_SEND_MESSAGE, im_send_message),
+    IM_HANDOFF.name: (IM_HANDOFF, im_handoff),
 }
 
 

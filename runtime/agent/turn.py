@@ -15,10 +15,18 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from runtime.accounts import load_account
-from runtime.admission import batch_messages, commit_batch, finish_batch, load_customer, open_batch
+from runtime.admission import (
+    batch_messages,
+    commit_batch,
+    finish_batch,
+    load_customer,
+    open_batch,
+    revoke_batch,
+)
 from runtime.agent.model import ChatMessage, ModelProvider, ToolCall
 from runtime.agent.rules import FOLLOW_UP_PREFIX
 from runtime.agent.tools import TOOLS, TurnBinding, execute
+from runtime.handling import is_current
 from runtime.rendering import render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
@@ -36,8 +44,9 @@ Outcome = Literal["complete", "interrupted", "error"]
 @dataclass(frozen=True)
 class TurnResult:
     batch_id: str
-    outcome: Outcome
-    session_id: str
+    # "revoked": handling was paused after admission, so the batch never ran
+    outcome: Literal["complete", "interrupted", "error", "revoked"]
+    session_id: str | None
 
 
 def session_path(sessions_dir: Path, session_id: str) -> Path:
@@ -127,6 +136,11 @@ def run_turn(
             return None
         account = load_account(conn, customer.account_id)
         lines = batch_messages(conn, batch.id)
+        current = is_current(conn, customer_id, batch.handling_epoch)
+    if not current:
+        with store.write() as conn:
+            revoke_batch(conn, batch.id)
+        return TurnResult(batch.id, "revoked", customer.session_id)
     session_id = ensure_session_id(store, customer_id)
     log = SessionLog(session_path(sessions_dir, session_id))
     log.open_for_append()
@@ -162,9 +176,14 @@ def run_turn(
     )
     tools = [spec for spec, _ in TOOLS.values()]
     outcome: Outcome = "error"
+    paused = False
     # Flush points: requested tool calls before any starts, each start before it runs, results
     # before the next model call; a step without tools is flushed with the turn's end.
     for step in range(max_steps):
+        with store.read() as conn:
+            if not is_current(conn, customer_id, batch.handling_epoch):
+                outcome, paused = "interrupted", True  # a human took over during the turn
+                break
         log.append("step/start", turn=turn_id, step=step)
         reply = provider.complete(model_view(log.all_events), tools)
         log.append(
@@ -178,10 +197,12 @@ def run_turn(
             outcome = "complete"
             break
         log.flush()
+        handed_off = False
         for call in reply.tool_calls:
             log.append("tool/call", call_id=call.id, name=call.name)
             log.flush()
             result = execute(binding, call)
+            handed_off = handed_off or result.ends_turn
             log.append(
                 "tool/result",
                 call_id=call.id,
@@ -192,8 +213,11 @@ def run_turn(
             )
         log.append("step/end", turn=turn_id, step=step)
         log.flush()
-    log.append("turn/end", turn=turn_id, outcome=outcome)
+        if handed_off:  # the agent paused its own handling: a human answers from here
+            outcome = "complete"
+            break
+    log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": "handling-paused"} if paused else {}))
     log.flush()
     with store.write() as conn:
-        finish_batch(conn, batch.id)
+        (revoke_batch if paused else finish_batch)(conn, batch.id)
     return TurnResult(batch.id, outcome, session_id)

@@ -173,5 +173,11 @@ V2 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2)
+V3 = Migration(
+    3,
+    "why automatic handling of a customer is paused",
+    ("ALTER TABLE customer ADD COLUMN handling_reason TEXT",),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3)
 LATEST_VERSION = MIGRATIONS[-1].version

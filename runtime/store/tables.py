@@ -50,7 +50,8 @@ class Customer(SQLModel, table=True):
     title: str | None = None
     direct_peer_id: str | None = None
     handling_paused: bool = False
-    handling_epoch: int = 0
+    handling_epoch: int = 0  # +1 on every pause: auto work admitted under an older epoch is stale
+    handling_reason: str | None = None
     session_id: str | None = None
     last_activity_at: int
 
@@ -72,7 +73,7 @@ class InboundMessageRow(SQLModel, table=True):
     mention: bool | None = None
     direct_peer_id: str | None = None
     origin: str = "live"  # live | history
-    state: str = "pending"  # pending | claimed | committed | ignored | history
+    state: str = "pending"  # pending | claimed | committed | ignored | history | suppressed
     batch_id: str | None = None
 
 
@@ -110,7 +111,7 @@ class AdmissionBatch(SQLModel, table=True):
     handling_epoch: int
     route_id: str
     route_generation: int
-    state: str = "claimed"  # claimed | committed | done
+    state: str = "claimed"  # claimed | committed | done | revoked
     message_count: int
     created_at: int
     updated_at: int
@@ -132,7 +133,7 @@ class OutboxRequest(SQLModel, table=True):
     route_generation: int | None = None
     account_revision: int | None = None
     handling_epoch: int | None = None
-    state: str = "pending"  # pending | sending | sent | failed | result-unknown
+    state: str = "pending"  # pending | sending | sent | failed | result-unknown | revoked | route-changed
     platform_message_id: str | None = None
     error_code: str | None = None
     created_at: int

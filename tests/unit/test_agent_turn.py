@@ -156,9 +156,15 @@ def test_rules_provider_answers_faq_greeting_and_fallback():
     rules = RulesProvider(KNOWLEDGE)
     assert "48小时内发货" in rules.answer(["什么时候发货"])
     assert rules.answer(["你好"]) == KNOWLEDGE.greeting
-    assert rules.answer(["能用花呗吗"]) == KNOWLEDGE.fallback
+    assert rules.answer(["可以寄到国外吗"]) is None
     reply = rules.complete([ChatMessage(role="user", content="[2026-11-30 14:05] [counterpart 张三] 发什么快递")], [])
+    assert [c.name for c in reply.tool_calls] == ["im_send_message"]
     assert "中通" in json.loads(reply.tool_calls[0].arguments)["text"]
+    fallback = rules.complete(
+        [ChatMessage(role="user", content="[2026-11-30 14:05] [counterpart 张三] 可以寄到国外吗")], []
+    )
+    assert [c.name for c in fallback.tool_calls] == ["im_handoff"]
+    assert json.loads(fallback.tool_calls[0].arguments)["reason"] == KNOWLEDGE.handoff_reason
 
 
 def test_a_broken_knowledge_file_names_the_file(tmp_path):

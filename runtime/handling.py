@@ -1,0 +1,79 @@
+"""Per-customer handling control (SPEC 3.5): a human takes over, the AI stops.
+
+A pause bumps the customer's handling epoch. Everything automatic that was admitted under
+an older epoch is stale from then on: its batch never runs, its unsent replies are revoked
+(also if handling resumes later), and input already waiting is suppressed. Resuming admits
+only new live input. Manual sends and history sync are not affected.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from sqlalchemy import Connection
+
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+
+class HandlingState(BaseModel):
+    customer_id: int
+    paused: bool
+    epoch: int
+    reason: str | None
+
+
+def _state(conn: Connection, customer_id: int) -> HandlingState:
+    row = conn.execute(
+        sql("SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"), {"c": customer_id}
+    ).first()
+    if row is None:
+        raise KefuError("KEFU_CUSTOMER_UNKNOWN", f"no customer {customer_id}", "list customers to find its id")
+    return HandlingState(customer_id=customer_id, paused=bool(row[0]), epoch=row[1], reason=row[2])
+
+
+def handling_state(store: DeliveryStore, customer_id: int) -> HandlingState:
+    with store.read() as conn:
+        return _state(conn, customer_id)
+
+
+def is_current(conn: Connection, customer_id: int, epoch: int) -> bool:
+    """May automatic work admitted under `epoch` still act for this customer?"""
+    state = _state(conn, customer_id)
+    return not state.paused and state.epoch == epoch
+
+
+def pause_handling(store: DeliveryStore, customer_id: int, reason: str) -> HandlingState:
+    """Pause automatic handling. Idempotent: pausing a paused customer changes nothing."""
+    with store.write() as conn:
+        state = _state(conn, customer_id)
+        if state.paused:
+            return state
+        params = {"c": customer_id, "r": reason, "at": now_ms()}
+        conn.execute(
+            sql(
+                "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
+                " handling_reason = :r WHERE id = :c"
+            ),
+            params,
+        )
+        conn.execute(
+            sql("UPDATE inbound_message SET state = 'suppressed' WHERE customer_id = :c AND state = 'pending'"), params
+        )
+        conn.execute(
+            sql(
+                "UPDATE outbox_request SET state = 'revoked', error_code = 'KEFU_HANDLING_PAUSED', updated_at = :at"
+                " WHERE customer_id = :c AND origin = 'auto' AND state = 'pending'"
+            ),
+            params,
+        )
+        return _state(conn, customer_id)
+
+
+def resume_handling(store: DeliveryStore, customer_id: int) -> HandlingState:
+    """Resume automatic handling for new input. Idempotent."""
+    with store.write() as conn:
+        conn.execute(
+            sql("UPDATE customer SET handling_paused = 0, handling_reason = NULL WHERE id = :c"), {"c": customer_id}
+        )
+        return _state(conn, customer_id)
