@@ -128,7 +128,7 @@ def turn_overhead(folder: Path, turns: int) -> tuple[float, float]:
     for customer in customers:
         evaluate(store, customer, 1000)
         began = time.perf_counter()
-        result = run_turn(store, provider, customer, settings.sessions_dir, settings.zone, 8)
+        result = run_turn(store, provider, customer, settings.sessions_dir, settings.zone, settings.agent)
         total += time.perf_counter() - began
         assert result is not None and result.outcome == "complete"
     return total, TimedRules.model_seconds

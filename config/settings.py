@@ -45,10 +45,16 @@ class OpenAISettings(_Section):
     api_key: SecretStr | None = None
     model: str | None = None
     timeout_s: float = Field(60.0, gt=0, le=600)
+    # Attempts per model call; transient failures (429, 5xx, timeouts) back off exponentially.
+    max_attempts: int = Field(4, ge=1, le=10)
+    retry_backoff_s: float = Field(1.0, ge=0, le=60)
 
 
 class AgentSettings(_Section):
     provider: Literal["rules", "openai"] = "rules"
+    persona: str = Field(
+        "你是这家店铺的在线客服：热情、简洁、准确，不编造店铺没有承诺的内容。", min_length=1, max_length=4000
+    )
     knowledge_file: Path | None = None
     max_steps: int = Field(8, ge=1, le=64)
     # One writer per session: a turn holds its customer's lease; a dead holder's lease expires.

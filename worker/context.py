@@ -17,17 +17,14 @@ from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore
 from transports.base import Transport
+from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 
 def build_provider(settings: Settings) -> ModelProvider:
-    if settings.agent.provider == "rules":
-        return RulesProvider(load_knowledge(settings.agent.knowledge_file))
-    raise KefuError(
-        "KEFU_PROVIDER_UNAVAILABLE",
-        f"agent provider {settings.agent.provider!r} is not built yet in this version of kefu",
-        "set KEFU_AGENT__PROVIDER=rules",
-    )
+    if settings.agent.provider == "openai":
+        return OpenAIChatProvider(settings.agent.openai)
+    return RulesProvider(load_knowledge(settings.agent.knowledge_file))
 
 
 @dataclass

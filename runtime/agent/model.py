@@ -36,3 +36,13 @@ class ModelProvider(Protocol):
     name: str
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply: ...
+
+
+class ModelError(Exception):
+    """One failed model call. `transient` failures (rate limits, 5xx, timeouts) are retried."""
+
+    def __init__(self, code: str, transient: bool, status: int | None = None) -> None:
+        self.code = code
+        self.transient = transient
+        self.status = status
+        super().__init__(f"{code} (HTTP {status})" if status else code)

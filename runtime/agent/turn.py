@@ -8,12 +8,14 @@ appended after the tail (never re-running a tool), followed by one follow-up tur
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from config import AgentSettings, OpenAISettings
 from runtime.accounts import load_account
 from runtime.admission import (
     batch_messages,
@@ -23,7 +25,7 @@ from runtime.admission import (
     open_batch,
     revoke_batch,
 )
-from runtime.agent.model import ChatMessage, ModelProvider, ToolCall
+from runtime.agent.model import AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
 from runtime.agent.rules import FOLLOW_UP_PREFIX
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.handling import is_current
@@ -32,10 +34,19 @@ from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 
-SYSTEM_PROMPT = (
-    "你是店铺的在线客服。顾客消息以带时间和标签的行给出。只能通过 im_send_message 工具回复顾客；"
-    "你的普通文字只给店铺运营人员看，不会发给顾客。"
+ROLE_SECTION = (
+    "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
+    "只有 im_send_message 工具的内容会发给顾客；你的普通文字只给店铺运营人员看。"
+    "无法回答或顾客要求人工时，调用 im_handoff 转人工。"
 )
+MEMORY_SLOT = "[长期记忆]\n（暂无）"
+
+
+def system_prompt(persona: str) -> str:
+    """Sections: the configured persona, the one-conversation role, the memory block's slot."""
+    return "\n\n".join([persona, ROLE_SECTION, MEMORY_SLOT])
+
+
 FOLLOW_UP_TEXT = FOLLOW_UP_PREFIX + " 上一轮处理被中断。请先检查工具结果，再回复顾客（已发送的内容不要重复发送）。"
 
 Outcome = Literal["complete", "interrupted", "error"]
@@ -92,9 +103,11 @@ def repair(log: SessionLog) -> bool:
 
 def model_view(events: list[SessionEvent]) -> list[ChatMessage]:
     """What the model sees: messages and tool traffic; never attempts or lifecycle events."""
-    messages = [ChatMessage(role="system", content=SYSTEM_PROMPT)]
+    messages: list[ChatMessage] = []
     for e in events:
-        if e.type == "user/message":
+        if e.type == "system/message" and not messages:
+            messages.append(ChatMessage(role="system", content=e.text))
+        elif e.type == "user/message":
             messages.append(ChatMessage(role="user", content=e.text))
         elif e.type == "assistant/message":
             calls = [ToolCall(**c) for c in getattr(e, "tool_calls", [])]
@@ -119,13 +132,28 @@ def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
     return session_id
 
 
+def call_model(provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings) -> AssistantReply | None:
+    """One model call with retries; each failed attempt is logged and never shown to the model.
+    None when the model stayed unavailable."""
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return provider.complete(model_view(log.all_events), tools)
+        except ModelError as error:
+            log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
+            log.flush()
+            if not error.transient or attempt == retry.max_attempts:
+                return None
+            time.sleep(retry.retry_backoff_s * 2 ** (attempt - 1))
+    return None
+
+
 def run_turn(
     store: DeliveryStore,
     provider: ModelProvider,
     customer_id: int,
     sessions_dir: Path,
     zone: ZoneInfo,
-    max_steps: int,
+    agent: AgentSettings,
     on_registered: Callable[[str], None] = lambda request_id: None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease."""
@@ -146,7 +174,7 @@ def run_turn(
     log.open_for_append()
     repair(log)
     if not log.events:
-        log.append("system/message", text=SYSTEM_PROMPT)
+        log.append("system/message", text=system_prompt(agent.persona))
 
     turns = _turns_of(log.events, batch.id)
     if turns and turns[-1][1] in ("complete", "error"):
@@ -176,16 +204,20 @@ def run_turn(
     )
     tools = [spec for spec, _ in TOOLS.values()]
     outcome: Outcome = "error"
-    paused = False
+    paused = unavailable = False
     # Flush points: requested tool calls before any starts, each start before it runs, results
     # before the next model call; a step without tools is flushed with the turn's end.
-    for step in range(max_steps):
+    for step in range(agent.max_steps):
         with store.read() as conn:
             if not is_current(conn, customer_id, batch.handling_epoch):
                 outcome, paused = "interrupted", True  # a human took over during the turn
                 break
         log.append("step/start", turn=turn_id, step=step)
-        reply = provider.complete(model_view(log.all_events), tools)
+        reply = call_model(provider, log, tools, agent.openai)
+        if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
+            log.append("step/end", turn=turn_id, step=step)
+            outcome, unavailable = "interrupted", True
+            break
         log.append(
             "assistant/message",
             text=reply.text,
@@ -216,8 +248,10 @@ def run_turn(
         if handed_off:  # the agent paused its own handling: a human answers from here
             outcome = "complete"
             break
-    log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": "handling-paused"} if paused else {}))
+    reason = "handling-paused" if paused else "model-unavailable" if unavailable else None
+    log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
     log.flush()
-    with store.write() as conn:
-        (revoke_batch if paused else finish_batch)(conn, batch.id)
+    if not unavailable:
+        with store.write() as conn:
+            (revoke_batch if paused else finish_batch)(conn, batch.id)
     return TurnResult(batch.id, outcome, session_id)

@@ -30,7 +30,7 @@ def turn(store, settings, customer_id, registered=None):
         customer_id,
         settings.sessions_dir,
         settings.zone,
-        8,
+        settings.agent,
         on_registered=(registered.append if registered is not None else lambda r: None),
     )
 

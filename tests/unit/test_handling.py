@@ -29,7 +29,7 @@ def turn(store, settings, customer, registered=None):
         customer,
         settings.sessions_dir,
         settings.zone,
-        8,
+        settings.agent,
         on_registered=(registered.append if registered is not None else lambda r: None),
     )
 
@@ -98,7 +98,9 @@ def test_a_pause_during_a_turn_stops_it_before_the_next_step(store, settings, sh
             pause_handling(store, customer, "operator")  # the operator acts while the model thinks
             return reply
 
-    result = run_turn(store, PausingRules(RULES.knowledge), customer, settings.sessions_dir, settings.zone, 8)
+    result = run_turn(
+        store, PausingRules(RULES.knowledge), customer, settings.sessions_dir, settings.zone, settings.agent
+    )
     assert result.outcome == "interrupted"
     events = SessionLog(session_path(settings.sessions_dir, result.session_id)).load()
     tool_results = [e for e in events if e.type == "tool/result"]

@@ -24,11 +24,12 @@ def test_a_lease_has_one_holder_until_it_expires(store):
     assert leases.acquire(store, "customer:1", "w3", ttl_s=0.2)
 
 
-def test_the_openai_provider_is_refused_with_a_clear_error(tmp_path):
-    settings = load_settings(data_dir=tmp_path, agent={"provider": "openai"})
+def test_an_openai_provider_without_endpoint_settings_stops_startup_naming_them(tmp_path):
+    settings = load_settings(data_dir=tmp_path, agent={"provider": "openai", "openai": {"model": "m"}})
     with pytest.raises(KefuError) as raised:
         build_provider(settings)
-    assert raised.value.code == "KEFU_PROVIDER_UNAVAILABLE" and "KEFU_AGENT__PROVIDER=rules" in str(raised.value)
+    assert raised.value.code == "KEFU_PROVIDER_CONFIG"
+    assert "KEFU_AGENT__OPENAI__BASE_URL, KEFU_AGENT__OPENAI__API_KEY" in str(raised.value)
     with pytest.raises(KefuError):
         WorkerRuntime(settings).check()
 

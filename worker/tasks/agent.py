@@ -26,7 +26,7 @@ def run_turn(self: Task, customer_id: int) -> str:
             customer_id,
             settings.sessions_dir,
             settings.zone,
-            settings.agent.max_steps,
+            settings.agent,
             on_registered=lambda request_id: attempt.delay(request_id),
         )
     finally:

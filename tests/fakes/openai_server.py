@@ -1,0 +1,118 @@
+"""A fake OpenAI-compatible Chat Completions server: real HTTP on loopback, scripted replies.
+
+Scripted steps are served in order; when the script is empty, a default policy answers like a
+minimal shop agent: one `im_send_message` echoing the last buyer line, then a closing text.
+Run standalone for the demo: `python -m tests.fakes.openai_server --port 8765`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_LINE = re.compile(r"\[counterpart[^\]]*\] (?P<text>.*)$")
+
+
+@dataclass
+class Step:
+    status: int = 200
+    body: dict[str, Any] | None = None
+    delay_s: float = 0.0
+
+
+def completion(content: str | None = None, tool_calls: list[tuple[str, str, str]] | None = None) -> dict[str, Any]:
+    """A Chat Completions response body; tool_calls are (id, name, raw arguments)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in tool_calls
+        ]
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "fake",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }
+
+
+def default_policy(request: dict[str, Any]) -> dict[str, Any]:
+    """Reply once to the latest buyer lines; after a tool result since the last user message, stop."""
+    messages = request["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if any(m["role"] == "tool" for m in messages[last_user:]):
+        return completion("已回复顾客。")
+    buyer: list[str] = []
+    for message in reversed(messages[: last_user + 1]):
+        if message["role"] == "user":
+            buyer = [m.group("text") for line in message["content"].splitlines() if (m := _LINE.search(line))]
+            if buyer:
+                break
+    if not buyer:
+        return completion("没有需要回复的顾客消息。")
+    text = json.dumps({"text": "您好，已收到您的消息：" + "；".join(buyer)}, ensure_ascii=False)
+    return completion(None, [(f"call-{len(messages)}", "im_send_message", text)])
+
+
+@dataclass
+class FakeOpenAI:
+    host: str = "127.0.0.1"
+    port: int = 0
+    script: deque[Step] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                fake.headers.append(dict(self.headers))
+                step = fake.script.popleft() if fake.script else Step(body=default_policy(body))
+                time.sleep(step.delay_s)
+                payload = json.dumps(step.body or {"error": {"message": "scripted failure"}}).encode()
+                self.send_response(step.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                try:
+                    self.wfile.write(payload)
+                except BrokenPipeError:  # the client timed out and left
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self.port = self.server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def __enter__(self) -> FakeOpenAI:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8765)
+    port = parser.parse_args().port
+    with FakeOpenAI(port=port) as fake:
+        print(f"fake OpenAI-compatible server at {fake.base_url}", flush=True)
+        threading.Event().wait()
