@@ -3,8 +3,9 @@
 Appends: the same events written through SessionLog (zstd frame + fsync per flush) beside
 raw appends of the same JSON-line bytes to a file with the same fsyncs, and beside zstd
 compression of those frames alone, flushing every event and every turn (12 events).
-Turn overhead: full `run_turn` with the rules provider (model time ~0, measured and
-subtracted), each turn on a fresh admitted batch.
+Turn overhead: full `run_turn`, each on a fresh admitted batch, with the rules provider and
+with the `openai` provider against a fake Chat Completions server on loopback that answers at
+once; model time (the provider call, including HTTP for `openai`) is measured and subtracted.
 
     python -m bench.session [--events 6000] [--turns 300]
 """
@@ -21,14 +22,17 @@ import zstandard
 from rich.console import Console
 from rich.table import Table
 
-from config import load_settings
+from config import OpenAISettings, load_settings
 from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
 from runtime.admission import evaluate
+from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
+from tests.fakes.openai_server import FakeOpenAI
+from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 TURN = [
@@ -100,25 +104,28 @@ def zstd_only(payload: list[bytes], per_flush: int) -> float:
     return time.perf_counter() - began
 
 
-class TimedRules(RulesProvider):
-    model_seconds = 0.0
+class Timed:
+    """Wraps a provider and adds up the time spent in it."""
+
+    def __init__(self, provider: ModelProvider) -> None:
+        self.provider, self.name, self.seconds = provider, provider.name, 0.0
 
     def complete(self, messages, tools):  # type: ignore[no-untyped-def]
         began = time.perf_counter()
         try:
-            return super().complete(messages, tools)
+            return self.provider.complete(messages, tools)
         finally:
-            TimedRules.model_seconds += time.perf_counter() - began
+            self.seconds += time.perf_counter() - began
 
 
-def turn_overhead(folder: Path, turns: int) -> tuple[float, float]:
-    settings = load_settings(data_dir=folder / "var")
+def turn_overhead(folder: Path, turns: int, provider: Timed) -> float:
+    """Seconds of `run_turn` outside the model, over `turns` turns."""
+    settings = load_settings(data_dir=folder)
     store = DeliveryStore(settings.delivery_path)
     create_account(store, AccountSpec(id="shop", platform="simulator", identity="bench"))
     create_direct_route(store, DirectRouteSpec(id="all", account_id="shop"))
     platform = SimulatedPlatform(settings.simulator_path)
     transport = SimulatorTransport(platform)
-    provider = TimedRules(load_knowledge(None))
     customers = []
     for i in range(turns):
         page = transport.page_of("shop", [platform.buyer_says("shop", f"b{i}", "买家", "什么时候发货？")])
@@ -131,7 +138,7 @@ def turn_overhead(folder: Path, turns: int) -> tuple[float, float]:
         result = run_turn(store, provider, customer, settings.sessions_dir, settings.zone, settings.agent)
         total += time.perf_counter() - began
         assert result is not None and result.outcome == "complete"
-    return total, TimedRules.model_seconds
+    return total - provider.seconds
 
 
 def main() -> None:
@@ -153,14 +160,18 @@ def main() -> None:
                 ("kefu SessionLog append + flush", kefu),
             ]:
                 table.add_row(label, name, f"{args.events / seconds:,.0f}", f"{seconds / kefu:.1%}")
-        turn_total, model = turn_overhead(folder, args.turns)
+        rules = Timed(RulesProvider(load_knowledge(None)))
+        rules_overhead = turn_overhead(folder / "rules", args.turns, rules)
+        with FakeOpenAI() as fake:
+            endpoint = OpenAISettings(base_url=fake.base_url, api_key="sk-bench", model="fake")
+            llm = Timed(OpenAIChatProvider(endpoint))
+            llm_overhead = turn_overhead(folder / "openai", args.turns, llm)
     console = Console()
     console.print(table)
-    overhead_ms = (turn_total - model) / args.turns * 1000
-    print(
-        f"agent turn overhead excluding model time (rules provider, {args.turns} turns): {overhead_ms:.2f} ms per turn"
-    )
-    print(f"model time per turn: {model / args.turns * 1000:.3f} ms")
+    turns = Table("provider", "turn overhead ms (excl. model)", "model call ms per turn", title=f"{args.turns} turns")
+    for name, overhead, provider in [("rules", rules_overhead, rules), ("openai (fake, instant)", llm_overhead, llm)]:
+        turns.add_row(name, f"{overhead / args.turns * 1000:.2f}", f"{provider.seconds / args.turns * 1000:.2f}")
+    console.print(turns)
 
 
 if __name__ == "__main__":

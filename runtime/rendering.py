@@ -32,6 +32,8 @@ def label(sender_role: str, sender_name: str | None) -> str:
         return "[operator from console]"
     if sender_role == "human-native":
         return "[operator from native client]"
+    if sender_role == "ai":
+        return "[assistant reply]"  # the platform's echo of our own automatic reply
     return f"[counterpart {sender_name}]" if sender_name else "[counterpart]"
 
 

@@ -7,11 +7,13 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.agent.model import ToolCall, ToolSpec
 from runtime.handling import is_current, pause_handling
+from runtime.history import query_history
 from runtime.outbox import OutboundIntent, find_same_text, register_outbound
 from runtime.store import DeliveryStore
 from runtime.store.tables import AdmissionBatch, Customer
@@ -47,6 +49,7 @@ class TurnBinding:
     batch: AdmissionBatch
     session_id: str
     account_revision: int
+    zone: ZoneInfo
     on_registered: Callable[[str], None] = lambda request_id: None
     sent_this_turn: dict[str, str] = field(default_factory=dict)
 
@@ -112,6 +115,33 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     )
 
 
+class ImQueryHistoryArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(20, ge=1, le=100)
+    before: int | None = Field(None, ge=1)
+
+
+IM_QUERY_HISTORY = ToolSpec(
+    name="im_query_history",
+    description="Earlier messages of this conversation as labelled lines, oldest first. Pass `before` from the "
+    "previous result to page further back.",
+    parameters=ImQueryHistoryArgs.model_json_schema(),
+)
+
+
+def im_query_history(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    args = _parse(call, ImQueryHistoryArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    assert isinstance(args, ImQueryHistoryArgs)
+    with binding.store.read() as conn:
+        page = query_history(conn, binding.customer.id, args.limit, args.before, binding.zone)  # type: ignore[arg-type]
+    if not page.lines:
+        return ToolOutcome("No messages.")
+    more = f"\n(older messages: before={page.next_before})" if page.next_before else "\n(start of conversation)"
+    return ToolOutcome("\n".join(page.lines) + more)
+
+
 class ImHandoffArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=500)
@@ -137,6 +167,7 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
 
 TOOLS: dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]] = {
     IM_SEND_MESSAGE.name: (IM_SEND_MESSAGE, im_send_message),
+    IM_QUERY_HISTORY.name: (IM_QUERY_HISTORY, im_query_history),
     IM_HANDOFF.name: (IM_HANDOFF, im_handoff),
 }
 

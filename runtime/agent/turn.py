@@ -200,6 +200,7 @@ def run_turn(
         batch=batch,
         session_id=session_id,
         account_revision=account.revision if account else 0,
+        zone=zone,
         on_registered=on_registered,
     )
     tools = [spec for spec, _ in TOOLS.values()]

@@ -81,7 +81,7 @@ def test_a_tool_call_reaches_the_outbox_and_the_request_is_well_formed(store, se
     assert outbox(store) == [("现货48小时内发货", "pending")]
     first, second = fake.requests
     assert first["model"] == "fake-model" and fake.headers[0]["Authorization"] == "Bearer sk-test-key"
-    assert [t["function"]["name"] for t in first["tools"]] == [SEND, "im_handoff"]
+    assert [t["function"]["name"] for t in first["tools"]] == [SEND, "im_query_history", "im_handoff"]
     assert first["messages"][0]["role"] == "system" and agent.persona in first["messages"][0]["content"]
     assert "[counterpart 张三] 什么时候发货？" in first["messages"][1]["content"]
     assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "c1"

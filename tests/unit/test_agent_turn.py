@@ -123,6 +123,23 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
 
 
+@pytest.fixture
+def binding(store, settings, shop, transport, platform):
+    from runtime.admission import load_batch, load_customer
+
+    customer_id = say(store, transport, platform, "b1", "你好")
+    decision = evaluate(store, customer_id, 1000)
+    with store.read() as conn:
+        return TurnBinding(
+            store=store,
+            customer=load_customer(conn, customer_id),
+            batch=load_batch(conn, decision.batch_id),
+            session_id="s",
+            account_revision=1,
+            zone=settings.zone,
+        )
+
+
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
@@ -131,25 +148,27 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
         ('{"text": ""}', "Error: invalid arguments for im_send_message: text: String should have at least 1 character"),
     ],
 )
-def test_broken_tool_arguments_get_a_model_readable_error(
-    store, settings, shop, transport, platform, arguments, expected
-):
-    from runtime.admission import load_batch, load_customer
-
-    customer_id = say(store, transport, platform, "b1", "你好")
-    decision = evaluate(store, customer_id, 1000)
-    with store.read() as conn:
-        binding = TurnBinding(
-            store=store,
-            customer=load_customer(conn, customer_id),
-            batch=load_batch(conn, decision.batch_id),
-            session_id="s",
-            account_revision=1,
-        )
+def test_broken_tool_arguments_get_a_model_readable_error(binding, arguments, expected):
     outcome = execute(binding, ToolCall(id="c1", name="im_send_message", arguments=arguments))
     assert outcome.is_error and outcome.content.startswith(expected)
     unknown = execute(binding, ToolCall(id="c2", name="im_refund", arguments="{}"))
     assert unknown.is_error and "unknown tool" in unknown.content
+
+
+def test_history_pages_backwards_through_this_conversation_only(binding, store, transport, platform):
+    for text in ["第二条", "第三条"]:
+        say(store, transport, platform, "b1", text)
+    say(store, transport, platform, "b2", "别人的消息")
+    latest = execute(binding, ToolCall(id="h1", name="im_query_history", arguments='{"limit": 2}'))
+    lines = latest.content.splitlines()
+    assert [line.split("] ", 2)[-1] for line in lines[:2]] == ["第二条", "第三条"]
+    assert lines[0].startswith("[20") and "[counterpart 买家b1]" in lines[0]
+    before = int(lines[-1].removeprefix("(older messages: before=").rstrip(")"))
+    older = execute(binding, ToolCall(id="h2", name="im_query_history", arguments=f'{{"before": {before}}}'))
+    assert older.content.splitlines()[0].endswith("你好") and older.content.endswith("(start of conversation)")
+    assert "别人的消息" not in latest.content + older.content
+    bad = execute(binding, ToolCall(id="h3", name="im_query_history", arguments='{"limit": 500}'))
+    assert bad.is_error and "limit" in bad.content
 
 
 def test_rules_provider_answers_faq_greeting_and_fallback():
