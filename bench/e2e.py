@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from config import load_settings
-from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.accounts import AccountSpec, create_account
+from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.celery_app import make_app
@@ -40,7 +41,7 @@ class Rig:
         self.settings = load_settings(data_dir=data_dir, broker_url=broker)
         store = DeliveryStore(self.settings.delivery_path)
         create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
-        create_direct_route(store, DirectRouteSpec(id="all", account_id=ACCOUNT))
+        create_route(store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="bench-route")
         self.platform = SimulatedPlatform(self.settings.simulator_path)
         self.transport = SimulatorTransport(self.platform)
         self.app = make_app(self.settings)

@@ -23,12 +23,13 @@ from rich.console import Console
 from rich.table import Table
 
 from config import OpenAISettings, load_settings
-from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.accounts import AccountSpec, create_account
 from runtime.admission import evaluate
 from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
+from runtime.routes import RouteSpec, create_route
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
 from tests.fakes.openai_server import FakeOpenAI
@@ -123,7 +124,7 @@ def turn_overhead(folder: Path, turns: int, provider: Timed) -> float:
     settings = load_settings(data_dir=folder)
     store = DeliveryStore(settings.delivery_path)
     create_account(store, AccountSpec(id="shop", platform="simulator", identity="bench"))
-    create_direct_route(store, DirectRouteSpec(id="all", account_id="shop"))
+    create_route(store, RouteSpec(id="all", account_id="shop", conversation_type="direct"), op_id="bench-route")
     platform = SimulatedPlatform(settings.simulator_path)
     transport = SimulatorTransport(platform)
     customers = []

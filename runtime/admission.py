@@ -11,21 +11,23 @@ from typing import Literal
 
 from sqlalchemy import Connection
 
-from runtime.accounts import account_is_live, load_account, resolve_route
+from runtime.accounts import account_is_live, load_account
 from runtime.rendering import RenderableMessage
+from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import AdmissionBatch, Customer
+from runtime.store.tables import AdmissionBatch, Customer, Route
 
 Reason = Literal[
     "admitted",
     "open-batch",
     "nothing-pending",
+    "trigger-not-met",
     "no-route",
     "route-disabled",
+    "preset-unavailable",
     "paused",
     "account-not-live",
-    "group-admission-unavailable",
     "unknown-customer",
 ]
 
@@ -75,9 +77,9 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             return AdmissionDecision("no-route")
         if not route.enabled:
             return AdmissionDecision("route-disabled")
-        if customer.conversation_type == "group":
-            # Group triggers (mention / every_n / interval) are not built yet; input stays pending.
-            return AdmissionDecision("group-admission-unavailable")
+        if route.agent_preset is not None:
+            # No preset registry exists yet: a recorded preset cannot load, and never falls back.
+            return AdmissionDecision("preset-unavailable")
         ids = [
             row[0]
             for row in conn.execute(
@@ -85,15 +87,17 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
                 {"c": customer_id, "n": batch_size},
             )
         ]
-        triggering = conn.execute(
+        live = conn.execute(
             sql(
-                "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
-                " AND sender_role IN ('external', 'human-native') LIMIT 1"
+                "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
+                " WHERE customer_id = :c AND state = 'pending' AND sender_role IN ('external', 'human-native')"
             ),
             {"c": customer_id},
-        ).first()
-        if not ids or triggering is None:
+        ).one()
+        if not ids or live[0] == 0:
             return AdmissionDecision("nothing-pending")
+        if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
+            return AdmissionDecision("trigger-not-met")
         batch_id = f"b{customer_id}-{ids[0]}"  # stable: derived from the first claimed message
         at = now_ms()
         conn.execute(
@@ -117,6 +121,21 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             {"b": batch_id, "c": customer_id, "lo": ids[0], "hi": ids[-1]},
         )
         return AdmissionDecision("admitted", batch_id)
+
+
+def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: tuple[int, int, int]) -> bool:
+    """Group input waits until one of the route's triggers holds (any one is enough)."""
+    count, mentioned, oldest = live
+    if route.trigger_mention and mentioned:  # explicit provider mention evidence only
+        return True
+    if route.trigger_every_n and count >= route.trigger_every_n:
+        return True
+    if route.trigger_interval_s:
+        last = conn.execute(
+            sql("SELECT max(created_at) FROM admission_batch WHERE customer_id = :c"), {"c": customer_id}
+        ).scalar_one()
+        return now_ms() - (last if last is not None else oldest) >= route.trigger_interval_s * 1000
+    return False
 
 
 def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.accounts import AccountSpec, create_account
+from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
@@ -40,7 +41,7 @@ def store(settings: Settings) -> DeliveryStore:
 @pytest.fixture
 def shop(store: DeliveryStore) -> str:
     create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="seller-1"))
-    create_direct_route(store, DirectRouteSpec(id="all-direct", account_id=ACCOUNT))
+    create_route(store, RouteSpec(id="all-direct", account_id=ACCOUNT, conversation_type="direct"), op_id="op-all")
     return ACCOUNT
 
 

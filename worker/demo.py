@@ -10,7 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from config import load_settings
-from runtime.accounts import AccountSpec, DirectRouteSpec, create_account, create_direct_route
+from runtime.accounts import AccountSpec, create_account
+from runtime.routes import RouteSpec, create_route
 from runtime.status import is_quiet
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
@@ -47,7 +48,7 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
     settings = load_settings(data_dir=data_dir, broker_url="embedded")
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="demo-shop-seller"))
-    create_direct_route(store, DirectRouteSpec(id="demo-all-direct", account_id=ACCOUNT))
+    create_route(store, RouteSpec(id="demo-all-direct", account_id=ACCOUNT, conversation_type="direct"), "demo-route")
     platform = SimulatedPlatform(settings.simulator_path)
     transport = SimulatorTransport(platform)
     app = make_app(settings)

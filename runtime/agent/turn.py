@@ -25,6 +25,7 @@ from runtime.admission import (
     open_batch,
     revoke_batch,
 )
+from runtime.agent.context import context_use
 from runtime.agent.model import AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
 from runtime.agent.rules import FOLLOW_UP_PREFIX
 from runtime.agent.tools import TOOLS, TurnBinding, execute
@@ -123,6 +124,17 @@ def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEv
     return [(e, ends.get(e.turn)) for e in events if e.type == "turn/start" and e.batch_id == batch_id]
 
 
+def reconcile_session(store: DeliveryStore, turns: list[tuple[SessionEvent, str | None]], batch_id: str) -> bool:
+    """The session log already holds this batch's finished turn but the store never heard
+    (a crash between the two): commit and finish the batch from the log. True if it did."""
+    if not turns or turns[-1][1] not in ("complete", "error"):
+        return False
+    with store.write() as conn:
+        commit_batch(conn, batch_id)
+        finish_batch(conn, batch_id)
+    return True
+
+
 def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
     with store.write() as conn:
         session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
@@ -137,7 +149,12 @@ def call_model(provider: ModelProvider, log: SessionLog, tools: list, retry: Ope
     None when the model stayed unavailable."""
     for attempt in range(1, retry.max_attempts + 1):
         try:
-            return provider.complete(model_view(log.all_events), tools)
+            view = model_view(log.all_events)
+            reply = provider.complete(view, tools)
+            tokens, source = context_use(view, reply)
+            return reply.model_copy(
+                update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}}
+            )
         except ModelError as error:
             log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
             log.flush()
@@ -177,10 +194,7 @@ def run_turn(
         log.append("system/message", text=system_prompt(agent.persona))
 
     turns = _turns_of(log.events, batch.id)
-    if turns and turns[-1][1] in ("complete", "error"):
-        with store.write() as conn:  # the turn ended but the store never heard: reconcile
-            commit_batch(conn, batch.id)
-            finish_batch(conn, batch.id)
+    if reconcile_session(store, turns, batch.id):
         return TurnResult(batch.id, turns[-1][1], session_id)  # type: ignore[arg-type]
 
     turn_id = f"t{log.offset}"

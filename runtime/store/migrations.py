@@ -179,5 +179,19 @@ V3 = Migration(
     ("ALTER TABLE customer ADD COLUMN handling_reason TEXT",),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3)
+V4 = Migration(
+    4,
+    "operation receipts (replaying an operation id returns its stored result) and route revisions",
+    (
+        """CREATE TABLE operation (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        )""",
+        "ALTER TABLE route ADD COLUMN revision INTEGER NOT NULL DEFAULT 1",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4)
 LATEST_VERSION = MIGRATIONS[-1].version

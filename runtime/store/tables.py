@@ -37,7 +37,8 @@ class Route(SQLModel, table=True):
     trigger_mention: bool = False
     trigger_every_n: int | None = None
     trigger_interval_s: int | None = None
-    generation: int = 1
+    generation: int = 1  # bumped on every change; auto sends freeze the one they were admitted under
+    revision: int = 1  # compare-and-set token of route operations
     created_at: int
 
 
@@ -150,6 +151,14 @@ class OutboxAttempt(SQLModel, table=True):
     finished_at: int | None = None
     platform_message_id: str | None = None
     error_code: str | None = None
+
+
+class Operation(SQLModel, table=True):
+    __tablename__ = "operation"
+    id: str = Field(primary_key=True)
+    kind: str
+    result: str  # JSON of what the operation returned
+    created_at: int
 
 
 class Lease(SQLModel, table=True):

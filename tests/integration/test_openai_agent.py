@@ -87,6 +87,7 @@ def test_a_tool_call_reaches_the_outbox_and_the_request_is_well_formed(store, se
     assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "c1"
     usage = [e.usage for e in events(settings, result) if e.type == "assistant/message"]
     assert usage[0]["total_tokens"] == 110
+    assert (usage[0]["context_tokens"], usage[0]["source"]) == (110, "provider")
 
 
 def test_malformed_tool_arguments_get_a_tool_error_not_a_crash(store, settings, agent, customer, fake):

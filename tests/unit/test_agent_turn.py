@@ -52,18 +52,11 @@ def test_batch_size_bounds_a_batch(store, shop, transport, platform):
 
 
 def test_specific_route_beats_all_even_when_disabled(store, shop, transport, platform):
-    from runtime.accounts import DirectRouteSpec, create_direct_route
+    from runtime.routes import RouteSpec, create_route
 
-    create_direct_route(
-        store,
-        DirectRouteSpec(
-            id="vip",
-            account_id="shop",
-            target="specific",
-            conversation_id=platform.conversation_for("b1"),
-            enabled=False,
-        ),
-    )
+    vip = platform.conversation_for("b1")
+    spec = RouteSpec(id="vip", account_id="shop", conversation_type="direct", target="specific", conversation_id=vip)
+    create_route(store, spec.model_copy(update={"enabled": False}), op_id="op-vip")
     blocked = say(store, transport, platform, "b1", "你好")
     allowed = say(store, transport, platform, "b2", "你好")
     assert evaluate(store, blocked, 1000).reason == "route-disabled"
@@ -92,6 +85,9 @@ def test_a_turn_logs_the_batch_then_answers_through_the_tool(store, settings, sh
         "turn/end",
     ]
     assert "[counterpart 买家b1] 什么时候发货？" in events[2].text
+    usage = [e.usage for e in events if e.type == "assistant/message"]
+    assert [u["source"] for u in usage] == ["estimate", "estimate"]
+    assert 0 < usage[0]["context_tokens"] < usage[1]["context_tokens"]  # the context grows within the turn
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
         assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
@@ -192,3 +188,28 @@ def test_a_broken_knowledge_file_names_the_file(tmp_path):
     with pytest.raises(KefuError) as raised:
         load_knowledge(bad)
     assert raised.value.code == "KEFU_KNOWLEDGE_INVALID" and str(bad) in str(raised.value)
+
+
+def test_the_context_estimate_is_deterministic_and_counts_cjk_per_character():
+    from runtime.agent.context import estimate_tokens
+
+    messages = [ChatMessage(role="user", content="什么时候发货"), ChatMessage(role="user", content="abcdefgh")]
+    assert estimate_tokens(messages) == (4 + 6) + (4 + 2)
+    assert estimate_tokens(messages) == estimate_tokens(list(messages))
+
+
+def test_reconcile_session_commits_a_batch_the_log_already_finished(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "发什么快递")
+    evaluate(store, customer, 1000)
+    first = turn(store, settings, customer)
+    with store.write() as conn:  # the crash: turn/end was durable, the store's update was not
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed'")
+        conn.exec_driver_sql("UPDATE inbound_message SET state = 'claimed'")
+    again = turn(store, settings, customer)
+    assert (again.batch_id, again.outcome) == (first.batch_id, "complete")
+    events = SessionLog(session_path(settings.sessions_dir, first.session_id)).load()
+    assert [e.type for e in events].count("turn/start") == 1  # no second turn, no second reply
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1

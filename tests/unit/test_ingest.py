@@ -187,3 +187,13 @@ def test_occurred_at_keeps_the_provider_instant(store, shop):
     ingest_page(store, parse_page(page_dict()))
     occurred = rows(store, "SELECT occurred_at FROM inbound_message")[0][0]
     assert occurred == int(datetime(2026, 11, 30, 6, 5, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_history_imports_enter_the_history_only(store, shop):
+    from runtime.admission import evaluate
+
+    imported = ingest_page(store, parse_page(page_dict(op="h1", groups=[group("conv-1", [message("old")])])), "history")
+    assert imported.customer_ids == []  # nobody asks admission about history
+    assert rows(store, "SELECT state FROM inbound_message") == [("history",)]
+    customer_id = rows(store, "SELECT id FROM customer")[0][0]
+    assert evaluate(store, customer_id, 1000).reason == "nothing-pending"

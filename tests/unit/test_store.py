@@ -53,12 +53,14 @@ def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
     shutil.copy(FIXTURE, path)
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
     store = DeliveryStore(path)
-    assert store.user_version() == LATEST_VERSION == 3
+    assert store.user_version() == LATEST_VERSION
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT body FROM inbound_message").scalar_one() == "什么时候发货"
         assert conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "pending"
         assert conn.exec_driver_sql("SELECT count(*) FROM lease").scalar_one() == 0
         assert conn.exec_driver_sql("SELECT handling_reason FROM customer").scalar_one() is None
+        assert conn.exec_driver_sql("SELECT revision, generation FROM route").one() == (1, 1)
+        assert conn.exec_driver_sql("SELECT count(*) FROM operation").scalar_one() == 0
         indexes = {row[1] for row in conn.exec_driver_sql("PRAGMA index_list(outbox_request)")}
     assert "outbox_unsettled" in indexes
     DeliveryStore(path)  # reopening a migrated file is a no-op
@@ -98,4 +100,4 @@ def test_migration_waits_for_a_short_lock(tmp_path):
     store = DeliveryStore(
         path, DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=5000)
     )
-    assert store.user_version() == LATEST_VERSION == 3
+    assert store.user_version() == LATEST_VERSION

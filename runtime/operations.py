@@ -1,0 +1,40 @@
+"""Operation receipts: an operation id replayed returns the result stored the first time,
+also after a restart, so a caller whose response was lost can simply ask again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection
+
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+
+def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Inside the caller's write transaction: the stored result, or run and store it."""
+    row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).first()
+    if row is not None:
+        if row.kind != kind:
+            raise KefuError(
+                "KEFU_OPERATION_CONFLICT",
+                f"operation id {op_id!r} was already used for {row.kind}",
+                "use a new operation id for a new operation",
+            )
+        return json.loads(row.result)
+    result = operation()
+    conn.execute(
+        sql("INSERT INTO operation (id, kind, result, created_at) VALUES (:id, :kind, :result, :at)"),
+        {"id": op_id, "kind": kind, "result": json.dumps(result, ensure_ascii=False), "at": now_ms()},
+    )
+    return result
+
+
+def query_operation(store: DeliveryStore, op_id: str) -> dict[str, Any] | None:
+    """The stored result of an operation, or None if it never committed."""
+    with store.read() as conn:
+        row = conn.execute(sql("SELECT result FROM operation WHERE id = :id"), {"id": op_id}).first()
+    return json.loads(row.result) if row else None
