@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import Connection
 
 from runtime.errors import KefuError
@@ -20,8 +20,13 @@ from runtime.store.sql import sql
 from runtime.store.tables import Route
 
 
+def _trigger(spec_name: str, column: str, default: object = None, **bounds: int) -> object:
+    """Accept the spec's name (`every_n`) as well as the stored column's (`trigger_every_n`)."""
+    return Field(default, validation_alias=AliasChoices(column, spec_name), **bounds)
+
+
 class RouteSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str = Field(min_length=1, max_length=128)
     account_id: str = Field(min_length=1)
     conversation_type: Literal["direct", "group"]
@@ -31,9 +36,9 @@ class RouteSpec(BaseModel):
     workspace: str = "default"
     enabled: bool = True
     agent_preset: str | None = Field(None, min_length=1)
-    trigger_mention: bool = False  # group: explicit provider mention evidence only
-    trigger_every_n: int | None = Field(None, ge=1)
-    trigger_interval_s: int | None = Field(None, ge=1)
+    trigger_mention: bool = _trigger("mention", "trigger_mention", False)  # explicit mention evidence only
+    trigger_every_n: int | None = _trigger("every_n", "trigger_every_n", ge=1)
+    trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s", ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> RouteSpec:
@@ -53,12 +58,12 @@ class RouteSpec(BaseModel):
 class RouteChanges(BaseModel):
     """Fields an update may change; the result is validated as a whole RouteSpec."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     enabled: bool | None = None
     agent_preset: str | None = None
-    trigger_mention: bool | None = None
-    trigger_every_n: int | None = None
-    trigger_interval_s: int | None = None
+    trigger_mention: bool | None = _trigger("mention", "trigger_mention")
+    trigger_every_n: int | None = _trigger("every_n", "trigger_every_n")
+    trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s")
     peer_id: str | None = None
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import zstandard
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from runtime.store import now_ms
 
@@ -34,9 +34,16 @@ EventType = Literal[
 ]
 
 
+# A position (seq, 0..N-1) and a count (offset, 0..N) are different things; both are exact
+# non-negative integers.
+Seq = Annotated[int, Field(ge=0, strict=True)]
+Offset = Annotated[int, Field(ge=0, strict=True)]
+_offset = TypeAdapter(Offset)
+
+
 class SessionEvent(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
-    seq: int = Field(ge=0, strict=True)  # position: 0..N-1, contiguous
+    seq: Seq
     type: EventType
     at: int = Field(ge=0)  # ms since epoch
 
@@ -79,6 +86,13 @@ class SessionLog:
     def offset(self) -> int:
         """Count of events (durable and buffered): the next seq."""
         return len(self.events) + len(self._pending)
+
+    def since(self, offset: int) -> list[SessionEvent]:
+        """Durable events after the first `offset` (a count: 0 gives all, len gives none)."""
+        count = _offset.validate_python(offset)
+        if count > len(self.events):
+            raise ValueError(f"offset {count} is past the end of the log ({len(self.events)} events)")
+        return self.events[count:]
 
     @property
     def all_events(self) -> list[SessionEvent]:

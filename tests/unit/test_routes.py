@@ -159,3 +159,18 @@ def test_a_recorded_preset_that_cannot_load_blocks_admission(store, shop, transp
     create_route(store, spec, op_id="op-p")
     customer = ingest_page(store, transport.page_of("shop", [platform.buyer_says("shop", "b1", "n", "你好")]))
     assert evaluate(store, customer.customer_ids[0], 1000).reason == "preset-unavailable"
+
+
+def test_triggers_accept_the_spec_names():
+    spec = RouteSpec.model_validate(
+        {
+            "id": "g",
+            "account_id": "shop",
+            "conversation_type": "group",
+            "mention": True,
+            "every_n": 5,
+            "fixed_interval_seconds": 30,
+        }
+    )
+    assert (spec.trigger_mention, spec.trigger_every_n, spec.trigger_interval_s) == (True, 5, 30)
+    assert RouteChanges.model_validate({"every_n": 2}).model_dump(exclude_unset=True) == {"trigger_every_n": 2}

@@ -104,3 +104,15 @@ def test_damage_before_the_tail_is_corruption_not_a_torn_tail(tmp_path):
     path.write_bytes(_frame(_event(0), b'{"seq": 1, "type"') + _frame(_event(2)))
     with pytest.raises(CorruptSessionLog, match="event 1 is not a whole event"):
         SessionLog(path).load()
+
+
+def test_an_offset_is_a_count_of_events(tmp_path):
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    for text in ("a", "b", "c"):
+        log.append("system/message", text=text)
+    log.flush()
+    assert [e.text for e in log.since(1)] == ["b", "c"]
+    assert log.since(3) == [] and len(log.since(0)) == 3
+    for bad in (-1, 1.5, "2", 4):
+        with pytest.raises(ValueError):
+            log.since(bad)
