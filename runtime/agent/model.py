@@ -6,6 +6,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+# Marks the user message of a follow-up turn (after an interruption): it carries no buyer lines.
+FOLLOW_UP_PREFIX = "[kefu follow-up]"
+
 
 class ToolCall(BaseModel):
     id: str = Field(min_length=1)

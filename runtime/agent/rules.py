@@ -17,10 +17,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runtime.agent.model import AssistantReply, ChatMessage, ToolCall, ToolSpec
+from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
 from runtime.errors import KefuError
 
-FOLLOW_UP_PREFIX = "[kefu follow-up]"
 _LINE = re.compile(r"^\[[^\]]*\] \[counterpart(?: [^\]]*)?\] (?P<text>.*)$")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -51,7 +51,6 @@ class TurnBinding:
     account_revision: int
     zone: ZoneInfo
     on_registered: Callable[[str], None] = lambda request_id: None
-    sent_this_turn: dict[str, str] = field(default_factory=dict)
 
 
 def request_id_for(session_id: str, tool_call_id: str) -> str:

@@ -26,8 +26,7 @@ from runtime.admission import (
     revoke_batch,
 )
 from runtime.agent.context import context_use
-from runtime.agent.model import AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
-from runtime.agent.rules import FOLLOW_UP_PREFIX
+from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.handling import is_current
 from runtime.rendering import render_batch
