@@ -37,6 +37,17 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _kefu(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "kefu"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(COLUMNS="200", **env),
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -132,50 +143,22 @@ def test_a_bad_setting_stops_the_worker_naming_the_variable(tmp_path):
 
 def test_kefu_config_masks_secrets_and_reads_kefu_toml(tmp_path):
     (tmp_path / "kefu.toml").write_text('timezone = "Europe/Berlin"\n[admission]\nbatch_size = 50\n', encoding="utf-8")
-    run = subprocess.run(
-        [str(BIN / "kefu"), "config"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(KEFU_AGENT__OPENAI__API_KEY="sk-do-not-print", COLUMNS="200"),
-    )
+    run = _kefu(tmp_path, "config", KEFU_AGENT__OPENAI__API_KEY="sk-do-not-print")
     assert run.returncode == 0, run.stderr
     assert "sk-do-not-print" not in run.stdout and "**********" in run.stdout
     assert "Europe/Berlin" in run.stdout and "KEFU_ADMISSION__BATCH_SIZE" in run.stdout and " 50 " in run.stdout
 
 
 def test_kefu_config_rejects_a_bad_zone(tmp_path):
-    run = subprocess.run(
-        [str(BIN / "kefu"), "config"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(KEFU_TIMEZONE="Asia/Shanghia", COLUMNS="200"),
-    )
+    run = _kefu(tmp_path, "config", KEFU_TIMEZONE="Asia/Shanghia")
     assert run.returncode == 2
     assert "KEFU_TIMEZONE" in run.stderr and "IANA" in run.stderr
 
 
 def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
-    run = subprocess.run(
-        [str(BIN / "kefu"), "demo"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-    )
+    run = _kefu(tmp_path, "demo")
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert last == "demo: 11 buyer messages, 11 answered, 0 duplicate replies, 0 lost"
-    status = subprocess.run(
-        [str(BIN / "kefu"), "status"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))), COLUMNS="200"),
-    )
+    status = _kefu(tmp_path, "status", KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))))
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout

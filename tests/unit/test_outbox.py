@@ -21,24 +21,38 @@ from runtime.outbox import (
 )
 
 
+def intent(request_id: str, origin: str, body: str, **frozen: object) -> OutboundIntent:
+    return OutboundIntent(
+        request_id=request_id,
+        customer_id=1,
+        account_id="shop",
+        conversation_id="c",
+        recipient_id="b1",
+        origin=origin,
+        body=body,
+        **frozen,
+    )
+
+
 @pytest.fixture
-def request_id(store, shop) -> str:
+def customer(store, shop) -> None:
     with store.write() as conn:
         conn.exec_driver_sql(
             "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
             " VALUES ('shop', 'c', 'direct', 0)"
         )
-        intent = OutboundIntent(
-            request_id="manual-1",
-            customer_id=1,
-            account_id="shop",
-            conversation_id="c",
-            recipient_id="b1",
-            origin="manual",
-            body="您好",
+        conn.exec_driver_sql(
+            "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, message_count,"
+            " created_at, updated_at) VALUES ('b1', 1, 0, 'all-direct', 1, 1, 0, 0)"
         )
-        register_outbound(conn, intent)
-        register_outbound(conn, intent.model_copy(update={"body": "changed"}))  # idempotent: first intent wins
+
+
+@pytest.fixture
+def request_id(store, customer) -> str:
+    with store.write() as conn:
+        manual = intent("manual-1", "manual", "您好")
+        register_outbound(conn, manual)
+        register_outbound(conn, manual.model_copy(update={"body": "changed"}))  # idempotent: first intent wins
     return "manual-1"
 
 
@@ -93,31 +107,9 @@ def test_failure_kinds(store, request_id):
         ("UPDATE route SET enabled = 0", "route-changed"),
     ],
 )
-def test_a_stale_auto_send_ends_without_an_attempt(store, shop, change, reason):
+def test_a_stale_auto_send_ends_without_an_attempt(store, customer, change, reason):
     with store.write() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
-            " VALUES ('shop', 'c', 'direct', 0)"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, message_count,"
-            " created_at, updated_at) VALUES ('b1', 1, 0, 'all-direct', 1, 1, 0, 0)"
-        )
-        register_outbound(
-            conn,
-            OutboundIntent(
-                request_id="auto-1",
-                customer_id=1,
-                account_id="shop",
-                conversation_id="c",
-                recipient_id="b1",
-                origin="auto",
-                body="好的",
-                batch_id="b1",
-                route_generation=1,
-                handling_epoch=0,
-            ),
-        )
+        register_outbound(conn, intent("auto-1", "auto", "好的", batch_id="b1", route_generation=1, handling_epoch=0))
         conn.exec_driver_sql(change)
     assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped(reason)
     assert state(store, "auto-1").state == reason
