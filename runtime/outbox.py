@@ -72,7 +72,9 @@ class AttemptGrant:
 
 @dataclass(frozen=True)
 class AttemptSkipped:
-    reason: Literal["unknown-request", "settled", "in-progress", "result-unknown", "revoked", "route-changed"]
+    reason: Literal[
+        "unknown-request", "settled", "in-progress", "result-unknown", "revoked", "route-changed", "waiting-for-earlier"
+    ]
 
 
 def register_outbound(conn: Connection, intent: OutboundIntent) -> OutboxRequest:
@@ -122,6 +124,32 @@ def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     return None
 
 
+def _earlier_in_flight(conn: Connection, request_id: str, customer_id: int) -> bool:
+    """Is a request of the same customer registered earlier (rowid order) still pending or sending?"""
+    return (
+        conn.execute(
+            sql(
+                "SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
+                " AND rowid < (SELECT rowid FROM outbox_request WHERE request_id = :r) LIMIT 1"
+            ),
+            {"c": customer_id, "r": request_id},
+        ).first()
+        is not None
+    )
+
+
+def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
+    """The customer's earliest registered request still waiting for its attempt."""
+    with store.read() as conn:
+        return conn.execute(
+            sql(
+                "SELECT request_id FROM outbox_request WHERE customer_id = :c AND state = 'pending'"
+                " ORDER BY rowid LIMIT 1"
+            ),
+            {"c": customer_id},
+        ).scalar_one_or_none()
+
+
 def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: float) -> AttemptGrant | AttemptSkipped:
     at = now_ms()
     with store.write() as conn:
@@ -144,6 +172,8 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
                 return AttemptSkipped("in-progress")
             _mark(conn, request_id, last.attempt_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
             return AttemptSkipped("result-unknown")
+        if _earlier_in_flight(conn, request_id, request.customer_id):
+            return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
             conn.execute(
                 sql("UPDATE outbox_request SET state = :s, updated_at = :at WHERE request_id = :r"),

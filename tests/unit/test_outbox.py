@@ -14,6 +14,7 @@ from runtime.outbox import (
     SendReceipt,
     begin_attempt,
     load_request,
+    next_pending,
     record_failure,
     record_sent,
     register_outbound,
@@ -115,3 +116,24 @@ def test_a_stale_auto_send_ends_without_an_attempt(store, customer, change, reas
     assert state(store, "auto-1").state == reason
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+
+
+def test_replies_to_one_customer_go_out_in_registration_order(store, customer):
+    with store.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
+            " VALUES ('shop', 'other', 'direct', 0)"
+        )
+        for request_id in ("m-1", "m-2", "m-3"):
+            register_outbound(conn, intent(request_id, "manual", request_id))
+        register_outbound(conn, intent("x-1", "manual", "x").model_copy(update={"customer_id": 2}))
+    assert next_pending(store, 1) == "m-1"
+    assert begin_attempt(store, "m-2", "w", 60) == AttemptSkipped("waiting-for-earlier")
+    assert isinstance(begin_attempt(store, "x-1", "w", 60), AttemptGrant)  # other customers never wait
+    first = begin_attempt(store, "m-1", "w", 60)
+    assert begin_attempt(store, "m-2", "w", 60) == AttemptSkipped("waiting-for-earlier")  # m-1 is being sent
+    record_failure(store, "m-1", first.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    assert next_pending(store, 1) == "m-2"  # an unknown outcome is no longer being attempted
+    second = begin_attempt(store, "m-2", "w", 60)
+    record_sent(store, "m-2", second.attempt_no, SendReceipt(platform_message_id="p2"))
+    assert isinstance(begin_attempt(store, "m-3", "w", 60), AttemptGrant)

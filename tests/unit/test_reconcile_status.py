@@ -20,7 +20,7 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
     assert pending_work(store, grace_s=60, attempt_lease_s=60).admissions == []  # too young: left to its own task
     evaluate(store, ids[0], 1000)  # b1: claimed into a batch, its turn never ran
     with store.write() as conn:
-        for request_id in ("r-pending", "r-sending", "r-unknown"):
+        for request_id in ("r-sending", "r-pending", "r-unknown"):  # registration order
             register_outbound(
                 conn,
                 OutboundIntent(

@@ -13,6 +13,7 @@ from runtime.outbox import (
     SendFailure,
     begin_attempt,
     load_request,
+    next_pending,
     record_failure,
     record_sent,
     settle_by_receipt,
@@ -37,20 +38,30 @@ def attempt(self: Task, request_id: str) -> str:
         request = load_request(conn, request_id)
     if request is None:
         return "unknown-request"
+    outcome = _attempt_once(self, runtime, request_id, request.account_id)
+    if outcome not in ("waiting-for-earlier", "in-progress"):
+        # This request no longer holds the customer's queue: start the next one, in order.
+        following = next_pending(runtime.store, request.customer_id)
+        if following is not None and following != request_id:
+            self.app.tasks["kefu.outbox.attempt"].delay(following)
+    return outcome
+
+
+def _attempt_once(task: Task, runtime: WorkerRuntime, request_id: str, account_id: str) -> str:
     # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
-    transport = runtime.transport(_platform(runtime, request.account_id))
+    transport = runtime.transport(_platform(runtime, account_id))
     grant = begin_attempt(runtime.store, request_id, new_owner(), runtime.settings.outbox.attempt_lease_s)
     if isinstance(grant, AttemptSkipped):
         if grant.reason == "result-unknown":
-            self.app.tasks["kefu.outbox.settle"].delay(request_id)
+            task.app.tasks["kefu.outbox.settle"].delay(request_id)
         return grant.reason
     try:
         receipt = transport.send(grant.send)
     except SendFailure as failure:
         record_failure(runtime.store, request_id, grant.attempt_no, failure)
         log.warning("send %s failed: %s %s", request_id, failure.kind, failure.code)
-        if failure.kind == "not-submitted" and self.request.retries < self.max_retries:
-            raise self.retry(countdown=RETRY_BACKOFF_S[self.request.retries]) from None
+        if failure.kind == "not-submitted" and task.request.retries < task.max_retries:
+            raise task.retry(countdown=RETRY_BACKOFF_S[task.request.retries]) from None
         return failure.kind
     except Exception as error:  # the call may or may not have reached the platform
         record_failure(runtime.store, request_id, grant.attempt_no, SendFailure("unknown", type(error).__name__))
