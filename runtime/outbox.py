@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
+from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import OutboxRequest
@@ -251,3 +252,50 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, receipt: SendReceip
         ).scalar_one()
         _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=receipt.platform_message_id)
         return True
+
+
+def confirm_result(
+    store: DeliveryStore, request_id: str, delivered: bool, platform_message_id: str | None = None
+) -> OutboxRequest:
+    """An operator settles a `result-unknown` request after checking the platform."""
+    with store.write() as conn:
+        request = load_request(conn, request_id)
+        if request is None:
+            raise KefuError("KEFU_REQUEST_UNKNOWN", f"no outbox request {request_id!r}", "list them with `kefu outbox`")
+        if request.state != "result-unknown":
+            raise KefuError(
+                "KEFU_REQUEST_NOT_UNKNOWN",
+                f"request {request_id!r} is {request.state}; only a result-unknown request can be confirmed",
+            )
+        attempt_no = conn.execute(
+            sql("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
+        ).scalar_one()
+        if delivered:
+            _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=platform_message_id)
+        else:
+            _mark(conn, request_id, attempt_no, "unknown", "failed", error_code="KEFU_OPERATOR_NOT_DELIVERED")
+        return load_request(conn, request_id)  # type: ignore[return-value]
+
+
+class OutboxRow(BaseModel):
+    request_id: str
+    customer_id: int
+    conversation_id: str
+    origin: str
+    state: str
+    error_code: str | None
+    preview: str
+    updated_at: int
+
+
+def list_requests(store: DeliveryStore, state: str | None, limit: int = 50) -> list[OutboxRow]:
+    with store.read() as conn:
+        rows = conn.execute(
+            sql(
+                "SELECT request_id, customer_id, conversation_id, origin, state, error_code,"
+                " substr(body, 1, 40) AS preview, updated_at FROM outbox_request"
+                " WHERE :s IS NULL OR state = :s ORDER BY updated_at DESC LIMIT :n"
+            ),
+            {"s": state, "n": limit},
+        ).mappings()
+        return [OutboxRow.model_validate(dict(row)) for row in rows]

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from config import Settings
 from runtime.errors import KefuError
+from runtime.store import DeliveryStore
 from worker.celery_app import app
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
@@ -41,22 +46,123 @@ def config() -> None:
     console.print(table)
 
 
-@cli.command()
-def status() -> None:
-    """Per-stage counts read from the delivery store."""
-    from runtime.status import stage_counts
-    from runtime.store import DeliveryStore
-
+def _store() -> DeliveryStore:
     settings = _settings()
     if not settings.delivery_path.exists():
         console.print(f"no delivery store at {settings.delivery_path} yet (nothing has run with this data dir)")
         raise typer.Exit(1)
-    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    return DeliveryStore(settings.delivery_path, settings.delivery)
+
+
+@contextmanager
+def _operator_errors() -> Iterator[None]:
+    """A KefuError is the operator's answer: print it and exit 2, no traceback."""
+    try:
+        yield
+    except KefuError as error:
+        console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _shop_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_rows(rows: list[BaseModel], as_json: bool, title: str, columns: list[str]) -> None:
+    if as_json:
+        print(json.dumps([row.model_dump() for row in rows], ensure_ascii=False))
+        return
+    table = Table(*columns, title=title)
+    for row in rows:
+        values = row.model_dump()
+        table.add_row(*(_shop_time(values[c]) if c.endswith("_at") else str(values[c]) for c in columns))
+    console.print(table, soft_wrap=True)
+
+
+@cli.command()
+def status() -> None:
+    """Per-stage counts read from the delivery store."""
+    from runtime.status import stage_counts
+
+    settings = _settings()
+    store = _store()
     table = Table("stage", "state", "count", title=f"kefu status · shard {settings.shard}")
     for stage in stage_counts(store):
         for state, count in sorted(stage.counts.items()) or [("-", 0)]:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
+
+
+@cli.command()
+def customers(
+    search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
+    account: Annotated[str | None, typer.Option(help="only this account")] = None,
+    source: Annotated[str, typer.Option(help="real or simulation (they never mix)")] = "real",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """Customers (conversations), most recently active first."""
+    from runtime.customers import list_customers
+
+    if source not in ("real", "simulation"):
+        console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
+        raise typer.Exit(2)
+    rows = list_customers(_store(), source=source, account_id=account, search=search)  # type: ignore[arg-type]
+    columns = ["id", "account_id", "conversation_id", "handling_paused", "last_activity_at"]
+    _print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
+
+
+outbox_cli = typer.Typer(help="Outbox requests: list them, and settle result-unknown ones.")
+cli.add_typer(outbox_cli, name="outbox")
+
+
+@outbox_cli.callback(invoke_without_command=True)
+def outbox(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None, typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, …")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """List outbox requests, most recently changed first."""
+    from runtime.outbox import list_requests
+
+    if ctx.invoked_subcommand is None:
+        columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
+        _print_rows(list_requests(_store(), state), as_json, "outbox", columns)  # type: ignore[arg-type]
+
+
+@outbox_cli.command("confirm")
+def outbox_confirm(
+    request_id: str,
+    delivered: Annotated[bool, typer.Option("--delivered/--not-delivered", help="what the platform shows")],
+    platform_message_id: Annotated[str | None, typer.Option(help="the platform's id, if known")] = None,
+) -> None:
+    """Settle a result-unknown request after checking the platform."""
+    from runtime.outbox import confirm_result
+
+    with _operator_errors():
+        request = confirm_result(_store(), request_id, delivered, platform_message_id)
+    console.print(f"request {request.request_id}: {request.state}")
+
+
+@cli.command()
+def pause(customer_id: int, reason: Annotated[str, typer.Option(help="shown to other operators")] = "operator") -> None:
+    """Pause automatic handling of a customer: unsent automatic replies are revoked."""
+    from runtime.handling import pause_handling
+
+    with _operator_errors():
+        state = pause_handling(_store(), customer_id, reason)
+    console.print(f"customer {customer_id}: paused (epoch {state.epoch}, reason {state.reason})")
+
+
+@cli.command()
+def resume(customer_id: int) -> None:
+    """Resume automatic handling of a customer for new input."""
+    from runtime.handling import resume_handling
+
+    with _operator_errors():
+        state = resume_handling(_store(), customer_id)
+    console.print(f"customer {customer_id}: {'paused' if state.paused else 'handled automatically'}")
 
 
 @cli.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -162,3 +163,21 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     assert last == "demo: 11 buyer messages, 11 answered, 0 duplicate replies, 0 lost"
     status = _kefu(tmp_path, "status", KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))))
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout
+
+    # The operator commands, against the demo's data dir.
+    demo_dir = {"KEFU_DATA_DIR": str(next((tmp_path / "var").glob("demo-*")))}
+    listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
+    assert sorted(c["conversation_id"] for c in listed) == ["sim-direct-b1", "sim-direct-b2", "sim-direct-b3"]
+    assert json.loads(_kefu(tmp_path, "customers", "--json", **demo_dir).stdout) == []  # no real customers
+    sent = json.loads(_kefu(tmp_path, "outbox", "--state", "sent", "--json", **demo_dir).stdout)
+    assert len(sent) >= 11 and {r["state"] for r in sent} == {"sent"}
+    paused = _kefu(tmp_path, "pause", str(listed[0]["id"]), "--reason", "人工接待", **demo_dir)
+    assert paused.returncode == 0 and "paused (epoch 1" in paused.stdout
+    assert "handled automatically" in _kefu(tmp_path, "resume", str(listed[0]["id"]), **demo_dir).stdout
+    for args, code in [
+        (("pause", "999"), "KEFU_CUSTOMER_UNKNOWN"),
+        (("outbox", "confirm", "no-such-request", "--delivered"), "KEFU_REQUEST_UNKNOWN"),
+        (("outbox", "confirm", sent[0]["request_id"], "--not-delivered"), "KEFU_REQUEST_NOT_UNKNOWN"),
+    ]:
+        refused = _kefu(tmp_path, *args, **demo_dir)
+        assert refused.returncode == 2 and code in refused.stdout, refused.stdout + refused.stderr

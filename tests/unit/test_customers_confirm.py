@@ -1,0 +1,77 @@
+"""Operator views and actions: literal customer search, and confirming a result-unknown send."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.accounts import AccountSpec, create_account
+from runtime.customers import list_customers
+from runtime.errors import KefuError
+from runtime.ingest import ingest_page
+from runtime.outbox import (
+    OutboundIntent,
+    SendFailure,
+    begin_attempt,
+    confirm_result,
+    record_failure,
+    register_outbound,
+)
+from runtime.pages import parse_page
+
+
+def page(account: str, op: str, conversation: str, name: str) -> dict:
+    message = {
+        "platform_message_id": op,
+        "sender": {"id": "u", "display_name": name, "role": "buyer"},
+        "content": {"type": "text", "text": "你好"},
+        "occurred_at": "2026-11-30T06:05:00+00:00",
+    }
+    group = {"conversation_id": conversation, "conversation_type": "direct", "messages": [message]}
+    return {"account_id": account, "stream_id": "s", "cursor": op, "page_op_id": op, "groups": [group]}
+
+
+def test_search_is_literal_and_real_and_simulated_rows_never_mix(store, shop):
+    create_account(store, AccountSpec(id="real", platform="wangwang", identity="seller"))
+    for index, name in enumerate(["50%_off小店", "500 off", "5x0aoff"]):
+        ingest_page(store, parse_page(page("real", f"r{index}", f"c{index}", name)))
+    ingest_page(store, parse_page(page("shop", "s1", "sim-c", "50%_off小店")))
+    found = list_customers(store, source="real", search="50%_off")
+    assert [c.conversation_id for c in found] == ["c0"]  # % and _ are not wildcards
+    assert [c.conversation_id for c in list_customers(store, source="simulation", search="50%_off")] == ["sim-c"]
+    assert len(list_customers(store, source="real")) == 3
+    assert list_customers(store, source="real", account_id="shop") == []
+
+
+@pytest.fixture
+def unknown_request(store, shop) -> str:
+    ingest_page(store, parse_page(page("shop", "m1", "c", "张三")))
+    with store.write() as conn:
+        register_outbound(
+            conn,
+            OutboundIntent(
+                request_id="r1",
+                customer_id=1,
+                account_id="shop",
+                conversation_id="c",
+                recipient_id="u",
+                origin="manual",
+                body="您好",
+            ),
+        )
+    grant = begin_attempt(store, "r1", "w", 60)
+    record_failure(store, "r1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    return "r1"
+
+
+def test_an_operator_confirms_delivery_or_failure_of_an_unknown_send(store, unknown_request):
+    with pytest.raises(KefuError, match="KEFU_REQUEST_UNKNOWN"):
+        confirm_result(store, "nope", delivered=True)
+    confirmed = confirm_result(store, unknown_request, delivered=True, platform_message_id="p-9")
+    assert (confirmed.state, confirmed.platform_message_id) == ("sent", "p-9")
+    with pytest.raises(KefuError, match="KEFU_REQUEST_NOT_UNKNOWN"):
+        confirm_result(store, unknown_request, delivered=False)
+
+
+def test_an_operator_confirms_non_delivery(store, unknown_request):
+    failed = confirm_result(store, unknown_request, delivered=False)
+    assert (failed.state, failed.error_code) == ("failed", "KEFU_OPERATOR_NOT_DELIVERED")
