@@ -111,6 +111,27 @@ def customers(
     _print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
 
 
+@cli.command()
+def history(
+    customer_id: int,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="messages per page")] = 50,
+    before: Annotated[int | None, typer.Option(help="page further back: the value the last page printed")] = None,
+) -> None:
+    """A customer's messages as labelled lines, oldest first (the same view the agent gets)."""
+    from runtime.handling import handling_state
+    from runtime.history import query_history
+
+    store = _store()
+    with _operator_errors():
+        handling_state(store, customer_id)  # an unknown customer is an error, not an empty page
+    with store.read() as conn:
+        page = query_history(conn, customer_id, limit, before, _settings().zone)
+    for line in page.lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    if page.next_before is not None:
+        console.print(f"(older: kefu history {customer_id} --before {page.next_before})")
+
+
 outbox_cli = typer.Typer(help="Outbox requests: list them, and settle result-unknown ones.")
 cli.add_typer(outbox_cli, name="outbox")
 

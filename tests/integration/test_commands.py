@@ -174,8 +174,12 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     paused = _kefu(tmp_path, "pause", str(listed[0]["id"]), "--reason", "人工接待", **demo_dir)
     assert paused.returncode == 0 and "paused (epoch 1" in paused.stdout
     assert "handled automatically" in _kefu(tmp_path, "resume", str(listed[0]["id"]), **demo_dir).stdout
+    b1 = next(c["id"] for c in listed if c["conversation_id"] == "sim-direct-b1")
+    lines = _kefu(tmp_path, "history", str(b1), "--limit", "2", **demo_dir).stdout.splitlines()
+    assert "[counterpart 张三]" in lines[0] and lines[-1].startswith(f"(older: kefu history {b1} --before ")
     for args, code in [
         (("pause", "999"), "KEFU_CUSTOMER_UNKNOWN"),
+        (("history", "999"), "KEFU_CUSTOMER_UNKNOWN"),
         (("outbox", "confirm", "no-such-request", "--delivered"), "KEFU_REQUEST_UNKNOWN"),
         (("outbox", "confirm", sent[0]["request_id"], "--not-delivered"), "KEFU_REQUEST_NOT_UNKNOWN"),
     ]:
