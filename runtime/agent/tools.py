@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -58,7 +59,11 @@ def request_id_for(session_id: str, tool_call_id: str) -> str:
     return "auto-" + hashlib.sha256(f"{session_id}\x00{tool_call_id}".encode()).hexdigest()[:24]
 
 
-def _parse(call: ToolCall, model: type[BaseModel]) -> BaseModel | ToolOutcome:
+Args = TypeVar("Args", bound=BaseModel)
+
+
+def _parse(call: ToolCall, model: type[Args]) -> Args | ToolOutcome:
+    """The tool's arguments, or the model-readable error to return instead."""
     try:
         return model.model_validate(json.loads(call.arguments or "{}"))
     except json.JSONDecodeError as error:
@@ -76,7 +81,6 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = _parse(call, ImSendMessageArgs)
     if isinstance(args, ToolOutcome):
         return args
-    assert isinstance(args, ImSendMessageArgs)
     if args.attachments:
         return ToolOutcome("Error: attachments are not supported yet; send text only", True)
     customer, batch = binding.customer, binding.batch
@@ -132,7 +136,6 @@ def im_query_history(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = _parse(call, ImQueryHistoryArgs)
     if isinstance(args, ToolOutcome):
         return args
-    assert isinstance(args, ImQueryHistoryArgs)
     with binding.store.read() as conn:
         page = query_history(conn, binding.customer.id, args.limit, args.before, binding.zone)  # type: ignore[arg-type]
     if not page.lines:
@@ -157,7 +160,6 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = _parse(call, ImHandoffArgs)
     if isinstance(args, ToolOutcome):
         return args
-    assert isinstance(args, ImHandoffArgs)
     pause_handling(binding.store, binding.customer.id, reason=f"handoff: {args.reason}")  # type: ignore[arg-type]
     return ToolOutcome(
         "Handed off: automatic handling of this customer is paused for a human operator.", ends_turn=True

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -61,6 +62,9 @@ class ReceivedSend(BaseModel):
     received_at: int
 
 
+Row = TypeVar("Row", BuyerMessage, ReceivedSend)
+
+
 class SimulatedPlatform:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -82,69 +86,39 @@ class SimulatedPlatform:
     def conversation_for(buyer_id: str) -> str:
         return f"sim-direct-{buyer_id}"
 
+    def _rows(self, model: type[Row], query: str, params: tuple[object, ...]) -> list[Row]:
+        return [model(**dict(row)) for row in self._connect().execute(query, params).fetchall()]
+
     def buyer_says(self, account_id: str, buyer_id: str, buyer_name: str, text: str) -> BuyerMessage:
         at = time.time_ns() // 1_000_000
         conversation_id = self.conversation_for(buyer_id)
-        seq = (
-            self._connect()
-            .execute(
-                "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (account_id, conversation_id, buyer_id, buyer_name, text, at),
-            )
-            .lastrowid
+        query = (
+            "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
+            " VALUES (?, ?, ?, ?, ?, ?) RETURNING *"
         )
-        return BuyerMessage(
-            seq=seq,
-            account_id=account_id,
-            conversation_id=conversation_id,
-            buyer_id=buyer_id,
-            buyer_name=buyer_name,
-            text=text,
-            occurred_at=at,
-        )
+        return self._rows(BuyerMessage, query, (account_id, conversation_id, buyer_id, buyer_name, text, at))[0]
 
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
-        db = self._connect()
-        rows = db.execute(
-            "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (account_id, after_seq, limit),
-        ).fetchall()
-        return [BuyerMessage(**dict(row)) for row in rows]
+        query = "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        return self._rows(BuyerMessage, query, (account_id, after_seq, limit))
 
     def receive_send(
         self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str
     ) -> ReceivedSend:
         at = time.time_ns() // 1_000_000
         platform_message_id = f"simmsg-{uuid.uuid4().hex[:16]}"
-        db = self._connect()
-        row_id = db.execute(
+        query = (
             "INSERT INTO received_send (platform_message_id, client_ref, account_id, conversation_id,"
-            " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at),
-        ).lastrowid
-        return ReceivedSend(
-            id=row_id,
-            platform_message_id=platform_message_id,
-            client_ref=client_ref,
-            account_id=account_id,
-            conversation_id=conversation_id,
-            recipient_id=recipient_id,
-            text=text,
-            received_at=at,
+            " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *"
         )
+        params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at)
+        return self._rows(ReceivedSend, query, params)[0]
 
     def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
-        db = self._connect()
-        rows = db.execute(
-            "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id",
-            (account_id, account_id, after_id),
-        ).fetchall()
-        return [ReceivedSend(**dict(row)) for row in rows]
+        query = "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id"
+        return self._rows(ReceivedSend, query, (account_id, account_id, after_id))
 
     def received_by_ref(self, client_ref: str) -> ReceivedSend | None:
-        db = self._connect()
-        row = db.execute(
-            "SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1", (client_ref,)
-        ).fetchone()
-        return ReceivedSend(**dict(row)) if row else None
+        query = "SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1"
+        rows = self._rows(ReceivedSend, query, (client_ref,))
+        return rows[0] if rows else None
