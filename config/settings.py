@@ -56,6 +56,8 @@ class AgentSettings(_Section):
         "你是这家店铺的在线客服：热情、简洁、准确，不编造店铺没有承诺的内容。", min_length=1, max_length=4000
     )
     knowledge_file: Path | None = None
+    # Files the agent may attach, named relative to this folder; unset: the agent sends text only.
+    attachments_dir: Path | None = None
     max_steps: int = Field(8, ge=1, le=64)
     # One writer per session: a turn holds its customer's lease; a dead holder's lease expires.
     turn_lease_s: float = Field(600.0, ge=1, le=86_400)
@@ -66,6 +68,8 @@ class AgentSettings(_Section):
 class OutboxSettings(_Section):
     # An attempt older than this without an outcome is presumed dead (its worker crashed).
     attempt_lease_s: float = Field(120.0, ge=0.5, le=3600)
+    # Provider receipt queries per result-unknown request before only an operator can settle it.
+    receipt_query_limit: int = Field(5, ge=0, le=100)
 
 
 class ReconcileSettings(_Section):
@@ -77,6 +81,9 @@ class ReconcileSettings(_Section):
 class SimulatorSettings(_Section):
     # Simulated network latency of a send's response (the platform has already recorded it).
     send_latency_ms: int = Field(0, ge=0, le=60_000)
+    # Every send times out (its outcome is unknown to kefu): "after-submit" the platform has it,
+    # "before-submit" it never arrived. Exercises result-unknown, receipt queries and retries.
+    send_timeouts: Literal["none", "after-submit", "before-submit"] = "none"
 
 
 class Settings(BaseSettings):

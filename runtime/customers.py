@@ -1,4 +1,5 @@
-"""Customer summaries for operators (SPEC 3.4): real and simulated rows never mix."""
+"""Customer summaries for operators (SPEC 3.4): real and simulated rows never mix; each
+reader's watermark only moves forward, so two consoles acking out of order lose nothing."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from runtime.store import DeliveryStore
+from runtime.errors import CustomerUnknown, KefuError
+from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
 
@@ -19,6 +21,7 @@ class CustomerSummary(BaseModel):
     last_activity_at: int
     handling_paused: bool
     handling_reason: str | None
+    unread: int  # counterpart messages newer than the reader's watermark
 
 
 def _literal(search: str) -> str:
@@ -33,18 +36,59 @@ def list_customers(
     account_id: str | None = None,
     search: str | None = None,
     limit: int = 50,
+    reader: str = "operator",
 ) -> list[CustomerSummary]:
     with store.read() as conn:
         rows = conn.execute(
             sql(
                 "SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title, c.last_activity_at,"
-                " c.handling_paused, c.handling_reason FROM customer c JOIN account a ON a.id = c.account_id"
+                " c.handling_paused, c.handling_reason, (SELECT count(*) FROM inbound_message m"
+                "  WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
+                "  coalesce((SELECT watermark FROM reader_watermark w"
+                "   WHERE w.customer_id = c.id AND w.reader = :r), 0))"
+                " AS unread FROM customer c JOIN account a ON a.id = c.account_id"
                 " WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
                 " AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
                 "  OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
                 "   AND m.sender_name LIKE :q ESCAPE '!'))"
                 " ORDER BY c.last_activity_at DESC LIMIT :n"
             ),
-            {"sim": source == "simulation", "a": account_id, "q": _literal(search) if search else None, "n": limit},
+            {
+                "sim": source == "simulation",
+                "a": account_id,
+                "q": _literal(search) if search else None,
+                "n": limit,
+                "r": reader,
+            },
         ).mappings()
         return [CustomerSummary.model_validate(dict(row)) for row in rows]
+
+
+def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, watermark: int | None = None) -> int:
+    """Advance `reader`'s watermark to an inbound message id (default: the newest). Max
+    semantics: an older watermark never moves it back. Returns the stored watermark."""
+    with store.write() as conn:
+        known, newest = conn.execute(
+            sql(
+                "SELECT (SELECT 1 FROM customer WHERE id = :c),"
+                " coalesce((SELECT max(id) FROM inbound_message WHERE customer_id = :c), 0)"
+            ),
+            {"c": customer_id},
+        ).one()
+        if known is None:
+            raise CustomerUnknown(customer_id)
+        target = newest if watermark is None else watermark
+        if not 0 <= target <= newest:
+            raise KefuError(
+                "KEFU_WATERMARK_INVALID",
+                f"watermark {watermark} is beyond customer {customer_id}'s messages (newest is {newest})",
+                "pass an id no newer than that, or omit it to mark everything read",
+            )
+        return conn.execute(
+            sql(
+                "INSERT INTO reader_watermark (customer_id, reader, watermark, updated_at) VALUES (:c, :r, :w, :at)"
+                " ON CONFLICT (customer_id, reader) DO UPDATE SET watermark = max(watermark, excluded.watermark),"
+                " updated_at = excluded.updated_at RETURNING watermark"
+            ),
+            {"c": customer_id, "r": reader, "w": target, "at": now_ms()},
+        ).scalar_one()

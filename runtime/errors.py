@@ -13,6 +13,16 @@ class KefuError(Exception):
         super().__init__(f"{code}: {message}" + (f" ({action})" if action else ""))
 
 
+class CustomerUnknown(KefuError):
+    def __init__(self, customer_id: int) -> None:
+        super().__init__("KEFU_CUSTOMER_UNKNOWN", f"no customer {customer_id}", "list them with `kefu customers`")
+
+
+class RequestUnknown(KefuError):
+    def __init__(self, request_id: str) -> None:
+        super().__init__("KEFU_REQUEST_UNKNOWN", f"no outbox request {request_id!r}", "list them with `kefu outbox`")
+
+
 class PageRejected(KefuError):
     """A page failed validation; nothing of it was written."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
-from runtime.errors import KefuError
+from runtime.errors import CustomerUnknown
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
@@ -28,7 +28,7 @@ def _state(conn: Connection, customer_id: int) -> HandlingState:
         sql("SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"), {"c": customer_id}
     ).first()
     if row is None:
-        raise KefuError("KEFU_CUSTOMER_UNKNOWN", f"no customer {customer_id}", "list them with `kefu customers`")
+        raise CustomerUnknown(customer_id)
     return HandlingState(customer_id=customer_id, paused=bool(row[0]), epoch=row[1], reason=row[2])
 
 

@@ -15,6 +15,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from runtime.errors import KefuError
+from runtime.outbox import settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
 
@@ -134,6 +135,9 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
             },
         ).fetchone()
         account, conversation = page.account_id, group.conversation_id
+        for m in group.messages:
+            if m.outbound_ref is not None:  # settled first, so the insert below classifies it as ours
+                settle_by_echo(db, account, m.outbound_ref, m.platform_message_id)
         rows = [
             (
                 customer_id,

@@ -3,23 +3,29 @@ gets exactly one attempt unless the platform said the message was not submitted.
 
 A second begin for an attempt whose outcome was never recorded (its worker crashed, or the
 task was delivered twice) never calls the platform: the request becomes `result-unknown`,
-which only evidence settles (the attempt's own late outcome, or a provider receipt query).
+which only evidence settles: the attempt's own late outcome, a provider receipt query, the
+platform's echo of the send, or an operator's confirm.
+
+The statements that settle a request are plain SQL with named parameters, so ingestion can
+run them on its raw connection inside the transaction that stores the echo.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
-from runtime.errors import KefuError
+from runtime.errors import KefuError, RequestUnknown
+from runtime.media import load_media
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import OutboxRequest
 
-SETTLED = ("sent", "failed", "revoked", "route-changed")
+SETTLED = ("sent", "failed", "revoked", "route-changed", "skipped")
 
 
 class OutboundIntent(BaseModel):
@@ -30,14 +36,25 @@ class OutboundIntent(BaseModel):
     conversation_id: str
     recipient_id: str | None = None
     origin: Literal["auto", "manual"]
-    content_type: Literal["text"] = "text"
-    body: str = Field(min_length=1, max_length=20_000)
+    content_type: Literal["text", "image", "file"] = "text"
+    body: str = Field(min_length=1, max_length=20_000)  # the text, or a media message's file name
+    media_sha256: str | None = None
+    follows: str | None = None  # the earlier part of the same reply: sent only after it was sent
+    retry_of: str | None = None  # the result-unknown request an operator's retry replaces
     batch_id: str | None = None
     session_id: str | None = None
     tool_call_id: str | None = None
     route_generation: int | None = None
     account_revision: int | None = None
     handling_epoch: int | None = None
+
+
+class MediaPayload(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["image", "file"]
+    mime: str
+    file_name: str
+    data: bytes = Field(repr=False)
 
 
 class OutboundSend(BaseModel):
@@ -48,7 +65,8 @@ class OutboundSend(BaseModel):
     account_id: str
     conversation_id: str
     recipient_id: str | None
-    text: str
+    text: str  # a media message's file name
+    media: MediaPayload | None = None
 
 
 class SendReceipt(BaseModel):
@@ -57,11 +75,17 @@ class SendReceipt(BaseModel):
 
 
 class SendFailure(Exception):
-    """A transport's classified failure: safe to retry, final, or of unknown outcome."""
+    """A transport's classified failure: safe to retry, final, or of unknown outcome.
 
-    def __init__(self, kind: Literal["not-submitted", "rejected", "unknown"], code: str) -> None:
+    `retry_after_s` carries a platform's throttling hint for a not-submitted send.
+    """
+
+    def __init__(
+        self, kind: Literal["not-submitted", "rejected", "unknown"], code: str, retry_after_s: float | None = None
+    ) -> None:
         self.kind = kind
         self.code = code
+        self.retry_after_s = retry_after_s
         super().__init__(f"{kind}: {code}")
 
 
@@ -74,19 +98,34 @@ class AttemptGrant:
 @dataclass(frozen=True)
 class AttemptSkipped:
     reason: Literal[
-        "unknown-request", "settled", "in-progress", "result-unknown", "revoked", "route-changed", "waiting-for-earlier"
+        "unknown-request",
+        "settled",
+        "in-progress",
+        "result-unknown",
+        "revoked",
+        "route-changed",
+        "waiting-for-earlier",
+        "skipped",
     ]
 
 
-def register_outbound(conn: Connection, intent: OutboundIntent) -> OutboxRequest:
-    """Persist the intent (idempotent on request id) and return the stored request."""
+def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | None = None) -> OutboxRequest:
+    """Persist the intent (idempotent on request id) and return the stored request.
+
+    `refused` records an intent that fails before any platform call (its error code), so the
+    caller and the operator can still look it up by request id.
+    """
     at = now_ms()
-    conn.execute(
-        OutboxRequest.__table__.insert()
-        .prefix_with("OR IGNORE")
-        .values(**intent.model_dump(), state="pending", created_at=at, updated_at=at)
-    )
+    values = {**intent.model_dump(), "state": "failed" if refused else "pending", "error_code": refused}
+    conn.execute(sql(_REGISTER), {**values, "created_at": at, "updated_at": at})
     return load_request(conn, intent.request_id)  # type: ignore[return-value]
+
+
+_INTENT_COLUMNS = (*OutboundIntent.model_fields, "state", "error_code", "created_at", "updated_at")
+_REGISTER = (
+    f"INSERT OR IGNORE INTO outbox_request ({', '.join(_INTENT_COLUMNS)})"
+    f" VALUES ({', '.join(':' + c for c in _INTENT_COLUMNS)})"
+)
 
 
 def load_request(conn: Connection, request_id: str) -> OutboxRequest | None:
@@ -175,11 +214,12 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             return AttemptSkipped("result-unknown")
         if _earlier_in_flight(conn, request_id, request.customer_id):
             return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
+        if request.follows is not None and _state_of(conn, request.follows) != "sent":
+            # An earlier part of this reply failed or its result is unknown: stop here.
+            _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
+            return AttemptSkipped("skipped")
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
-            conn.execute(
-                sql("UPDATE outbox_request SET state = :s, updated_at = :at WHERE request_id = :r"),
-                {"s": stale, "at": at, "r": request_id},
-            )
+            _set_state(conn, request_id, stale, None)
             return AttemptSkipped(stale)  # type: ignore[arg-type]
         attempt_no = (last.attempt_no if last else 0) + 1
         conn.execute(
@@ -193,14 +233,77 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
             {"r": request_id, "at": at},
         )
+        media = None
+        if request.media_sha256 is not None:
+            ref, data = load_media(conn, request.media_sha256)
+            media = MediaPayload(kind=ref.kind, mime=ref.mime, file_name=request.body, data=data)  # type: ignore[arg-type]
     send = OutboundSend(
         request_id=request.request_id,
         account_id=request.account_id,
         conversation_id=request.conversation_id,
         recipient_id=request.recipient_id,
         text=request.body,
+        media=media,
     )
     return AttemptGrant(attempt_no, send)
+
+
+def _state_of(conn: Connection, request_id: str) -> str | None:
+    return conn.execute(
+        sql("SELECT state FROM outbox_request WHERE request_id = :r"), {"r": request_id}
+    ).scalar_one_or_none()
+
+
+def _set_state(conn: Connection, request_id: str, state: str, error_code: str | None) -> None:
+    conn.execute(
+        sql("UPDATE outbox_request SET state = :s, error_code = :e, updated_at = :at WHERE request_id = :r"),
+        {"s": state, "e": error_code, "at": now_ms(), "r": request_id},
+    )
+
+
+_MARK_ATTEMPT = (
+    "UPDATE outbox_attempt SET state = :s, finished_at = :at, platform_message_id = :p, error_code = :e"
+    " WHERE request_id = :r AND attempt_no = :n"
+)
+# Evidence of delivery is final: a late failure report never turns a sent request back.
+_MARK_REQUEST = (
+    "UPDATE outbox_request SET state = :rs, updated_at = :at,"
+    " platform_message_id = coalesce(:p, platform_message_id), error_code = :e"
+    " WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent')"
+)
+# The platform's echo arrived before the send was recorded: attribute the stored row to us.
+_RECLASSIFY_EARLY_ECHO = (
+    "UPDATE inbound_message SET"
+    " sender_role = CASE (SELECT origin FROM outbox_request WHERE request_id = :r) WHEN 'auto' THEN 'ai'"
+    "  ELSE 'human-console' END,"
+    " state = CASE WHEN state = 'pending' AND (SELECT origin FROM outbox_request WHERE request_id = :r) = 'auto'"
+    "  THEN 'ignored' ELSE state END"
+    " WHERE (account_id, conversation_id, platform_message_id) ="
+    "  (SELECT account_id, conversation_id, platform_message_id FROM outbox_request WHERE request_id = :r)"
+)
+# A sent manual message is mirrored as the console operator's inbound, under a placeholder id
+# that the platform's echo takes over later (trigger console_echo_replaces_placeholder).
+_MIRROR_MANUAL = (
+    "INSERT OR IGNORE INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id,"
+    " sender_id, sender_role, content_type, body, occurred_at, received_at, origin, state)"
+    " SELECT r.customer_id, r.account_id, r.conversation_id, 'console-manual:' || r.request_id, 'console',"
+    " 'human-console', r.content_type,"
+    " CASE r.content_type WHEN 'image' THEN json_object('ref', 'media:' || r.media_sha256) ELSE r.body END,"
+    " :at, :at, 'live', CASE c.handling_paused WHEN 1 THEN 'suppressed' ELSE 'pending' END"
+    " FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
+    " WHERE r.request_id = :r AND r.origin = 'manual' AND NOT EXISTS (SELECT 1 FROM inbound_message m"
+    "  WHERE m.account_id = r.account_id AND m.conversation_id = r.conversation_id"
+    "  AND m.platform_message_id = r.platform_message_id)"
+)
+_SETTLE_BY_ECHO = (
+    "UPDATE outbox_request SET state = 'sent', platform_message_id = :p, error_code = NULL, updated_at = :at"
+    " WHERE request_id = :r AND account_id = :a AND state IN ('sending', 'result-unknown') RETURNING request_id"
+)
+_SETTLE_ATTEMPT_BY_ECHO = (
+    "UPDATE outbox_attempt SET state = 'sent', finished_at = :at, platform_message_id = :p, error_code = NULL"
+    " WHERE request_id = :r AND attempt_no = (SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r)"
+)
+_ON_SENT = (_RECLASSIFY_EARLY_ECHO, _MIRROR_MANUAL)
 
 
 def _mark(
@@ -212,21 +315,31 @@ def _mark(
     platform_message_id: str | None = None,
     error_code: str | None = None,
 ) -> None:
-    at = now_ms()
-    conn.execute(
-        sql(
-            "UPDATE outbox_attempt SET state = :s, finished_at = :at, platform_message_id = :p, error_code = :e"
-            " WHERE request_id = :r AND attempt_no = :n"
-        ),
-        {"s": attempt_state, "at": at, "p": platform_message_id, "e": error_code, "r": request_id, "n": attempt_no},
-    )
-    conn.execute(
-        sql(
-            "UPDATE outbox_request SET state = :s, updated_at = :at,"
-            " platform_message_id = coalesce(:p, platform_message_id), error_code = :e WHERE request_id = :r"
-        ),
-        {"s": request_state, "at": at, "p": platform_message_id, "e": error_code, "r": request_id},
-    )
+    params = {
+        "s": attempt_state,
+        "rs": request_state,
+        "at": now_ms(),
+        "p": platform_message_id,
+        "e": error_code,
+        "r": request_id,
+        "n": attempt_no,
+    }
+    conn.execute(sql(_MARK_ATTEMPT), params)
+    conn.execute(sql(_MARK_REQUEST), params)
+    if request_state == "sent":
+        for statement in _ON_SENT:
+            conn.execute(sql(statement), params)
+
+
+def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, platform_message_id: str) -> bool:
+    """The platform echoed our own send (its client reference is the request id): that proves
+    delivery of a request still sending or result-unknown. Runs inside ingestion's transaction."""
+    params = {"a": account_id, "r": request_id, "p": platform_message_id, "at": now_ms()}
+    if db.execute(_SETTLE_BY_ECHO, params).fetchone() is None:
+        return False
+    for statement in (_SETTLE_ATTEMPT_BY_ECHO, *_ON_SENT):
+        db.execute(statement, params)
+    return True
 
 
 def record_sent(store: DeliveryStore, request_id: str, attempt_no: int, receipt: SendReceipt) -> None:
@@ -241,11 +354,18 @@ def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failu
         _mark(conn, request_id, attempt_no, failure.kind, request_state, error_code=failure.code)
 
 
-def settle_by_receipt(store: DeliveryStore, request_id: str, receipt: SendReceipt) -> bool:
-    """A provider receipt proves a result-unknown request was delivered."""
+def settle_by_receipt(store: DeliveryStore, request_id: str, receipt: SendReceipt | None) -> bool:
+    """Record one provider receipt query of a result-unknown request; a receipt proves delivery.
+    Queries are counted, so the reconciler stops asking after `receipt_query_limit`."""
     with store.write() as conn:
         request = load_request(conn, request_id)
         if request is None or request.state != "result-unknown":
+            return False
+        conn.execute(
+            sql("UPDATE outbox_request SET receipt_queries = receipt_queries + 1 WHERE request_id = :r"),
+            {"r": request_id},
+        )
+        if receipt is None:
             return False
         attempt_no = conn.execute(
             sql("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
@@ -261,7 +381,7 @@ def confirm_result(
     with store.write() as conn:
         request = load_request(conn, request_id)
         if request is None:
-            raise KefuError("KEFU_REQUEST_UNKNOWN", f"no outbox request {request_id!r}", "list them with `kefu outbox`")
+            raise RequestUnknown(request_id)
         if request.state != "result-unknown":
             raise KefuError(
                 "KEFU_REQUEST_NOT_UNKNOWN",

@@ -54,6 +54,9 @@ class InboundMessage(_Model):
     occurred_at: AwareDatetime
     mention: bool | None = None  # None: the provider gave no mention evidence
     direct_peer_id: Id | None = None
+    # Set on the platform's echo of a message kefu sent: the client reference kefu gave it
+    # (its outbox request id). Transports set it only when the platform returns that reference.
+    outbound_ref: Id | None = None
 
 
 class ConversationGroup(_Model):

@@ -19,7 +19,7 @@ class PendingWork:
     settlements: list[str] = field(default_factory=list)  # result-unknown requests to query
 
 
-def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -> PendingWork:
+def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float, receipt_query_limit: int) -> PendingWork:
     now = now_ms()
     quiet = now - int(grace_s * 1000)
     with store.read() as conn:
@@ -30,7 +30,7 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -
         return PendingWork(
             admissions=ids(
                 "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
-                " AND received_at < :t LIMIT :n",
+                " AND sender_role IN ('external', 'human-native') AND received_at < :t LIMIT :n",
                 t=quiet,
             ),
             turns=ids(
@@ -44,5 +44,9 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float) -
                 t=quiet,
                 lease=now - int(attempt_lease_s * 1000),
             ),
-            settlements=ids("SELECT request_id FROM outbox_request WHERE state = 'result-unknown' LIMIT :n"),
+            settlements=ids(
+                "SELECT request_id FROM outbox_request WHERE state = 'result-unknown' AND receipt_queries < :q"
+                " LIMIT :n",
+                q=receipt_query_limit,
+            ),
         )

@@ -22,6 +22,8 @@ def content_text(content_type: str, body: str) -> str:
         return body
     if content_type == "image":
         return "[image]"
+    if content_type == "file":  # a file the shop sent from the console
+        return f"[file {body}]"
     platform_type = json.loads(body).get("platform_type", "unknown") if content_type == "unsupported" else content_type
     return f"[unsupported message type: {platform_type}]"
 

@@ -1,4 +1,4 @@
-"""The `kefu` command: demo, status, config."""
+"""The `kefu` command: the demo, and an operator's views and actions on a data dir."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from rich.table import Table
 
 from config import Settings
 from runtime.errors import KefuError
+from runtime.manual import query_manual
+from runtime.media import read_media_file
 from runtime.store import DeliveryStore
 from worker.celery_app import app
 
@@ -47,11 +49,13 @@ def config() -> None:
 
 
 def _store() -> DeliveryStore:
+    from worker.context import runtime_for
+
     settings = _settings()
     if not settings.delivery_path.exists():
         console.print(f"no delivery store at {settings.delivery_path} yet (nothing has run with this data dir)")
         raise typer.Exit(1)
-    return DeliveryStore(settings.delivery_path, settings.delivery)
+    return runtime_for(app).store
 
 
 @contextmanager
@@ -107,7 +111,7 @@ def customers(
         console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
         raise typer.Exit(2)
     rows = list_customers(_store(), source=source, account_id=account, search=search)  # type: ignore[arg-type]
-    columns = ["id", "account_id", "conversation_id", "handling_paused", "last_activity_at"]
+    columns = ["id", "account_id", "conversation_id", "unread", "handling_paused", "last_activity_at"]
     _print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
 
 
@@ -132,7 +136,7 @@ def history(
         console.print(f"(older: kefu history {customer_id} --before {page.next_before})")
 
 
-outbox_cli = typer.Typer(help="Outbox requests: list them, and settle result-unknown ones.")
+outbox_cli = typer.Typer(help="Outbox requests: list them, query one, settle or retry result-unknown ones.")
 cli.add_typer(outbox_cli, name="outbox")
 
 
@@ -164,6 +168,119 @@ def outbox_confirm(
     with _operator_errors():
         request = confirm_result(_store(), request_id, delivered, platform_message_id)
     console.print(f"request {request.request_id}: {request.state}")
+
+
+def _enqueue_attempt(request_id: str, countdown: float = 0) -> str:
+    import worker.tasks  # noqa: F401  (registers the tasks on the app)
+
+    try:
+        app.tasks["kefu.outbox.attempt"].apply_async((request_id,), countdown=countdown)
+    except Exception as error:  # the broker is down: the reconciler finds the pending request later
+        return f"not queued ({type(error).__name__}); a worker's reconciler attempts it later"
+    return "queued for a worker"
+
+
+def _deliver(request_ids: list[str]) -> bool:
+    """Attempt each request now, in order, through the worker's own send path; say what became
+    of each. True when all of them were sent."""
+    from worker.context import runtime_for
+    from worker.delivery import attempt_send, query_receipt
+
+    runtime = runtime_for(app)
+    all_sent = True
+    for request_id in request_ids:
+        with _operator_errors():
+            result = attempt_send(runtime, request_id)
+        outcome, note = result.outcome, ""
+        if outcome == "result-unknown" and query_receipt(runtime, request_id) == "settled":
+            outcome = "settled"
+        if outcome in ("waiting-for-earlier", "in-progress"):
+            note = _enqueue_attempt(request_id)
+        elif outcome == "not-submitted":
+            note = _enqueue_attempt(request_id, countdown=max(1.0, result.retry_after_s or 0))
+        request = query_manual(runtime.store, request_id)
+        all_sent &= request.state == "sent"
+        detail = request.platform_message_id or request.error_code or ""
+        console.print(f"request {request_id}: {request.state} {detail} {note}".rstrip(), soft_wrap=True)
+        if request.state == "result-unknown":
+            console.print(
+                "  the platform may or may not have it: check there, then "
+                f"`kefu outbox confirm {request_id} --delivered|--not-delivered`, "
+                f"or send it again with `kefu outbox retry <new id> {request_id}`",
+                soft_wrap=True,
+            )
+    return all_sent
+
+
+def _new_request_id() -> str:
+    import secrets
+
+    return f"console-{datetime.now().strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@outbox_cli.command("query")
+def outbox_query(request_id: str) -> None:
+    """Show one request; a result-unknown one is first checked with the platform's receipt query."""
+    from worker.context import runtime_for
+    from worker.delivery import query_receipt
+
+    store = _store()
+    with _operator_errors():
+        if query_manual(store, request_id).state == "result-unknown":
+            query_receipt(runtime_for(app), request_id)
+        print(query_manual(store, request_id).model_dump_json(indent=2))
+
+
+@outbox_cli.command("retry")
+def outbox_retry(new_request_id: str, previous_request_id: str) -> None:
+    """Send a result-unknown message again under a new request id (the link is kept)."""
+    from runtime.manual import retry_manual
+
+    with _operator_errors():
+        request = retry_manual(_store(), new_request_id, previous_request_id)
+    raise typer.Exit(0 if _deliver([request.request_id]) else 1)
+
+
+@cli.command()
+def send(
+    customer_id: int,
+    text: str,
+    request_id: Annotated[
+        str | None, typer.Option(help="your stable id for this message: repeat it to ask again, never to resend")
+    ] = None,
+    file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
+) -> None:
+    """Send an operator's message now (also while automatic handling is paused)."""
+    from runtime.manual import ManualSend, send_manual
+
+    settings = _settings()
+    store = _store()
+    request_id = request_id or _new_request_id()
+    with _operator_errors():
+        parts = []
+        if file is not None:
+            data, name = read_media_file(file, settings.media_max_bytes)
+            file_send = ManualSend(
+                request_id=f"{request_id}.file", customer_id=customer_id, file_name=name, file_data=data
+            )
+            parts.append(send_manual(store, file_send).request_id)
+        text_send = ManualSend(request_id=request_id, customer_id=customer_id, text=text, follows=(parts or [None])[-1])
+        parts.append(send_manual(store, text_send).request_id)
+    raise typer.Exit(0 if _deliver(parts) else 1)
+
+
+@cli.command()
+def read(
+    customer_id: int,
+    reader: Annotated[str, typer.Option(help="whose watermark: one per operator or console")] = "operator",
+    upto: Annotated[int | None, typer.Option(help="a message id (default: the newest message)")] = None,
+) -> None:
+    """Mark a customer's messages read for a reader (the watermark never moves back)."""
+    from runtime.customers import ack_customer_read
+
+    with _operator_errors():
+        watermark = ack_customer_read(_store(), customer_id, reader, upto)
+    console.print(f"customer {customer_id}: read by {reader} up to message {watermark}")
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from config import Settings
 from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.errors import KefuError
+from runtime.media import AttachmentPolicy
 from runtime.store import DeliveryStore
 from transports.base import Transport
 from transports.llm.openai import OpenAIChatProvider
@@ -42,10 +43,18 @@ class WorkerRuntime:
 
     @cached_property
     def transports(self) -> dict[str, Transport]:
+        options = self.settings.simulator
         simulator = SimulatorTransport(
-            SimulatedPlatform(self.settings.simulator_path), send_latency_ms=self.settings.simulator.send_latency_ms
+            SimulatedPlatform(self.settings.simulator_path),
+            send_latency_ms=options.send_latency_ms,
+            send_timeouts=options.send_timeouts,
         )
         return {"simulator": simulator}
+
+    @cached_property
+    def attachments(self) -> AttachmentPolicy | None:
+        folder = self.settings.agent.attachments_dir
+        return AttachmentPolicy(folder, self.settings.media_max_bytes) if folder else None
 
     def transport(self, platform: str) -> Transport:
         try:

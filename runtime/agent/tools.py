@@ -11,24 +11,29 @@ from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Connection
 
 from runtime.agent.model import ToolCall, ToolSpec
+from runtime.errors import KefuError
 from runtime.handling import is_current, pause_handling
 from runtime.history import query_history
+from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import OutboundIntent, find_same_text, register_outbound
+from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
-from runtime.store.tables import AdmissionBatch, Customer
+from runtime.store.tables import AdmissionBatch, Customer, OutboxRequest
 
 
 class ImSendMessageArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = Field(min_length=1, max_length=4000)
-    attachments: list[str] = []
+    attachments: list[str] = Field([], max_length=9, description="file names in the attachments folder")
 
 
 IM_SEND_MESSAGE = ToolSpec(
     name="im_send_message",
-    description="Send a message to the customer of this conversation. The only way to reach the customer.",
+    description="Send a message to the customer of this conversation. The only way to reach the customer. "
+    "Attachments are sent first, in order, one message each, then the text; if one fails, the rest are not sent.",
     parameters=ImSendMessageArgs.model_json_schema(),
 )
 
@@ -51,6 +56,7 @@ class TurnBinding:
     session_id: str
     account_revision: int
     zone: ZoneInfo
+    attachments: AttachmentPolicy | None = None  # None: the agent sends text only
     on_registered: Callable[[str], None] = lambda request_id: None
 
 
@@ -77,45 +83,88 @@ def _parse(call: ToolCall, model: type[Args]) -> Args | ToolOutcome:
         return ToolOutcome(f"Error: invalid arguments for {call.name}: {problems}", True)
 
 
+def _stage_attachments(binding: TurnBinding, conn: Connection, names: list[str]) -> list[MediaRef]:
+    policy = binding.attachments
+    if policy is None:
+        raise KefuError("KEFU_MEDIA_INVALID", "no attachments folder is configured", "send text only")
+    return [stage_media(conn, *read_media_file(policy.resolve(name), policy.max_bytes)) for name in names]
+
+
+def _register_reply(
+    binding: TurnBinding, conn: Connection, call: ToolCall, args: ImSendMessageArgs
+) -> tuple[list[OutboxRequest], RecipientUnavailable | None]:
+    """Register the attachments in order, then the text, each following the one before.
+
+    Raises KefuError for a bad attachment (the caller's transaction then writes nothing). A
+    Wangwang conversation without a known buyer registers the text as refused, unsent.
+    """
+    customer, batch = binding.customer, binding.batch
+    text_id = request_id_for(binding.session_id, call.id)
+    common = {
+        "customer_id": customer.id,
+        "account_id": customer.account_id,
+        "conversation_id": customer.conversation_id,
+        "origin": "auto",
+        "batch_id": batch.id,
+        "session_id": binding.session_id,
+        "tool_call_id": call.id,
+        "route_generation": batch.route_generation,
+        "account_revision": binding.account_revision,
+        "handling_epoch": batch.handling_epoch,
+    }
+    text = OutboundIntent(request_id=text_id, body=args.text, **common)  # type: ignore[arg-type]
+    try:
+        recipient = direct_recipient(conn, customer.id)  # type: ignore[arg-type]
+    except RecipientUnavailable as error:
+        return [register_outbound(conn, text, refused=error.code)], error
+    media = _stage_attachments(binding, conn, args.attachments) if args.attachments else []
+    parts = [
+        OutboundIntent(
+            request_id=f"{text_id}-{n}", content_type=m.kind, body=m.file_name, media_sha256=m.sha256, **common
+        )  # type: ignore[arg-type]
+        for n, m in enumerate(media, 1)
+    ] + [text]
+    follows: str | None = None
+    requests = []
+    for part in parts:
+        requests.append(
+            register_outbound(conn, part.model_copy(update={"recipient_id": recipient, "follows": follows}))
+        )
+        follows = part.request_id
+    return requests, None
+
+
 def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = _parse(call, ImSendMessageArgs)
     if isinstance(args, ToolOutcome):
         return args
-    if args.attachments:
-        return ToolOutcome("Error: attachments are not supported yet; send text only", True)
     customer, batch = binding.customer, binding.batch
-    with binding.store.write() as conn:
-        if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
-            return ToolOutcome(
-                "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.", True
-            )
-        earlier = find_same_text(conn, customer.id, batch.id, args.text)  # type: ignore[arg-type]
-        if earlier is not None:
-            return ToolOutcome(
-                f"Already sent this exact text for this batch: request {earlier}; not sent again.", request_id=earlier
-            )
-        request = register_outbound(
-            conn,
-            OutboundIntent(
-                request_id=request_id_for(binding.session_id, call.id),
-                customer_id=customer.id,  # type: ignore[arg-type]
-                account_id=customer.account_id,
-                conversation_id=customer.conversation_id,
-                recipient_id=customer.direct_peer_id,
-                origin="auto",
-                body=args.text,
-                batch_id=batch.id,
-                session_id=binding.session_id,
-                tool_call_id=call.id,
-                route_generation=batch.route_generation,
-                account_revision=binding.account_revision,
-                handling_epoch=batch.handling_epoch,
-            ),
+    try:
+        with binding.store.write() as conn:
+            if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
+                return ToolOutcome(
+                    "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.",
+                    True,
+                )
+            earlier = find_same_text(conn, customer.id, batch.id, args.text)  # type: ignore[arg-type]
+            if earlier is not None:
+                return ToolOutcome(
+                    f"Already sent this exact text for this batch: request {earlier}; not sent again.",
+                    request_id=earlier,
+                )
+            requests, refused = _register_reply(binding, conn, call, args)
+    except KefuError as error:  # a bad attachment: nothing of this call was registered
+        return ToolOutcome(f"Error: {error.message} ({error.code}); nothing was sent. {error.action}.", True)
+    text_id = requests[-1].request_id
+    if refused is not None:
+        return ToolOutcome(
+            f"Error: IM reply failed ({refused.code} {text_id}): {WANGWANG_RECIPIENT_HELP}", True, text_id
         )
-    binding.on_registered(request.request_id)
-    return ToolOutcome(
-        f"Queued for delivery: request {request.request_id}, status {request.state}.", request_id=request.request_id
-    )
+    for request in requests:
+        binding.on_registered(request.request_id)
+    listed = ", ".join(f"{r.content_type} {r.request_id}" for r in requests)
+    note = " in this order; if one fails, the later ones are not sent" if len(requests) > 1 else ""
+    return ToolOutcome(f"Queued for delivery{note}: {listed} (status {requests[-1].state}).", request_id=text_id)
 
 
 class ImQueryHistoryArgs(BaseModel):

@@ -29,6 +29,7 @@ from runtime.agent.context import context_use
 from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.handling import is_current
+from runtime.media import AttachmentPolicy
 from runtime.rendering import render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
@@ -171,6 +172,7 @@ def run_turn(
     zone: ZoneInfo,
     agent: AgentSettings,
     on_registered: Callable[[str], None] = lambda request_id: None,
+    attachments: AttachmentPolicy | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease."""
     with store.read() as conn:
@@ -214,6 +216,7 @@ def run_turn(
         session_id=session_id,
         account_revision=account.revision if account else 0,
         zone=zone,
+        attachments=attachments,
         on_registered=on_registered,
     )
     tools = [spec for spec, _ in TOOLS.values()]

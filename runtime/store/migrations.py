@@ -193,5 +193,52 @@ V4 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4)
+V5 = Migration(
+    5,
+    "manual sends and their retries, multi-part replies, staged media, reader watermarks, console echoes",
+    (
+        # retry_of: the result-unknown request an operator's retry replaces (one retry each).
+        "ALTER TABLE outbox_request ADD COLUMN retry_of TEXT REFERENCES outbox_request(request_id)",
+        "CREATE UNIQUE INDEX outbox_one_retry ON outbox_request (retry_of) WHERE retry_of IS NOT NULL",
+        # follows: the earlier part of the same reply; a part is only submitted after it was sent.
+        "ALTER TABLE outbox_request ADD COLUMN follows TEXT REFERENCES outbox_request(request_id)",
+        "ALTER TABLE outbox_request ADD COLUMN media_sha256 TEXT REFERENCES media(sha256)",
+        # Provider receipt queries made for a result-unknown request (they are bounded).
+        "ALTER TABLE outbox_request ADD COLUMN receipt_queries INTEGER NOT NULL DEFAULT 0",
+        # History, recipients and previews read one customer's messages newest first.
+        "CREATE INDEX inbound_by_customer ON inbound_message (customer_id, id)",
+        # An immutable copy of every file kefu was asked to send, so an unknown result can still
+        # be inspected after the source path is gone.
+        """CREATE TABLE media (
+            sha256 TEXT PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('image', 'file')),
+            mime TEXT NOT NULL,
+            file_name TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            created_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE reader_watermark (
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            reader TEXT NOT NULL,
+            watermark INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (customer_id, reader)
+        ) WITHOUT ROWID""",
+        # A settled manual send is mirrored as a human-console inbound row under the placeholder
+        # id 'console-manual:<request id>'. When the platform's echo of that send arrives, the
+        # placeholder takes the echo's id, so the insert that follows finds the row and adds none.
+        """CREATE TRIGGER console_echo_replaces_placeholder BEFORE INSERT ON inbound_message
+        WHEN NEW.sender_role = 'human-console' AND NEW.platform_message_id NOT LIKE 'console-manual:%'
+        BEGIN
+            UPDATE inbound_message SET platform_message_id = NEW.platform_message_id
+            WHERE account_id = NEW.account_id AND conversation_id = NEW.conversation_id
+            AND platform_message_id = 'console-manual:' || (
+                SELECT request_id FROM outbox_request WHERE account_id = NEW.account_id
+                AND platform_message_id = NEW.platform_message_id AND origin = 'manual' LIMIT 1);
+        END""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5)
 LATEST_VERSION = MIGRATIONS[-1].version

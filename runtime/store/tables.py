@@ -134,11 +134,16 @@ class OutboxRequest(SQLModel, table=True):
     route_generation: int | None = None
     account_revision: int | None = None
     handling_epoch: int | None = None
-    state: str = "pending"  # pending | sending | sent | failed | result-unknown | revoked | route-changed
+    # pending | sending | sent | failed | result-unknown | revoked | route-changed | skipped
+    state: str = "pending"
     platform_message_id: str | None = None
     error_code: str | None = None
     created_at: int
     updated_at: int
+    retry_of: str | None = None
+    follows: str | None = None
+    media_sha256: str | None = None
+    receipt_queries: int = 0
 
 
 class OutboxAttempt(SQLModel, table=True):
@@ -166,3 +171,22 @@ class Lease(SQLModel, table=True):
     name: str = Field(primary_key=True)
     owner: str
     expires_at: int
+
+
+class Media(SQLModel, table=True):
+    __tablename__ = "media"
+    sha256: str = Field(primary_key=True)
+    kind: str  # image | file
+    mime: str
+    file_name: str
+    size: int
+    data: bytes = Field(repr=False)
+    created_at: int
+
+
+class ReaderWatermark(SQLModel, table=True):
+    __tablename__ = "reader_watermark"
+    customer_id: int = Field(primary_key=True)
+    reader: str = Field(primary_key=True)
+    watermark: int  # the newest inbound message id this reader has seen
+    updated_at: int

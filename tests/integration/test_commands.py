@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.integration.helpers import wait_for
+from transports.simulator import SimulatedPlatform
 
 BIN = Path(sys.executable).parent
 
@@ -185,3 +186,65 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     ]:
         refused = _kefu(tmp_path, *args, **demo_dir)
         assert refused.returncode == 2 and code in refused.stdout, refused.stdout + refused.stderr
+
+
+def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
+    assert _kefu(tmp_path, "demo").returncode == 0
+    demo_dir = {"KEFU_DATA_DIR": str(next((tmp_path / "var").glob("demo-*")))}
+    platform = SimulatedPlatform(Path(demo_dir["KEFU_DATA_DIR"]) / "simulator-platform.sqlite")
+    listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
+    b2 = next(c for c in listed if c["conversation_id"] == "sim-direct-b2")
+    assert b2["unread"] > 0
+
+    (tmp_path / "chart").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    send_chart = ("send", str(b2["id"]), "见尺码表", "--file", str(tmp_path / "chart"), "--request-id", "op-1")
+    sent = _kefu(tmp_path, *send_chart, **demo_dir)
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert "request op-1.file: sent simmsg-" in sent.stdout and "request op-1: sent simmsg-" in sent.stdout
+    parts = [r for r in platform.received() if r.client_ref.startswith("op-1")]
+    assert [(r.kind, r.text) for r in parts] == [("image", "chart.png"), ("text", "见尺码表")]
+    again = _kefu(tmp_path, *send_chart, **demo_dir)
+    assert again.returncode == 0 and len([r for r in platform.received() if r.client_ref.startswith("op-1")]) == 2
+    history = _kefu(tmp_path, "history", str(b2["id"]), "--limit", "2", **demo_dir).stdout
+    assert "[operator from console] [image]" in history and "[operator from console] 见尺码表" in history
+
+    read = _kefu(tmp_path, "read", str(b2["id"]), **demo_dir)
+    assert read.returncode == 0 and "read by operator up to message" in read.stdout
+    listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
+    assert next(c for c in listed if c["id"] == b2["id"])["unread"] == 0
+
+    # A send that timed out before reaching the platform stays result-unknown until an operator acts.
+    lost = _kefu(
+        tmp_path,
+        "send",
+        str(b2["id"]),
+        "退款已提交",
+        "--request-id",
+        "op-2",
+        KEFU_SIMULATOR__SEND_TIMEOUTS="before-submit",
+        **demo_dir,
+    )
+    assert lost.returncode == 1 and "request op-2: result-unknown TimeoutError" in lost.stdout
+    assert "kefu outbox retry <new id> op-2" in lost.stdout
+    queried = json.loads(_kefu(tmp_path, "outbox", "query", "op-2", **demo_dir).stdout)
+    assert (queried["state"], queried["receipt_queries"]) == ("result-unknown", 2)
+    retried = _kefu(tmp_path, "outbox", "retry", "op-2b", "op-2", **demo_dir)
+    assert retried.returncode == 0 and "request op-2b: sent" in retried.stdout
+    assert [r.text for r in platform.received() if r.client_ref.startswith("op-2")] == ["退款已提交"]
+    assert json.loads(_kefu(tmp_path, "outbox", "query", "op-2b", **demo_dir).stdout)["retry_of"] == "op-2"
+
+    for args, code in [
+        (("send", "999", "x"), "KEFU_CUSTOMER_UNKNOWN"),
+        (("send", str(b2["id"]), "another text", "--request-id", "op-1"), "KEFU_REQUEST_ID_CONFLICT"),
+        (("send", str(b2["id"]), "x", "--request-id", "bad id"), "KEFU_REQUEST_ID_INVALID"),
+        (("send", str(b2["id"]), "x", "--file", str(tmp_path / "missing.png")), "KEFU_MEDIA_INVALID"),
+        (("outbox", "query", "no-such-request"), "KEFU_REQUEST_UNKNOWN"),
+        (("outbox", "query", "bad id"), "KEFU_REQUEST_ID_INVALID"),
+        (("outbox", "retry", "op-3", "op-1"), "KEFU_RETRY_NEEDS_UNKNOWN"),
+        (("outbox", "retry", "op-3", "no-such-request"), "KEFU_REQUEST_UNKNOWN"),
+        (("outbox", "retry", "op-3", "op-2"), "KEFU_RETRY_EXISTS"),
+        (("read", "999"), "KEFU_CUSTOMER_UNKNOWN"),
+        (("read", str(b2["id"]), "--upto", "99999"), "KEFU_WATERMARK_INVALID"),
+    ]:
+        refused = _kefu(tmp_path, *args, **demo_dir)
+        assert refused.returncode == 2 and code in refused.stdout, (args, refused.stdout + refused.stderr)

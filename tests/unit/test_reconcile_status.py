@@ -17,7 +17,8 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
         ids += ingest_page(
             store, transport.page_of(shop, [platform.buyer_says(shop, buyer, buyer, "你好")])
         ).customer_ids
-    assert pending_work(store, grace_s=60, attempt_lease_s=60).admissions == []  # too young: left to its own task
+    # too young: left to its own task
+    assert pending_work(store, grace_s=60, attempt_lease_s=60, receipt_query_limit=5).admissions == []
     evaluate(store, ids[0], 1000)  # b1: claimed into a batch, its turn never ran
     with store.write() as conn:
         for request_id in ("r-sending", "r-pending", "r-unknown"):  # registration order
@@ -36,7 +37,7 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
         conn.exec_driver_sql("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
     begin_attempt(store, "r-sending", "dead-worker", lease_s=60)
     time.sleep(0.05)
-    work = pending_work(store, grace_s=0.01, attempt_lease_s=0.01)
+    work = pending_work(store, grace_s=0.01, attempt_lease_s=0.01, receipt_query_limit=5)
     assert work.admissions == [ids[1]]
     assert work.turns == [ids[0]]
     assert sorted(work.attempts) == ["r-pending", "r-sending"]
@@ -51,4 +52,4 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
 
 def test_an_empty_store_is_quiet(store):
     assert is_quiet(store)
-    assert pending_work(store, 0, 0) == pending_work(store, 0, 0).__class__()
+    assert pending_work(store, 0, 0, 5) == pending_work(store, 0, 0, 5).__class__()

@@ -8,6 +8,7 @@ for counting duplicate replies.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 import time
@@ -35,7 +36,9 @@ CREATE TABLE IF NOT EXISTS received_send (
     conversation_id TEXT NOT NULL,
     recipient_id TEXT,
     text TEXT NOT NULL,
-    received_at INTEGER NOT NULL
+    received_at INTEGER NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'text',
+    media_sha256 TEXT
 );
 CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref);
 """
@@ -58,8 +61,10 @@ class ReceivedSend(BaseModel):
     account_id: str
     conversation_id: str
     recipient_id: str | None
-    text: str
+    text: str  # a media message's file name
     received_at: int
+    kind: str = "text"  # text | image | file
+    media_sha256: str | None = None
 
 
 Row = TypeVar("Row", BuyerMessage, ReceivedSend)
@@ -103,15 +108,23 @@ class SimulatedPlatform:
         return self._rows(BuyerMessage, query, (account_id, after_seq, limit))
 
     def receive_send(
-        self, account_id: str, conversation_id: str, recipient_id: str | None, text: str, client_ref: str
+        self,
+        account_id: str,
+        conversation_id: str,
+        recipient_id: str | None,
+        text: str,
+        client_ref: str,
+        kind: str = "text",
+        media: bytes | None = None,
     ) -> ReceivedSend:
         at = time.time_ns() // 1_000_000
         platform_message_id = f"simmsg-{uuid.uuid4().hex[:16]}"
+        digest = hashlib.sha256(media).hexdigest() if media is not None else None
         query = (
             "INSERT INTO received_send (platform_message_id, client_ref, account_id, conversation_id,"
-            " recipient_id, text, received_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *"
+            " recipient_id, text, received_at, kind, media_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
         )
-        params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at)
+        params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at, kind, digest)
         return self._rows(ReceivedSend, query, params)[0]
 
     def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:

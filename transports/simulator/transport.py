@@ -8,9 +8,10 @@ from itertools import groupby
 
 from runtime.outbox import OutboundSend, SendFailure, SendReceipt
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
-from transports.simulator.platform import BuyerMessage, SimulatedPlatform
+from transports.simulator.platform import BuyerMessage, ReceivedSend, SimulatedPlatform
 
 STREAM_ID = "simulator"
+ECHO_STREAM_ID = "simulator-echo"  # the platform's echoes of the shop's own sends
 
 
 def platform_message_id(seq: int) -> str:
@@ -21,10 +22,17 @@ class SimulatorTransport:
     platform = "simulator"
     stream_id = STREAM_ID
 
-    def __init__(self, platform: SimulatedPlatform, send_latency_ms: int = 0, page_size: int = 100) -> None:
+    def __init__(
+        self,
+        platform: SimulatedPlatform,
+        send_latency_ms: int = 0,
+        page_size: int = 100,
+        send_timeouts: str = "none",
+    ) -> None:
         self.far_side = platform
         self.send_latency_ms = send_latency_ms
         self.page_size = page_size
+        self.send_timeouts = send_timeouts  # none | after-submit | before-submit
 
     def page_of(self, account_id: str, messages: list[BuyerMessage]) -> InboundPage:
         """A page holding exactly these buyer messages, its cursor after the last one."""
@@ -59,15 +67,44 @@ class SimulatorTransport:
         messages = self.far_side.buyer_messages(account_id, int(cursor or 0), self.page_size)
         return self.page_of(account_id, messages) if messages else None
 
+    def echo_page(self, account_id: str, received: ReceivedSend) -> InboundPage:
+        """The platform's echo of a send it received, as the shop side's message carrying the
+        client reference (kefu's request id) the send was made with."""
+        echo = InboundMessage(
+            platform_message_id=received.platform_message_id,
+            sender=Sender(id=f"shop:{account_id}", role="native_operator"),
+            content=TextContent(text=received.text),
+            occurred_at=datetime.fromtimestamp(received.received_at / 1000, tz=UTC),
+            outbound_ref=received.client_ref,
+        )
+        group = ConversationGroup(conversation_id=received.conversation_id, conversation_type="direct", messages=[echo])
+        return InboundPage(
+            account_id=account_id,
+            stream_id=ECHO_STREAM_ID,
+            cursor=str(received.id),
+            page_op_id=f"sim-echo-{received.id}",
+            groups=[group],
+        )
+
     def send(self, message: OutboundSend) -> SendReceipt:
         if not message.recipient_id:
             raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
+        if self.send_timeouts == "before-submit":
+            raise TimeoutError("the simulated send timed out before reaching the platform")
         received = self.far_side.receive_send(
-            message.account_id, message.conversation_id, message.recipient_id, message.text, message.request_id
+            message.account_id,
+            message.conversation_id,
+            message.recipient_id,
+            message.text,
+            message.request_id,
+            kind=message.media.kind if message.media else "text",
+            media=message.media.data if message.media else None,
         )
         # The platform has the message; only its response is still on the wire.
         if self.send_latency_ms:
             time.sleep(self.send_latency_ms / 1000)
+        if self.send_timeouts == "after-submit":
+            raise TimeoutError("the simulated platform's response was lost")
         return SendReceipt(platform_message_id=received.platform_message_id)
 
     def query_send(self, request_id: str) -> SendReceipt | None:

@@ -28,6 +28,7 @@ def run_turn(self: Task, customer_id: int) -> str:
             settings.zone,
             settings.agent,
             on_registered=lambda request_id: attempt.delay(request_id),
+            attachments=runtime.attachments,
         )
     finally:
         leases.release(runtime.store, lease, owner)

@@ -53,7 +53,8 @@ def prune_processed(folder: Path) -> None:
 def reconcile(self: Task) -> dict[str, int]:
     runtime = runtime_for(self.app)
     settings = runtime.settings
-    work = pending_work(runtime.store, settings.reconcile.grace_s, settings.outbox.attempt_lease_s)
+    outbox = settings.outbox
+    work = pending_work(runtime.store, settings.reconcile.grace_s, outbox.attempt_lease_s, outbox.receipt_query_limit)
     for customer_id in work.admissions:
         self.app.tasks["kefu.agent.admit"].delay(customer_id)
     for customer_id in work.turns:

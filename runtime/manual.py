@@ -1,0 +1,193 @@
+"""Manual sends (SPEC 3.8): an operator's message, under a request id the caller chooses.
+
+The caller keeps the request id, so a lost response is never a reason to send again: replaying
+`send_manual` with the same id returns the stored request, `query_manual` reads it, and only an
+explicit `retry_manual` with a new id sends a result-unknown message a second time.
+Manual sends work while automatic handling is paused (a human took over) but not while the
+account cannot deliver.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sqlalchemy import Connection
+
+from runtime.accounts import load_account
+from runtime.admission import load_customer
+from runtime.errors import CustomerUnknown, KefuError, RequestUnknown
+from runtime.media import stage_media
+from runtime.outbox import OutboundIntent, load_request, register_outbound
+from runtime.recipients import RecipientUnavailable, direct_recipient
+from runtime.store import DeliveryStore
+from runtime.store.tables import Customer, OutboxRequest
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+class ManualSend(BaseModel):
+    """One manual message: text, or one file (a media message carries exactly one file)."""
+
+    model_config = ConfigDict(extra="forbid")
+    request_id: str
+    customer_id: int
+    text: str | None = Field(None, min_length=1, max_length=4000)
+    file_name: str | None = Field(None, min_length=1, max_length=255)
+    file_data: bytes | None = Field(None, repr=False)
+    follows: str | None = None  # an earlier part of the same message (e.g. its file)
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str) -> str:
+        return check_request_id(value)
+
+    @model_validator(mode="after")
+    def _one_content(self) -> ManualSend:
+        has_file = self.file_name is not None and self.file_data is not None
+        if (self.text is None) == (not has_file):
+            raise ValueError("give either text or a file (one file per media message)")
+        return self
+
+
+def check_request_id(value: str) -> str:
+    if not _REQUEST_ID.fullmatch(value):
+        raise KefuError(
+            "KEFU_REQUEST_ID_INVALID",
+            f"request id {value[:40]!r} is not 1-128 characters of letters, digits, '.', '_', ':' or '-'",
+            "choose a stable id such as console-<date>-<n>; keep it to query or confirm the send",
+        )
+    return value
+
+
+def _customer(conn: Connection, customer_id: int) -> Customer:
+    customer = load_customer(conn, customer_id)
+    if customer is None:
+        raise CustomerUnknown(customer_id)
+    return customer
+
+
+def _check_account_can_send(conn: Connection, customer: Customer) -> None:
+    account = load_account(conn, customer.account_id)
+    problem = (
+        "is gone"
+        if account is None
+        else "is disconnected"
+        if account.connection_intent != "connected"
+        else f"is not authorised ({account.authorization})"
+        if account.authorization != "ready"
+        else "has a failed listener"
+        if account.listener_state == "failed"
+        else None
+    )
+    if problem:
+        raise KefuError(
+            "KEFU_ACCOUNT_UNAVAILABLE",
+            f"account {customer.account_id!r} {problem}; no manual send was registered",
+            "reconnect or re-authorise the account, then send again",
+        )
+
+
+def _replayed(existing: OutboxRequest, wanted: OutboundIntent) -> OutboxRequest:
+    """The same request id again: the stored request if it is the same message, else an error."""
+    same = (existing.customer_id, existing.origin, existing.retry_of) == (
+        wanted.customer_id,
+        "manual",
+        wanted.retry_of,
+    ) and (wanted.content_type, wanted.body, wanted.media_sha256) == (
+        existing.content_type,
+        existing.body,
+        existing.media_sha256,
+    )
+    if not same:
+        raise KefuError(
+            "KEFU_REQUEST_ID_CONFLICT",
+            f"request id {existing.request_id!r} already names a different message",
+            "use a new request id for a new message; reuse an id only to repeat the same send",
+        )
+    return existing
+
+
+def _register(conn: Connection, customer: Customer, intent: OutboundIntent) -> OutboxRequest:
+    existing = load_request(conn, intent.request_id)
+    if existing is not None:
+        return _replayed(existing, intent)
+    _check_account_can_send(conn, customer)
+    try:
+        recipient = direct_recipient(conn, customer.id)  # type: ignore[arg-type]
+    except RecipientUnavailable as error:
+        return register_outbound(conn, intent, refused=error.code)  # recorded, never submitted
+    return register_outbound(conn, intent.model_copy(update={"recipient_id": recipient}))
+
+
+def send_manual(store: DeliveryStore, send: ManualSend) -> OutboxRequest:
+    """Register an operator's message. Idempotent on the request id."""
+    with store.write() as conn:
+        customer = _customer(conn, send.customer_id)
+        content: dict[str, object] = {"content_type": "text", "body": send.text}
+        if send.file_data is not None:
+            media = stage_media(conn, send.file_data, send.file_name)  # type: ignore[arg-type]
+            content = {"content_type": media.kind, "body": media.file_name, "media_sha256": media.sha256}
+        intent = OutboundIntent(
+            request_id=send.request_id,
+            customer_id=customer.id,  # type: ignore[arg-type]
+            account_id=customer.account_id,
+            conversation_id=customer.conversation_id,
+            origin="manual",
+            handling_epoch=customer.handling_epoch,
+            follows=send.follows,
+            **content,  # type: ignore[arg-type]
+        )
+        return _register(conn, customer, intent)
+
+
+def query_manual(store: DeliveryStore, request_id: str) -> OutboxRequest:
+    """The stored request (a provider receipt query is the worker's: `kefu outbox query`)."""
+    with store.read() as conn:
+        request = load_request(conn, check_request_id(request_id))
+    if request is None:
+        raise RequestUnknown(request_id)
+    return request
+
+
+def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id: str) -> OutboxRequest:
+    """Send a result-unknown message again under a new id, recording which one it retries.
+
+    Only an operator decides this (the first may have arrived after all); each unknown request
+    can be retried once. Replaying the same pair returns the stored retry.
+    """
+    check_request_id(new_request_id)
+    with store.write() as conn:
+        previous = load_request(conn, check_request_id(previous_request_id))
+        if previous is None:
+            raise RequestUnknown(previous_request_id)
+        existing = load_request(conn, new_request_id)
+        if existing is None and previous.state != "result-unknown":
+            raise KefuError(
+                "KEFU_RETRY_NEEDS_UNKNOWN",
+                f"request {previous_request_id!r} is {previous.state}; only a result-unknown request can be retried",
+                "a sent request needs nothing; a failed one can be sent anew with `kefu send`",
+            )
+        earlier_retry = conn.execute(
+            OutboxRequest.__table__.select().where(OutboxRequest.__table__.c.retry_of == previous_request_id)
+        ).first()
+        if existing is None and earlier_retry is not None:
+            raise KefuError(
+                "KEFU_RETRY_EXISTS",
+                f"request {previous_request_id!r} was already retried as {earlier_retry.request_id!r}",
+                f"check that one with `kefu outbox query {earlier_retry.request_id}`",
+            )
+        customer = _customer(conn, previous.customer_id)
+        intent = OutboundIntent(
+            request_id=new_request_id,
+            customer_id=previous.customer_id,
+            account_id=previous.account_id,
+            conversation_id=previous.conversation_id,
+            origin="manual",
+            content_type=previous.content_type,  # type: ignore[arg-type]
+            body=previous.body,
+            media_sha256=previous.media_sha256,
+            handling_epoch=customer.handling_epoch,
+            retry_of=previous.request_id,
+        )
+        return _register(conn, customer, intent)
