@@ -14,6 +14,7 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 
+from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
 from runtime.outbox import settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
@@ -29,8 +30,7 @@ _UPSERT_CUSTOMER = (
     " RETURNING id, handling_paused"
 )
 
-# Sender classification happens here, in SQL: an echo of our own sent message is 'ai' (auto)
-# or 'human-console' (manual); text equality never matters. 'ai' rows are never admitted.
+# Sender classification (runtime.classification) runs inside the insert. 'ai' rows are never admitted.
 # Live input for a customer whose automatic handling is paused is kept but never admitted.
 # A duplicate only raises mention evidence to true; everything else stays as first committed.
 _INSERT_MESSAGE = (
@@ -40,9 +40,7 @@ _INSERT_MESSAGE = (
     " SELECT ?1, ?2, ?3, ?4, ?5, ?6, role, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
     " CASE WHEN ?13 = 'history' THEN 'history' WHEN role = 'ai' THEN 'ignored'"
     "  WHEN ?15 THEN 'suppressed' ELSE 'pending' END"
-    " FROM (SELECT coalesce((SELECT CASE origin WHEN 'auto' THEN 'ai' ELSE 'human-console' END"
-    "   FROM outbox_request WHERE account_id = ?2 AND platform_message_id = ?4"
-    "   AND state = 'sent' LIMIT 1), ?14) AS role) WHERE true"
+    f" FROM (SELECT {role_sql('?2', '?4', '?14')} AS role) WHERE true"
     " ON CONFLICT (account_id, conversation_id, platform_message_id) DO UPDATE SET mention = 1"
     " WHERE excluded.mention = 1 AND inbound_message.mention IS NOT 1"
 )
@@ -153,7 +151,7 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
                 m.mention,
                 m.direct_peer_id,
                 origin,
-                "human-native" if m.sender.role == "native_operator" else "external",
+                evidence_role(m.sender.role),
                 paused,
             )
             for m in group.messages

@@ -269,7 +269,7 @@ _MARK_ATTEMPT = (
 _MARK_REQUEST = (
     "UPDATE outbox_request SET state = :rs, updated_at = :at,"
     " platform_message_id = coalesce(:p, platform_message_id), error_code = :e"
-    " WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent')"
+    " WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent') RETURNING origin, platform_message_id"
 )
 # The platform's echo arrived before the send was recorded: attribute the stored row to us.
 _RECLASSIFY_EARLY_ECHO = (
@@ -297,13 +297,23 @@ _MIRROR_MANUAL = (
 )
 _SETTLE_BY_ECHO = (
     "UPDATE outbox_request SET state = 'sent', platform_message_id = :p, error_code = NULL, updated_at = :at"
-    " WHERE request_id = :r AND account_id = :a AND state IN ('sending', 'result-unknown') RETURNING request_id"
+    " WHERE request_id = :r AND account_id = :a AND state IN ('sending', 'result-unknown')"
+    " RETURNING origin, platform_message_id"
 )
 _SETTLE_ATTEMPT_BY_ECHO = (
     "UPDATE outbox_attempt SET state = 'sent', finished_at = :at, platform_message_id = :p, error_code = NULL"
     " WHERE request_id = :r AND attempt_no = (SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r)"
 )
-_ON_SENT = (_RECLASSIFY_EARLY_ECHO, _MIRROR_MANUAL)
+
+
+def _on_sent(origin: str, platform_message_id: str | None) -> list[str]:
+    """What else a send settled as sent writes (statements over the same named parameters)."""
+    statements = []
+    if platform_message_id is not None:
+        statements.append(_RECLASSIFY_EARLY_ECHO)
+    if origin == "manual":
+        statements.append(_MIRROR_MANUAL)
+    return statements
 
 
 def _mark(
@@ -325,9 +335,9 @@ def _mark(
         "n": attempt_no,
     }
     conn.execute(sql(_MARK_ATTEMPT), params)
-    conn.execute(sql(_MARK_REQUEST), params)
-    if request_state == "sent":
-        for statement in _ON_SENT:
+    changed = conn.execute(sql(_MARK_REQUEST), params).first()
+    if request_state == "sent" and changed is not None:
+        for statement in _on_sent(*changed):
             conn.execute(sql(statement), params)
 
 
@@ -335,9 +345,10 @@ def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, pla
     """The platform echoed our own send (its client reference is the request id): that proves
     delivery of a request still sending or result-unknown. Runs inside ingestion's transaction."""
     params = {"a": account_id, "r": request_id, "p": platform_message_id, "at": now_ms()}
-    if db.execute(_SETTLE_BY_ECHO, params).fetchone() is None:
+    changed = db.execute(_SETTLE_BY_ECHO, params).fetchone()
+    if changed is None:
         return False
-    for statement in (_SETTLE_ATTEMPT_BY_ECHO, *_ON_SENT):
+    for statement in (_SETTLE_ATTEMPT_BY_ECHO, *_on_sent(*changed)):
         db.execute(statement, params)
     return True
 

@@ -28,11 +28,13 @@ def stage_counts(store: DeliveryStore) -> list[StageCounts]:
 
 
 def is_quiet(store: DeliveryStore) -> bool:
-    """Nothing pending, claimed, in a turn, or waiting to be sent."""
+    """Nothing waiting for admission, claimed, in a turn, or waiting to be sent. (A console
+    operator's mirrored line waits as context for the buyer's next message: that is quiet.)"""
     with store.read() as conn:
         return not conn.execute(
             sql(
-                "SELECT 1 FROM inbound_message WHERE state IN ('pending', 'claimed')"
+                "SELECT 1 FROM inbound_message WHERE state = 'claimed'"
+                " OR (state = 'pending' AND sender_role IN ('external', 'human-native'))"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
             )

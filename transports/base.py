@@ -13,7 +13,9 @@ class Transport(Protocol):
     stream_id: str  # the provider stream whose cursor catch-up reads
 
     def send(self, message: OutboundSend) -> SendReceipt:
-        """Deliver one message; raise runtime.outbox.SendFailure classified by outcome."""
+        """Deliver one message (`message.media` set: one file); raise runtime.outbox.SendFailure
+        classified by outcome. `message.request_id` is the client reference: pass it to the
+        platform where it takes one, and set it as `outbound_ref` on the platform's echo."""
 
     def query_send(self, request_id: str) -> SendReceipt | None:
         """The receipt of an earlier send by its request id, or None if the platform has none."""

@@ -102,6 +102,7 @@ def customers(
     search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
     account: Annotated[str | None, typer.Option(help="only this account")] = None,
     source: Annotated[str, typer.Option(help="real or simulation (they never mix)")] = "real",
+    reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
     """Customers (conversations), most recently active first."""
@@ -110,7 +111,7 @@ def customers(
     if source not in ("real", "simulation"):
         console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
         raise typer.Exit(2)
-    rows = list_customers(_store(), source=source, account_id=account, search=search)  # type: ignore[arg-type]
+    rows = list_customers(_store(), source=source, account_id=account, search=search, reader=reader)  # type: ignore[arg-type]
     columns = ["id", "account_id", "conversation_id", "unread", "handling_paused", "last_activity_at"]
     _print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
 
@@ -144,7 +145,8 @@ cli.add_typer(outbox_cli, name="outbox")
 def outbox(
     ctx: typer.Context,
     state: Annotated[
-        str | None, typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, …")
+        str | None,
+        typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, route-changed or skipped"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:

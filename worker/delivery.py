@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from runtime.accounts import load_account
 from runtime.leases import new_owner
 from runtime.outbox import (
+    SETTLED,
     AttemptSkipped,
     SendFailure,
     begin_attempt,
@@ -45,6 +46,8 @@ def attempt_send(runtime: WorkerRuntime, request_id: str) -> AttemptOutcome:
         request = load_request(conn, request_id)
     if request is None:
         return AttemptOutcome("unknown-request")
+    if request.state in SETTLED:  # e.g. refused before any platform call: no transport needed
+        return AttemptOutcome("settled", request.error_code)
     # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
     transport = runtime.transport(_platform(runtime, request.account_id))
     grant = begin_attempt(runtime.store, request_id, new_owner(), runtime.settings.outbox.attempt_lease_s)

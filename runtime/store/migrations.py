@@ -205,6 +205,8 @@ V5 = Migration(
         "ALTER TABLE outbox_request ADD COLUMN media_sha256 TEXT REFERENCES media(sha256)",
         # Provider receipt queries made for a result-unknown request (they are bounded).
         "ALTER TABLE outbox_request ADD COLUMN receipt_queries INTEGER NOT NULL DEFAULT 0",
+        # A customer's unfinished sends, for the ordering check before every attempt.
+        "CREATE INDEX outbox_open_by_customer ON outbox_request (customer_id) WHERE state IN ('pending', 'sending')",
         # History, recipients and previews read one customer's messages newest first.
         "CREATE INDEX inbound_by_customer ON inbound_message (customer_id, id)",
         # An immutable copy of every file kefu was asked to send, so an unknown result can still

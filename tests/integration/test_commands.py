@@ -212,6 +212,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     assert read.returncode == 0 and "read by operator up to message" in read.stdout
     listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
     assert next(c for c in listed if c["id"] == b2["id"])["unread"] == 0
+    other = _kefu(tmp_path, "customers", "--source", "simulation", "--reader", "lead", "--json", **demo_dir).stdout
+    assert next(c for c in json.loads(other) if c["id"] == b2["id"])["unread"] > 0  # each reader has its own mark
 
     # A send that timed out before reaching the platform stays result-unknown until an operator acts.
     lost = _kefu(

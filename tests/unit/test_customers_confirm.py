@@ -75,3 +75,21 @@ def test_an_operator_confirms_delivery_or_failure_of_an_unknown_send(store, unkn
 def test_an_operator_confirms_non_delivery(store, unknown_request):
     failed = confirm_result(store, unknown_request, delivered=False)
     assert (failed.state, failed.error_code) == ("failed", "KEFU_OPERATOR_NOT_DELIVERED")
+
+
+def test_a_reader_watermark_only_moves_forward_and_unread_counts_follow_it(store, shop):
+    from runtime.customers import ack_customer_read
+
+    for n in range(3):
+        ingest_page(store, parse_page(page("shop", f"w{n}", "c-read", "王五")))
+    [customer] = list_customers(store, source="simulation")
+    assert customer.unread == 3
+    assert ack_customer_read(store, customer.id, "console-a", 2) == 2
+    assert ack_customer_read(store, customer.id, "console-a", 1) == 2  # an older ack never moves it back
+    assert list_customers(store, source="simulation", reader="console-a")[0].unread == 1
+    assert list_customers(store, source="simulation", reader="console-b")[0].unread == 3
+    assert ack_customer_read(store, customer.id, "console-a") == 3
+    for bad, code in [((999, "a", None), "KEFU_CUSTOMER_UNKNOWN"), ((customer.id, "a", 4), "KEFU_WATERMARK_INVALID")]:
+        with pytest.raises(KefuError) as refused:
+            ack_customer_read(store, *bad)
+        assert refused.value.code == code

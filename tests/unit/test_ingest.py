@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from runtime.classification import classify_inbound_sender
 from runtime.errors import KefuError, PageRejected
 from runtime.ingest import commit_cursor, commit_group, committed_cursor, ingest_page
 from runtime.outbox import OutboundIntent, register_outbound
@@ -163,6 +164,16 @@ def test_sender_classification_uses_platform_ids_never_text(store, shop):
         "native": "human-native/pending",
         "same-text": "external/pending",
     }
+    with store.read() as conn:  # the same rule, asked directly; the echo id beats a native-operator label
+        assert [
+            classify_inbound_sender(conn, "shop", pmid, label)
+            for pmid, label in [
+                ("echo-ai", "native_operator"),
+                ("echo-op", "buyer"),
+                ("x", "native_operator"),
+                ("y", "buyer"),
+            ]
+        ] == ["ai", "human-console", "human-native", "external"]
 
 
 @hsettings(max_examples=40, deadline=None)

@@ -10,6 +10,7 @@ from worker.delivery import attempt_send, query_receipt
 from worker.tasks.options import RETRY_ON_BUSY
 
 RETRY_BACKOFF_S = (1, 2, 5, 10, 30, 60)
+MAX_THROTTLE_WAIT_S = 600
 
 
 @shared_task(name="kefu.outbox.attempt", bind=True, **{**RETRY_ON_BUSY, "max_retries": len(RETRY_BACKOFF_S)})
@@ -23,8 +24,9 @@ def attempt(self: Task, request_id: str) -> str:
     if result.outcome == "result-unknown":
         settle.delay(request_id)
     elif result.outcome == "not-submitted" and self.request.retries < self.max_retries:
-        backoff = RETRY_BACKOFF_S[self.request.retries]
-        raise self.retry(countdown=max(backoff, result.retry_after_s or 0))
+        # Honour the platform's throttling hint, within the broker's visibility timeout.
+        backoff = max(RETRY_BACKOFF_S[self.request.retries], min(result.retry_after_s or 0, MAX_THROTTLE_WAIT_S))
+        raise self.retry(countdown=backoff)
     if result.outcome not in ("waiting-for-earlier", "in-progress"):
         start_next(request.customer_id, request_id)
     return result.outcome
