@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
-from runtime.outbox import settle_by_echo
+from runtime.outbox import adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
 
@@ -133,9 +133,11 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
             },
         ).fetchone()
         account, conversation = page.account_id, group.conversation_id
+        # Echoes of our own sends: settled first, so the insert below classifies them as ours.
         for m in group.messages:
-            if m.outbound_ref is not None:  # settled first, so the insert below classifies it as ours
+            if m.outbound_ref is not None:
                 settle_by_echo(db, account, m.outbound_ref, m.platform_message_id)
+        adopt_console_echoes(db, account, conversation, [m.platform_message_id for m in group.messages])
         rows = [
             (
                 customer_id,

@@ -12,6 +12,7 @@ run them on its raw connection inside the transaction that stores the echo.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Literal
@@ -282,7 +283,7 @@ _RECLASSIFY_EARLY_ECHO = (
     "  (SELECT account_id, conversation_id, platform_message_id FROM outbox_request WHERE request_id = :r)"
 )
 # A sent manual message is mirrored as the console operator's inbound, under a placeholder id
-# that the platform's echo takes over later (trigger console_echo_replaces_placeholder).
+# that the platform's echo takes over later (adopt_console_echoes).
 _MIRROR_MANUAL = (
     "INSERT OR IGNORE INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id,"
     " sender_id, sender_role, content_type, body, occurred_at, received_at, origin, state)"
@@ -339,6 +340,30 @@ def _mark(
     if request_state == "sent" and changed is not None:
         for statement in _on_sent(*changed):
             conn.execute(sql(statement), params)
+
+
+_CONSOLE_ECHOES = (
+    "SELECT request_id, platform_message_id FROM outbox_request WHERE account_id = ? AND origin = 'manual'"
+    " AND state = 'sent' AND platform_message_id IN (SELECT value FROM json_each(?))"
+)
+_PLACEHOLDER_WAITING = (
+    "SELECT 1 FROM inbound_message WHERE account_id = ? AND conversation_id = ?"
+    " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;' LIMIT 1"
+)
+_ADOPT_PLACEHOLDER = (
+    "UPDATE inbound_message SET platform_message_id = ?"
+    " WHERE account_id = ? AND conversation_id = ? AND platform_message_id = 'console-manual:' || ?"
+)
+
+
+def adopt_console_echoes(db: sqlite3.Connection, account_id: str, conversation_id: str, ids: list[str]) -> None:
+    """Echoes of sent manual messages take over their mirror's placeholder id, so storing the
+    echo finds that row instead of adding a second one. Runs inside ingestion's transaction;
+    a conversation without a waiting placeholder costs one index probe."""
+    if db.execute(_PLACEHOLDER_WAITING, (account_id, conversation_id)).fetchone() is None:
+        return
+    for request_id, platform_message_id in db.execute(_CONSOLE_ECHOES, (account_id, json.dumps(ids))).fetchall():
+        db.execute(_ADOPT_PLACEHOLDER, (platform_message_id, account_id, conversation_id, request_id))
 
 
 def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, platform_message_id: str) -> bool:

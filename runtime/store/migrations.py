@@ -227,18 +227,6 @@ V5 = Migration(
             updated_at INTEGER NOT NULL,
             PRIMARY KEY (customer_id, reader)
         ) WITHOUT ROWID""",
-        # A settled manual send is mirrored as a human-console inbound row under the placeholder
-        # id 'console-manual:<request id>'. When the platform's echo of that send arrives, the
-        # placeholder takes the echo's id, so the insert that follows finds the row and adds none.
-        """CREATE TRIGGER console_echo_replaces_placeholder BEFORE INSERT ON inbound_message
-        WHEN NEW.sender_role = 'human-console' AND NEW.platform_message_id NOT LIKE 'console-manual:%'
-        BEGIN
-            UPDATE inbound_message SET platform_message_id = NEW.platform_message_id
-            WHERE account_id = NEW.account_id AND conversation_id = NEW.conversation_id
-            AND platform_message_id = 'console-manual:' || (
-                SELECT request_id FROM outbox_request WHERE account_id = NEW.account_id
-                AND platform_message_id = NEW.platform_message_id AND origin = 'manual' LIMIT 1);
-        END""",
     ),
 )
 
