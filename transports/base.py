@@ -1,4 +1,9 @@
-"""What the worker needs from a platform transport."""
+"""What the worker needs from a platform transport.
+
+Besides this interface, a transport publishes what it receives: inbound pages to
+`kefu.ingest.page`, and buyer read receipts (runtime.read_receipts.BuyerReadReceipt, as JSON)
+to `kefu.receipts.buyer_read`.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 # Marks the user message of a follow-up turn (after an interruption): it carries no buyer lines.
 FOLLOW_UP_PREFIX = "[kefu follow-up]"
+# Marks a notice that the buyer read one of our messages (SPEC 3.9): no buyer lines either.
+READ_NOTICE_PREFIX = "[im-read]"
 
 
 class ToolCall(BaseModel):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
+from runtime.agent.model import FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
 from runtime.errors import KefuError
 
 _LINE = re.compile(r"^\[[^\]]*\] \[counterpart(?: [^\]]*)?\] (?P<text>.*)$")
@@ -72,7 +72,11 @@ class RulesProvider:
         return self.knowledge.greeting if greeted else None
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
-        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        # Read notices carry no buyer lines: the reply is about the latest batch or follow-up.
+        last_user = max(
+            (i for i, m in enumerate(messages) if m.role == "user" and not m.content.startswith(READ_NOTICE_PREFIX)),
+            default=None,
+        )
         if last_user is None:
             return AssistantReply(text="(no customer input)")
         if any(m.role == "tool" for m in messages[last_user + 1 :]):
@@ -81,7 +85,7 @@ class RulesProvider:
         batch = next(
             m
             for m in reversed(messages[: last_user + 1])
-            if m.role == "user" and not m.content.startswith(FOLLOW_UP_PREFIX)
+            if m.role == "user" and not m.content.startswith((FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX))
         )
         lines = [match["text"] for line in batch.content.splitlines() if (match := _LINE.match(line))]
         if not lines:

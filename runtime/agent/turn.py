@@ -30,6 +30,7 @@ from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, M
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.handling import is_current
 from runtime.media import AttachmentPolicy
+from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
@@ -115,7 +116,30 @@ def model_view(events: list[SessionEvent]) -> list[ChatMessage]:
             messages.append(ChatMessage(role="assistant", content=getattr(e, "text", ""), tool_calls=calls))
         elif e.type == "tool/result":
             messages.append(ChatMessage(role="tool", content=e.content, tool_call_id=e.call_id))
+        elif e.type == "im/message-read":
+            messages.append(ChatMessage(role="user", content=e.text))
     return messages
+
+
+def deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone: ZoneInfo) -> None:
+    """Give the session one `im/message-read` event per stored buyer receipt it has not had.
+    The log is checked first, so a crash between the event and the store's mark adds none twice."""
+    with store.read() as conn:
+        reads = undelivered_reads(conn, customer_id)
+    if not reads:
+        return
+    seen = {e.platform_message_id for e in log.all_events if e.type == "im/message-read"}
+    for read in reads:
+        if read.platform_message_id not in seen:
+            log.append(
+                "im/message-read",
+                request_id=read.request_id,
+                platform_message_id=read.platform_message_id,
+                read_at=read.read_at,
+                text=read_notice(read, zone),
+            )
+    log.flush()
+    mark_delivered(store, reads)
 
 
 def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEvent, str | None]]:
@@ -230,6 +254,7 @@ def run_turn(
                 outcome, paused = "interrupted", True  # a human took over during the turn
                 break
         log.append("step/start", turn=turn_id, step=step)
+        deliver_reads(store, log, customer_id, zone)
         reply = call_model(provider, log, tools, agent.openai)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)

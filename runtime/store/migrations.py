@@ -230,5 +230,24 @@ V5 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5)
+V6 = Migration(
+    6,
+    "buyer read receipts: stored once, delivered to the bound session once",
+    (
+        """CREATE TABLE buyer_read (
+            account_id TEXT NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            request_id TEXT NOT NULL REFERENCES outbox_request(request_id),
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            reader_id TEXT NOT NULL,
+            read_at INTEGER NOT NULL,
+            stored_at INTEGER NOT NULL,
+            delivered_at INTEGER,
+            PRIMARY KEY (account_id, platform_message_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX buyer_read_undelivered ON buyer_read (customer_id) WHERE delivered_at IS NULL",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -190,3 +190,15 @@ class ReaderWatermark(SQLModel, table=True):
     reader: str = Field(primary_key=True)
     watermark: int  # the newest inbound message id this reader has seen
     updated_at: int
+
+
+class BuyerRead(SQLModel, table=True):
+    __tablename__ = "buyer_read"
+    account_id: str = Field(primary_key=True)
+    platform_message_id: str = Field(primary_key=True)
+    request_id: str
+    customer_id: int
+    reader_id: str
+    read_at: int
+    stored_at: int
+    delivered_at: int | None = None  # when the bound session got its im/message-read event

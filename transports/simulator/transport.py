@@ -8,6 +8,7 @@ from itertools import groupby
 
 from runtime.outbox import OutboundSend, SendFailure, SendReceipt
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.read_receipts import BuyerReadReceipt
 from transports.simulator.platform import BuyerMessage, ReceivedSend, SimulatedPlatform
 
 STREAM_ID = "simulator"
@@ -84,6 +85,16 @@ class SimulatorTransport:
             cursor=str(received.id),
             page_op_id=f"sim-echo-{received.id}",
             groups=[group],
+        )
+
+    def read_receipt(self, account_id: str, received: ReceivedSend) -> BuyerReadReceipt:
+        """The platform's report that the buyer read a message it received from the shop."""
+        return BuyerReadReceipt(
+            account_id=account_id,
+            conversation_id=received.conversation_id,
+            platform_message_id=received.platform_message_id,
+            reader_id=received.recipient_id or "",
+            read_at=datetime.now(tz=UTC),
         )
 
     def send(self, message: OutboundSend) -> SendReceipt:

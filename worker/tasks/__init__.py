@@ -1,5 +1,5 @@
 """Task families. Every task is idempotent and re-derivable from SQLite."""
 
-from worker.tasks import admission, agent, health, ingest, outbox, reconcile
+from worker.tasks import admission, agent, health, ingest, outbox, receipts, reconcile
 
-__all__ = ["admission", "agent", "health", "ingest", "outbox", "reconcile"]
+__all__ = ["admission", "agent", "health", "ingest", "outbox", "receipts", "reconcile"]
