@@ -3,6 +3,7 @@
 from config.settings import (
     AdmissionSettings,
     AgentSettings,
+    CheckpointSettings,
     DeliverySettings,
     OpenAISettings,
     OutboxSettings,
@@ -16,6 +17,7 @@ from config.settings import (
 __all__ = [
     "AdmissionSettings",
     "AgentSettings",
+    "CheckpointSettings",
     "DeliverySettings",
     "OpenAISettings",
     "OutboxSettings",

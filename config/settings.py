@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -78,6 +78,20 @@ class ReconcileSettings(_Section):
     grace_s: float = Field(30.0, ge=0, le=3600)
 
 
+class CheckpointSettings(_Section):
+    # At most one report per account per interval (SPEC 3.10 checkpoint_interval_ms).
+    interval_ms: int = Field(10_000, ge=100, le=3_600_000)
+    sink: Literal["log", "http"] = "log"
+    http_url: str | None = Field(None, pattern=r"^https?://")
+    http_timeout_s: float = Field(5.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _http_needs_url(self) -> CheckpointSettings:
+        if self.sink == "http" and not self.http_url:
+            raise ValueError("sink http needs KEFU_CHECKPOINT__HTTP_URL")
+        return self
+
+
 class SimulatorSettings(_Section):
     # Simulated network latency of a send's response (the platform has already recorded it).
     send_latency_ms: int = Field(0, ge=0, le=60_000)
@@ -106,6 +120,7 @@ class Settings(BaseSettings):
     outbox: OutboxSettings = OutboxSettings()
     reconcile: ReconcileSettings = ReconcileSettings()
     simulator: SimulatorSettings = SimulatorSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -50,6 +50,7 @@ def make_app(settings: Settings) -> Celery:
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
         beat_schedule={
             "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},
+            "checkpoint": {"task": "kefu.receipts.checkpoint", "schedule": settings.checkpoint.interval_ms / 1000},
         },
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
         worker_hijack_root_logger=False,

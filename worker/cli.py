@@ -95,6 +95,58 @@ def status() -> None:
         for state, count in sorted(stage.counts.items()) or [("-", 0)]:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
+    console.print(_checkpoint_table(None), soft_wrap=True)
+
+
+def _checkpoint_table(account: str | None) -> Table:
+    from runtime.checkpoints import checkpoint_views
+
+    table = Table(
+        "account",
+        "generation",
+        "pending",
+        "input",
+        "outbox",
+        "turns",
+        "reception",
+        "last reported",
+        "reporting",
+        title="checkpoints",
+    )
+    with _operator_errors():
+        views = checkpoint_views(_store(), account)
+    for view in views:
+        report = view.report
+        reporting = "stopped (lease rejected)" if view.stopped else view.failure_class or "ok"
+        table.add_row(
+            report.account_id,
+            str(report.generation),
+            str(report.pending_count),
+            str(report.pending.input),
+            str(report.pending.outbox),
+            str(report.pending.turns),
+            report.reception,
+            _shop_time(view.last_reported_at) if view.last_reported_at else "never",
+            reporting,
+        )
+    return table
+
+
+@cli.command()
+def checkpoint(
+    account: Annotated[str | None, typer.Option(help="only this account")] = None,
+    resume: Annotated[
+        str | None, typer.Option(help="start a new lease generation for this account after the sink rejected one")
+    ] = None,
+) -> None:
+    """Each account's checkpoint as of now (cursors are never shown), and how reporting goes."""
+    from runtime.checkpoints import resume_checkpoint
+
+    if resume is not None:
+        with _operator_errors():
+            generation = resume_checkpoint(_store(), resume)
+        console.print(f"checkpoint {resume}: reporting resumes under generation {generation}")
+    console.print(_checkpoint_table(account), soft_wrap=True)
 
 
 @cli.command()

@@ -20,6 +20,7 @@ from runtime.store import DeliveryStore
 from transports.base import Transport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
+from worker.checkpoint_sinks import CheckpointSink, build_sink
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -50,6 +51,10 @@ class WorkerRuntime:
             send_timeouts=options.send_timeouts,
         )
         return {"simulator": simulator}
+
+    @cached_property
+    def checkpoint_sink(self) -> CheckpointSink:
+        return build_sink(self.settings.checkpoint)
 
     @cached_property
     def attachments(self) -> AttachmentPolicy | None:

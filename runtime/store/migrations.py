@@ -249,5 +249,21 @@ V6 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6)
+V7 = Migration(
+    7,
+    "checkpoint reporting state per account",
+    (
+        """CREATE TABLE checkpoint_state (
+            account_id TEXT PRIMARY KEY REFERENCES account(id),
+            generation INTEGER NOT NULL DEFAULT 1,
+            rejected_generation INTEGER,
+            last_attempt_at INTEGER,
+            last_report TEXT,
+            last_reported_at INTEGER,
+            failure_class TEXT
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -202,3 +202,14 @@ class BuyerRead(SQLModel, table=True):
     read_at: int
     stored_at: int
     delivered_at: int | None = None  # when the bound session got its im/message-read event
+
+
+class CheckpointState(SQLModel, table=True):
+    __tablename__ = "checkpoint_state"
+    account_id: str = Field(primary_key=True)
+    generation: int = 1  # the local lease generation reports are made under
+    rejected_generation: int | None = None  # the sink refused this generation: no reports until resumed
+    last_attempt_at: int | None = None
+    last_report: str | None = Field(None, repr=False)  # JSON of the last report the sink accepted
+    last_reported_at: int | None = None
+    failure_class: str | None = None  # the current failure class; None while reports succeed

@@ -215,6 +215,10 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     other = _kefu(tmp_path, "customers", "--source", "simulation", "--reader", "lead", "--json", **demo_dir).stdout
     assert next(c for c in json.loads(other) if c["id"] == b2["id"])["unread"] > 0  # each reader has its own mark
 
+    checkpoints = _kefu(tmp_path, "checkpoint", "--account", "demo-shop", **demo_dir)
+    assert checkpoints.returncode == 0 and "demo-shop" in checkpoints.stdout and "running" in checkpoints.stdout
+    assert "checkpoints" in _kefu(tmp_path, "status", **demo_dir).stdout
+
     # A send that timed out before reaching the platform stays result-unknown until an operator acts.
     lost = _kefu(
         tmp_path,
@@ -246,6 +250,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
         (("outbox", "retry", "op-3", "no-such-request"), "KEFU_REQUEST_UNKNOWN"),
         (("outbox", "retry", "op-3", "op-2"), "KEFU_RETRY_EXISTS"),
         (("read", "999"), "KEFU_CUSTOMER_UNKNOWN"),
+        (("checkpoint", "--account", "nope"), "KEFU_ACCOUNT_UNKNOWN"),
+        (("checkpoint", "--resume", "nope"), "KEFU_ACCOUNT_UNKNOWN"),
         (("read", str(b2["id"]), "--upto", "99999"), "KEFU_WATERMARK_INVALID"),
     ]:
         refused = _kefu(tmp_path, *args, **demo_dir)

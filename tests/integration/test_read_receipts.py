@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
 from runtime.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_all_answered, wait_for
+from tests.log_capture import captured
 from worker.celery_app import make_app
 
 
@@ -43,15 +42,7 @@ def test_a_malformed_receipt_is_refused_naming_the_field_not_its_value(settings,
         "reader_id": "秘密",
         "read_at": "昨天",
     }
-    logger, seen = logging.getLogger("worker.tasks.receipts"), []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)  # a test worker started earlier leaves the root logger at ERROR
-    try:
+    with captured("worker.tasks.receipts") as seen:
         assert app.tasks["kefu.receipts.buyer_read"].apply(args=[bad]).get() == "invalid"
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(logging.NOTSET)
     assert seen == ["buyer read receipt rejected: invalid read_at"]  # the field, never its value
     assert _reads(store) == []

@@ -1,0 +1,217 @@
+"""Checkpoints (SPEC 3.10): per account, what is committed and what is still pending.
+
+A report carries the committed provider cursors, `pending_count` (admissible input not yet
+committed to a session, outbox requests waiting or sending, and agent batches whose turn is
+not verified complete) and the reception state. Reports are throttled per account. The sink's
+answer is recorded here; a sink that rejects the lease generation stops reporting until an
+operator resumes with a new local generation, and a late answer about an older generation
+can never stop the new one. Failure diagnostics are worded here and returned once per change
+of failure class (and once on recovery): code, status and reason only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Connection
+
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+from runtime.store.tables import CheckpointState
+
+Reception = Literal["running", "draining", "paused", "stopped"]
+
+
+class PendingCounts(BaseModel):
+    input: int  # admissible messages not yet committed to a session
+    outbox: int  # requests waiting for or in their attempt
+    turns: int  # admitted batches whose turn is not verified complete
+
+
+class CheckpointReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    account_id: str
+    generation: int
+    computed_at: int
+    cursors: dict[str, str]  # stream id -> provider cursor (for the sink only: never logged)
+    pending_count: int
+    pending: PendingCounts
+    reception: Reception
+
+
+class SinkOutcome(BaseModel):
+    """What the sink said: accepted, rejected this lease generation, or failed (safe fields only)."""
+
+    model_config = ConfigDict(frozen=True)
+    result: Literal["accepted", "rejected", "failed"]
+    code: str | None = None
+    status: int | None = None
+    reason: str | None = None
+
+    @property
+    def failure_class(self) -> str:
+        return f"{self.code}/{self.status}"
+
+
+def _reception(conn: Connection, account_id: str) -> Reception:
+    # Listeners and input pause (SPEC 3.11) are not built yet: reception follows the account.
+    row = conn.execute(
+        sql("SELECT connection_intent, authorization FROM account WHERE id = :a"), {"a": account_id}
+    ).first()
+    return "running" if row is not None and tuple(row) == ("connected", "ready") else "stopped"
+
+
+def compute_report(conn: Connection, account_id: str, generation: int) -> CheckpointReport:
+    params = {"a": account_id}
+    pending = PendingCounts(
+        input=conn.execute(
+            sql(
+                "SELECT count(*) FROM inbound_message WHERE account_id = :a AND (state = 'claimed'"
+                " OR (state = 'pending' AND sender_role IN ('external', 'human-native')))"
+            ),
+            params,
+        ).scalar_one(),
+        outbox=conn.execute(
+            sql("SELECT count(*) FROM outbox_request WHERE account_id = :a AND state IN ('pending', 'sending')"),
+            params,
+        ).scalar_one(),
+        turns=conn.execute(
+            sql(
+                "SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
+                " WHERE c.account_id = :a AND b.state IN ('claimed', 'committed')"
+            ),
+            params,
+        ).scalar_one(),
+    )
+    cursors = dict(
+        conn.execute(sql("SELECT stream_id, cursor FROM provider_cursor WHERE account_id = :a"), params).all()
+    )
+    return CheckpointReport(
+        account_id=account_id,
+        generation=generation,
+        computed_at=now_ms(),
+        cursors=cursors,
+        pending_count=pending.input + pending.outbox + pending.turns,
+        pending=pending,
+        reception=_reception(conn, account_id),
+    )
+
+
+def _state(conn: Connection, account_id: str) -> CheckpointState:
+    conn.execute(sql("INSERT OR IGNORE INTO checkpoint_state (account_id) VALUES (:a)"), {"a": account_id})
+    row = conn.execute(sql("SELECT * FROM checkpoint_state WHERE account_id = :a"), {"a": account_id}).mappings()
+    return CheckpointState.model_validate(dict(row.one()))
+
+
+def due_report(store: DeliveryStore, account_id: str, interval_ms: int, now: int) -> CheckpointReport | None:
+    """The account's report if one is due (throttled per account), else None. Claims the slot,
+    so two reporters in one interval send one report."""
+    with store.write() as conn:
+        state = _state(conn, account_id)
+        if state.rejected_generation == state.generation:
+            return None  # the sink refused this generation: wait for resume_checkpoint
+        if state.last_attempt_at is not None and now - state.last_attempt_at < interval_ms:
+            return None
+        conn.execute(
+            sql("UPDATE checkpoint_state SET last_attempt_at = :now WHERE account_id = :a"),
+            {"now": now, "a": account_id},
+        )
+        return compute_report(conn, account_id, state.generation)
+
+
+def record_outcome(store: DeliveryStore, report: CheckpointReport, outcome: SinkOutcome) -> str | None:
+    """Keep the sink's answer. Returns the one diagnostic line to print, if this answer changes
+    the account's failure class (or recovers from one); None otherwise."""
+    account = report.account_id
+    with store.write() as conn:
+        state = _state(conn, account)
+        if report.generation != state.generation:
+            return None  # a late answer about an older generation changes nothing
+        if outcome.result == "accepted":
+            conn.execute(
+                sql(
+                    "UPDATE checkpoint_state SET last_report = :r, last_reported_at = :at, failure_class = NULL"
+                    " WHERE account_id = :a"
+                ),
+                {"r": report.model_dump_json(), "at": report.computed_at, "a": account},
+            )
+            return f"checkpoint {account}: reporting again" if state.failure_class else None
+        if outcome.result == "rejected":
+            conn.execute(
+                sql(
+                    "UPDATE checkpoint_state SET rejected_generation = generation, failure_class = :f"
+                    " WHERE account_id = :a"
+                ),
+                {"f": "rejected", "a": account},
+            )
+            return (
+                f"checkpoint {account}: KEFU_CHECKPOINT_LEASE_REJECTED generation {report.generation} "
+                f"(status {outcome.status}); reporting stopped until `kefu checkpoint --resume {account}`"
+            )
+        if outcome.failure_class == state.failure_class:
+            return None
+        conn.execute(
+            sql("UPDATE checkpoint_state SET failure_class = :f WHERE account_id = :a"),
+            {"f": outcome.failure_class, "a": account},
+        )
+        return (
+            f"checkpoint {account}: {outcome.code} status {outcome.status} ({outcome.reason}); "
+            "local facts kept, retrying every interval"
+        )
+
+
+def _unknown_account(account_id: str) -> KefuError:
+    return KefuError("KEFU_ACCOUNT_UNKNOWN", f"no account {account_id!r}", "check the account id")
+
+
+def resume_checkpoint(store: DeliveryStore, account_id: str) -> int:
+    """Start a new local generation (after the sink rejected the old one). Returns it."""
+    with store.write() as conn:
+        if conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": account_id}).first() is None:
+            raise _unknown_account(account_id)
+        state = _state(conn, account_id)
+        conn.execute(
+            sql(
+                "UPDATE checkpoint_state SET generation = :g, failure_class = NULL, last_attempt_at = NULL"
+                " WHERE account_id = :a"
+            ),
+            {"g": state.generation + 1, "a": account_id},
+        )
+        return state.generation + 1
+
+
+class CheckpointView(BaseModel):
+    """What an operator sees: the report as of now, and how reporting is going."""
+
+    report: CheckpointReport
+    last_reported_at: int | None
+    failure_class: str | None
+    stopped: bool
+
+
+def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> list[CheckpointView]:
+    with store.write() as conn:
+        accounts = conn.execute(
+            sql("SELECT id FROM account WHERE :a IS NULL OR id = :a ORDER BY id"), {"a": account_id}
+        ).scalars()
+        views = []
+        for account in list(accounts):
+            state = _state(conn, account)
+            views.append(
+                CheckpointView(
+                    report=compute_report(conn, account, state.generation),
+                    last_reported_at=state.last_reported_at,
+                    failure_class=state.failure_class,
+                    stopped=state.rejected_generation == state.generation,
+                )
+            )
+    if account_id is not None and not views:
+        raise _unknown_account(account_id)
+    return views
+
+
+def all_accounts(store: DeliveryStore) -> list[str]:
+    with store.read() as conn:
+        return list(conn.execute(sql("SELECT id FROM account ORDER BY id")).scalars())
