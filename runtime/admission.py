@@ -12,6 +12,7 @@ from typing import Literal
 from sqlalchemy import Connection
 
 from runtime.accounts import account_is_live, load_account
+from runtime.input_pause import is_paused
 from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
@@ -28,6 +29,7 @@ Reason = Literal[
     "preset-unavailable",
     "paused",
     "account-not-live",
+    "input-paused",
     "unknown-customer",
 ]
 
@@ -72,6 +74,8 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             return AdmissionDecision("account-not-live")
         if customer.handling_paused:
             return AdmissionDecision("paused")
+        if is_paused(conn, customer.account_id):
+            return AdmissionDecision("input-paused")
         route = resolve_route(conn, customer.account_id, customer.conversation_type, customer.conversation_id)
         if route is None:
             return AdmissionDecision("no-route")

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection
 
-from runtime.errors import KefuError
+from runtime.errors import AccountUnknown
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import CheckpointState
@@ -162,15 +162,11 @@ def record_outcome(store: DeliveryStore, report: CheckpointReport, outcome: Sink
         )
 
 
-def _unknown_account(account_id: str) -> KefuError:
-    return KefuError("KEFU_ACCOUNT_UNKNOWN", f"no account {account_id!r}", "check the account id")
-
-
 def resume_checkpoint(store: DeliveryStore, account_id: str) -> int:
     """Start a new local generation (after the sink rejected the old one). Returns it."""
     with store.write() as conn:
         if conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": account_id}).first() is None:
-            raise _unknown_account(account_id)
+            raise AccountUnknown(account_id)
         state = _state(conn, account_id)
         conn.execute(
             sql(
@@ -208,7 +204,7 @@ def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> lis
                 )
             )
     if account_id is not None and not views:
-        raise _unknown_account(account_id)
+        raise AccountUnknown(account_id)
     return views
 
 

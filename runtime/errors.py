@@ -13,6 +13,11 @@ class KefuError(Exception):
         super().__init__(f"{code}: {message}" + (f" ({action})" if action else ""))
 
 
+class AccountUnknown(KefuError):
+    def __init__(self, account_id: str) -> None:
+        super().__init__("KEFU_ACCOUNT_UNKNOWN", f"no account {account_id!r}", "check the account id")
+
+
 class CustomerUnknown(KefuError):
     def __init__(self, customer_id: int) -> None:
         super().__init__("KEFU_CUSTOMER_UNKNOWN", f"no customer {customer_id}", "list them with `kefu customers`")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
+from runtime.input_pause import check_not_paused, release_held
 from runtime.outbox import adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
@@ -115,6 +116,7 @@ def commit_cursor(store: DeliveryStore, page: InboundPage) -> None:
 def _commit_group(db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str) -> tuple[int, int]:
     at = now_ms()
     with immediate(db):
+        check_not_paused(db, page.account_id)  # inside the transaction: a pause is never half-applied
         fresh = db.execute(
             _INSERT_GROUP_RECEIPT, (page.account_id, page.stream_id, page.page_op_id, group.conversation_id, at)
         ).rowcount
@@ -188,6 +190,7 @@ def _commit_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
             " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at",
             (page.account_id, page.stream_id, page.cursor, page.page_op_id, at),
         )
+        release_held(db, page)
 
 
 def committed_cursor(store: DeliveryStore, account_id: str, stream_id: str) -> str | None:

@@ -224,13 +224,13 @@ def outbox_confirm(
     console.print(f"request {request.request_id}: {request.state}")
 
 
-def _enqueue_attempt(request_id: str, countdown: float = 0) -> str:
+def _enqueue(task: str, argument: object, countdown: float = 0) -> str:
     import worker.tasks  # noqa: F401  (registers the tasks on the app)
 
     try:
-        app.tasks["kefu.outbox.attempt"].apply_async((request_id,), countdown=countdown)
-    except Exception as error:  # the broker is down: the reconciler finds the pending request later
-        return f"not queued ({type(error).__name__}); a worker's reconciler attempts it later"
+        app.tasks[task].apply_async((argument,), countdown=countdown)
+    except Exception as error:  # the broker is down: SQLite still has it, and the reconciler finds it
+        return f"not queued ({type(error).__name__}); a worker's reconciler picks it up later"
     return "queued for a worker"
 
 
@@ -249,9 +249,9 @@ def _deliver(request_ids: list[str]) -> bool:
         if outcome == "result-unknown" and query_receipt(runtime, request_id) == "settled":
             outcome = "settled"
         if outcome in ("waiting-for-earlier", "in-progress"):
-            note = _enqueue_attempt(request_id)
+            note = _enqueue("kefu.outbox.attempt", request_id)
         elif outcome == "not-submitted":
-            note = _enqueue_attempt(request_id, countdown=max(1.0, result.retry_after_s or 0))
+            note = _enqueue("kefu.outbox.attempt", request_id, countdown=max(1.0, result.retry_after_s or 0))
         request = query_manual(runtime.store, request_id)
         all_sent &= request.state == "sent"
         detail = request.platform_message_id or request.error_code or ""
@@ -335,6 +335,40 @@ def read(
     with _operator_errors():
         watermark = ack_customer_read(_store(), customer_id, reader, upto)
     console.print(f"customer {customer_id}: read by {reader} up to message {watermark}")
+
+
+@cli.command("pause-input")
+def pause_input_command(
+    account: Annotated[str | None, typer.Option(help="only this account (default: the whole host)")] = None,
+    wait: Annotated[float | None, typer.Option(help="seconds to wait for in-flight pages and turns")] = None,
+) -> None:
+    """Stop taking in new pages (they are held, not lost) and stop new admissions."""
+    from runtime.input_pause import drained, in_flight, pause_input
+
+    store = _store()
+    with _operator_errors():
+        pause_input(store, account)
+    console.print(f"input paused for {account or 'the whole host'}")
+    if wait is not None:
+        if not drained(store, account, timeout_s=wait):
+            console.print(f"not drained after {wait:g}s: {in_flight(store, account)} page(s) or turn(s) in flight")
+            raise typer.Exit(1)
+        console.print("drained: no page or turn in flight")
+
+
+@cli.command("resume-input")
+def resume_input_command(
+    account: Annotated[str | None, typer.Option(help="the account paused alone (default: the host)")] = None,
+) -> None:
+    """Take in pages again; the pages held meanwhile are published again."""
+    from runtime.input_pause import resume_input
+
+    with _operator_errors():
+        pages = resume_input(_store(), account)
+    notes = {_enqueue("kefu.ingest.page", page) for page in pages}
+    console.print(
+        f"input resumed for {account or 'the whole host'}; {len(pages)} held page(s): {', '.join(notes) or '-'}"
+    )
 
 
 @cli.command()

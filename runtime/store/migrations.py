@@ -265,5 +265,22 @@ V7 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7)
+V8 = Migration(
+    8,
+    "input pause: who paused input, and the pages held meanwhile",
+    (
+        # scope '*' is the whole host; otherwise an account id.
+        "CREATE TABLE input_pause (scope TEXT PRIMARY KEY, paused_at INTEGER NOT NULL)",
+        """CREATE TABLE held_page (
+            account_id TEXT NOT NULL,
+            stream_id TEXT NOT NULL,
+            page_op_id TEXT NOT NULL,
+            page TEXT NOT NULL,
+            held_at INTEGER NOT NULL,
+            PRIMARY KEY (account_id, stream_id, page_op_id)
+        ) WITHOUT ROWID""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -213,3 +213,18 @@ class CheckpointState(SQLModel, table=True):
     last_report: str | None = Field(None, repr=False)  # JSON of the last report the sink accepted
     last_reported_at: int | None = None
     failure_class: str | None = None  # the current failure class; None while reports succeed
+
+
+class InputPause(SQLModel, table=True):
+    __tablename__ = "input_pause"
+    scope: str = Field(primary_key=True)  # "*" (the whole host) or an account id
+    paused_at: int
+
+
+class HeldPage(SQLModel, table=True):
+    __tablename__ = "held_page"
+    account_id: str = Field(primary_key=True)
+    stream_id: str = Field(primary_key=True)
+    page_op_id: str = Field(primary_key=True)
+    page: str = Field(repr=False)  # the page's JSON, published again on resume
+    held_at: int

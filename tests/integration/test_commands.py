@@ -218,6 +218,11 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     checkpoints = _kefu(tmp_path, "checkpoint", "--account", "demo-shop", **demo_dir)
     assert checkpoints.returncode == 0 and "demo-shop" in checkpoints.stdout and "running" in checkpoints.stdout
     assert "checkpoints" in _kefu(tmp_path, "status", **demo_dir).stdout
+    paused = _kefu(tmp_path, "pause-input", "--wait", "5", **demo_dir)
+    assert paused.returncode == 0 and "drained: no page or turn in flight" in paused.stdout
+    conflict = _kefu(tmp_path, "pause-input", "--account", "demo-shop", **demo_dir)
+    assert conflict.returncode == 2 and "KEFU_INPUT_PAUSE_CONFLICT" in conflict.stdout
+    assert "0 held page(s)" in _kefu(tmp_path, "resume-input", **demo_dir).stdout
 
     # A send that timed out before reaching the platform stays result-unknown until an operator acts.
     lost = _kefu(

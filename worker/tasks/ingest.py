@@ -9,6 +9,7 @@ from celery import Task, shared_task
 
 from runtime.errors import PageRejected
 from runtime.ingest import ingest_page
+from runtime.input_pause import InputPaused, hold_page
 from runtime.pages import parse_page
 from worker.context import runtime_for
 from worker.tasks.admission import admit_now
@@ -25,7 +26,12 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
         # Final: a malformed page never becomes valid by retrying. Fields only, never values.
         log.error("page rejected: %s", "; ".join(error.problems))
         return {"rejected": error.problems}
-    result = ingest_page(runtime_for(self.app).store, parsed)
+    store = runtime_for(self.app).store
+    try:
+        result = ingest_page(store, parsed)
+    except InputPaused:  # kept whole, published again on resume; the cursor did not move
+        hold_page(store, parsed)
+        return {"page": parsed.page_op_id, "held": True}
     for customer_id in result.customer_ids:
         admit_now(self.app, customer_id)
     return {"page": result.page_op_id, "replayed": result.replayed, "rows": result.rows_written}

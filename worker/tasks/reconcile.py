@@ -63,6 +63,8 @@ def reconcile(self: Task) -> dict[str, int]:
         self.app.tasks["kefu.outbox.attempt"].delay(request_id)
     for request_id in work.settlements:
         self.app.tasks["kefu.outbox.settle"].delay(request_id)
+    for page in work.held_pages:  # in case a resume could not publish them
+        self.app.tasks["kefu.ingest.page"].delay(page)
     pages = catch_up(runtime, self.app.tasks)
     if settings.embedded_broker:
         prune_processed(embedded_folders(settings.data_dir)["processed_folder"])
@@ -71,5 +73,6 @@ def reconcile(self: Task) -> dict[str, int]:
         "turns": len(work.turns),
         "attempts": len(work.attempts),
         "settlements": len(work.settlements),
+        "held pages": len(work.held_pages),
         "pages": pages,
     }

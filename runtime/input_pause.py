@@ -1,0 +1,147 @@
+"""Input pause (SPEC 3.11): stop taking in new pages, for one account or the whole host, e.g.
+to upgrade safely, without losing any.
+
+While paused, a page is held instead of persisted: each conversation group checks the pause
+inside its own transaction, so a page caught midway keeps what it committed, its cursor stays,
+and it is held whole (replaying it later skips the committed groups). Admission stops too.
+Turns already admitted finish, and `drained` says when nothing is in flight. Resuming returns
+the held pages for publishing again; a held page leaves the table once it is ingested.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from pydantic import BaseModel
+from sqlalchemy import Connection
+
+from runtime.errors import AccountUnknown, KefuError
+from runtime.pages import InboundPage
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+HOST = "*"
+IS_PAUSED = "SELECT 1 FROM input_pause WHERE scope IN ('*', ?) LIMIT 1"
+
+
+class InputPaused(Exception):
+    """Raised inside ingestion when input is paused: the page is to be held, not persisted."""
+
+
+class PauseState(BaseModel):
+    scope: str  # "*" for the host, else the account id
+    paused_at: int
+
+
+def _scope(account_id: str | None) -> str:
+    return HOST if account_id is None else account_id
+
+
+def is_paused(conn: Connection, account_id: str) -> bool:
+    return (
+        conn.execute(sql("SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"), {"a": account_id}).first()
+        is not None
+    )
+
+
+def check_not_paused(db: sqlite3.Connection, account_id: str) -> None:
+    """For ingestion's raw transactions."""
+    if db.execute(IS_PAUSED, (account_id,)).fetchone() is not None:
+        raise InputPaused(account_id)
+
+
+def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseState:
+    """Pause the host's input (no account) or one account's. Idempotent; a host pause and an
+    account pause never coexist (KEFU_INPUT_PAUSE_CONFLICT)."""
+    scope = _scope(account_id)
+    with store.write() as conn:
+        known = conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": account_id}).first()
+        if account_id is not None and known is None:
+            raise AccountUnknown(account_id)
+        other = conn.execute(
+            sql("SELECT scope FROM input_pause WHERE scope != :s AND (:s = '*' OR scope = '*') LIMIT 1"), {"s": scope}
+        ).scalar_one_or_none()
+        if other is not None:
+            held_by = "the host" if other == HOST else f"account {other!r}"
+            raise KefuError(
+                "KEFU_INPUT_PAUSE_CONFLICT",
+                f"input is already paused for {held_by}; a host pause and an account pause do not mix",
+                "resume that pause first",
+            )
+        conn.execute(
+            sql("INSERT OR IGNORE INTO input_pause (scope, paused_at) VALUES (:s, :at)"), {"s": scope, "at": now_ms()}
+        )
+        paused_at = conn.execute(sql("SELECT paused_at FROM input_pause WHERE scope = :s"), {"s": scope}).scalar_one()
+    return PauseState(scope=scope, paused_at=paused_at)
+
+
+def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[dict]:
+    """Lift the pause (idempotent) and return the held pages of its scope, oldest first, to be
+    published again."""
+    scope = _scope(account_id)
+    with store.write() as conn:
+        conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": scope})
+    return held_pages(store, account_id)
+
+
+def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict]:
+    with store.read() as conn:
+        rows = conn.execute(
+            sql("SELECT page FROM held_page WHERE :a IS NULL OR account_id = :a ORDER BY held_at"), {"a": account_id}
+        ).scalars()
+        return [json.loads(page) for page in rows]
+
+
+def hold_page(store: DeliveryStore, page: InboundPage) -> None:
+    with store.write() as conn:
+        conn.execute(
+            sql(
+                "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"
+                " VALUES (:a, :s, :p, :page, :at)"
+            ),
+            {
+                "a": page.account_id,
+                "s": page.stream_id,
+                "p": page.page_op_id,
+                "page": page.model_dump_json(),
+                "at": now_ms(),
+            },
+        )
+
+
+def release_held(db: sqlite3.Connection, page: InboundPage) -> None:
+    """The page is ingested: it is no longer held (runs in the cursor's transaction)."""
+    db.execute(
+        "DELETE FROM held_page WHERE account_id = ? AND stream_id = ? AND page_op_id = ?",
+        (page.account_id, page.stream_id, page.page_op_id),
+    )
+
+
+def in_flight(store: DeliveryStore, account_id: str | None = None) -> int:
+    """Pages caught midway and not yet held, plus admitted batches whose turn has not ended."""
+    with store.read() as conn:
+        return conn.execute(
+            sql(
+                "SELECT (SELECT count(DISTINCT g.page_op_id) FROM group_receipt g"
+                "  WHERE (:a IS NULL OR g.account_id = :a)"
+                "  AND NOT EXISTS (SELECT 1 FROM page_receipt p WHERE p.account_id = g.account_id"
+                "   AND p.stream_id = g.stream_id AND p.page_op_id = g.page_op_id)"
+                "  AND NOT EXISTS (SELECT 1 FROM held_page h WHERE h.account_id = g.account_id"
+                "   AND h.stream_id = g.stream_id AND h.page_op_id = g.page_op_id))"
+                " + (SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
+                "  WHERE (:a IS NULL OR c.account_id = :a) AND b.state IN ('claimed', 'committed'))"
+            ),
+            {"a": account_id},
+        ).scalar_one()
+
+
+def drained(store: DeliveryStore, account_id: str | None = None, timeout_s: float = 30.0, poll_s: float = 0.1) -> bool:
+    """Wait until nothing of the scope is in flight. False if it still is after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while in_flight(store, account_id):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True

@@ -1,0 +1,73 @@
+"""Input pause (SPEC 3.11): pages are held whole, admission stops, drained() sees in-flight
+work, resume gives the held pages back; host and account pauses never mix."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.admission import evaluate
+from runtime.errors import KefuError
+from runtime.ingest import commit_group, committed_cursor, ingest_page
+from runtime.input_pause import (
+    InputPaused,
+    drained,
+    held_pages,
+    hold_page,
+    in_flight,
+    pause_input,
+    resume_input,
+)
+from runtime.pages import InboundPage
+from runtime.store.sql import sql
+
+
+def count(store, query: str) -> int:
+    with store.read() as conn:
+        return conn.execute(sql(query)).scalar_one()
+
+
+def test_host_and_account_pauses_do_not_mix_and_both_are_idempotent(store, shop):
+    assert pause_input(store).scope == "*"
+    assert pause_input(store).scope == "*"
+    with pytest.raises(KefuError) as conflict:
+        pause_input(store, shop)
+    assert conflict.value.code == "KEFU_INPUT_PAUSE_CONFLICT" and "the host" in conflict.value.message
+    assert resume_input(store) == [] and resume_input(store) == []
+    pause_input(store, shop)
+    with pytest.raises(KefuError, match="account 'shop'"):
+        pause_input(store)
+    with pytest.raises(KefuError) as unknown:
+        pause_input(store, "nobody")
+    assert unknown.value.code == "KEFU_ACCOUNT_UNKNOWN"
+
+
+def test_a_page_caught_midway_is_held_whole_and_ingested_once_after_resume(store, shop, transport, platform):
+    said = [platform.buyer_says(shop, buyer, buyer, "在吗") for buyer in ("b1", "b2")]
+    page = transport.page_of(shop, said)  # two conversation groups
+    commit_group(store, page, page.groups[0], "live")  # the first group got in before the pause
+    pause_input(store, shop)
+    with pytest.raises(InputPaused):
+        ingest_page(store, page)
+    hold_page(store, page)
+    assert count(store, "SELECT count(*) FROM inbound_message") == 1
+    assert committed_cursor(store, shop, transport.stream_id) is None
+    assert in_flight(store, shop) == 0  # held pages are not in flight
+    [again] = resume_input(store, shop)
+    result = ingest_page(store, InboundPage.model_validate(again))
+    assert result.rows_written == 1 and committed_cursor(store, shop, transport.stream_id) == page.cursor
+    assert count(store, "SELECT count(*) FROM inbound_message") == 2 and held_pages(store) == []
+
+
+def test_admission_stops_while_paused_and_drained_waits_for_turns(store, shop, transport, platform):
+    customer = ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")]))
+    customer_id = customer.customer_ids[0]
+    pause_input(store)
+    assert evaluate(store, customer_id, 1000).reason == "input-paused"
+    assert drained(store, timeout_s=0.1) is True
+    resume_input(store)
+    evaluate(store, customer_id, 1000)  # a batch whose turn has not run yet
+    pause_input(store)
+    assert in_flight(store) == 1 and drained(store, timeout_s=0.2, poll_s=0.05) is False
+    with store.write() as conn:
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'done'")
+    assert drained(store, timeout_s=0.2) is True
