@@ -195,6 +195,10 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
     b2 = next(c for c in listed if c["conversation_id"] == "sim-direct-b2")
     assert b2["unread"] > 0
+    args = ("customers", "--source", "simulation", "--account", "demo-shop", "--search", "direct-b2", "--json")
+    assert [c["id"] for c in json.loads(_kefu(tmp_path, *args, **demo_dir).stdout)] == [b2["id"]]
+    args = ("customers", "--source", "simulation", "--account", "other-shop", "--json")
+    assert json.loads(_kefu(tmp_path, *args, **demo_dir).stdout) == []
 
     (tmp_path / "chart").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     send_chart = ("send", str(b2["id"]), "见尺码表", "--file", str(tmp_path / "chart"), "--request-id", "op-1")
