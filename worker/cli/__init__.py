@@ -1,0 +1,34 @@
+"""The `kefu` command: the demo, and an operator's views and actions on a data dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runtime.errors import KefuError
+from worker.cli import control, sending, views  # noqa: F401  (each registers its commands)
+from worker.cli.common import cli, console
+
+
+@cli.command()
+def demo(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="where to keep this run (default: a fresh folder under KEFU_DATA_DIR)")
+    ] = None,
+) -> None:
+    """Play a scripted conversation through a real worker on embedded defaults."""
+    from worker.demo import run_demo
+
+    try:
+        result = run_demo(data_dir, console)
+    except KefuError as error:
+        console.print(f"[red]kefu: {error}[/red]")
+        raise typer.Exit(2) from None
+    print(result.line())
+    raise typer.Exit(0 if result.clean else 1)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,71 @@
+"""What every `kefu` command shares: the Typer app, the console, the store, error printing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from config import Settings
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore
+from worker.celery_app import app
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
+console = Console()
+
+
+def current_settings() -> Settings:
+    """Validated when the worker package loads: a bad value has already stopped the process."""
+    return app.kefu_settings  # type: ignore[attr-defined]
+
+
+def open_store() -> DeliveryStore:
+    from worker.context import runtime_for
+
+    settings = current_settings()
+    if not settings.delivery_path.exists():
+        console.print(f"no delivery store at {settings.delivery_path} yet (nothing has run with this data dir)")
+        raise typer.Exit(1)
+    return runtime_for(app).store
+
+
+@contextmanager
+def operator_errors() -> Iterator[None]:
+    """A KefuError is the operator's answer: print it and exit 2, no traceback."""
+    try:
+        yield
+    except KefuError as error:
+        console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def shop_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=current_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_rows(rows: list[BaseModel], as_json: bool, title: str, columns: list[str]) -> None:
+    if as_json:
+        print(json.dumps([row.model_dump() for row in rows], ensure_ascii=False))
+        return
+    table = Table(*columns, title=title)
+    for row in rows:
+        values = row.model_dump()
+        table.add_row(*(shop_time(values[c]) if c.endswith("_at") else str(values[c]) for c in columns))
+    console.print(table, soft_wrap=True)
+
+
+def enqueue(task: str, argument: object, countdown: float = 0) -> str:
+    import worker.tasks  # noqa: F401  (registers the tasks on the app)
+
+    try:
+        app.tasks[task].apply_async((argument,), countdown=countdown)
+    except Exception as error:  # the broker is down: SQLite still has it, and the reconciler finds it
+        return f"not queued ({type(error).__name__}); a worker's reconciler picks it up later"
+    return "queued for a worker"

@@ -1,0 +1,77 @@
+"""Control: reader watermarks, handling pause per customer, input pause per account or host."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from worker.cli.common import cli, console, enqueue, open_store, operator_errors
+
+
+@cli.command()
+def read(
+    customer_id: int,
+    reader: Annotated[str, typer.Option(help="whose watermark: one per operator or console")] = "operator",
+    upto: Annotated[int | None, typer.Option(help="a message id (default: the newest message)")] = None,
+) -> None:
+    """Mark a customer's messages read for a reader (the watermark never moves back)."""
+    from runtime.customers import ack_customer_read
+
+    with operator_errors():
+        watermark = ack_customer_read(open_store(), customer_id, reader, upto)
+    console.print(f"customer {customer_id}: read by {reader} up to message {watermark}")
+
+
+@cli.command("pause-input")
+def pause_input_command(
+    account: Annotated[str | None, typer.Option(help="only this account (default: the whole host)")] = None,
+    wait: Annotated[float | None, typer.Option(help="seconds to wait for in-flight pages and turns")] = None,
+) -> None:
+    """Stop taking in new pages (they are held, not lost) and stop new admissions."""
+    from runtime.input_pause import drained, in_flight, pause_input
+
+    store = open_store()
+    with operator_errors():
+        pause_input(store, account)
+    console.print(f"input paused for {account or 'the whole host'}")
+    if wait is not None:
+        if not drained(store, account, timeout_s=wait):
+            console.print(f"not drained after {wait:g}s: {in_flight(store, account)} page(s) or turn(s) in flight")
+            raise typer.Exit(1)
+        console.print("drained: no page or turn in flight")
+
+
+@cli.command("resume-input")
+def resume_input_command(
+    account: Annotated[str | None, typer.Option(help="the account paused alone (default: the host)")] = None,
+) -> None:
+    """Take in pages again; the pages held meanwhile are published again."""
+    from runtime.input_pause import resume_input
+
+    with operator_errors():
+        pages = resume_input(open_store(), account)
+    notes = {enqueue("kefu.ingest.page", page) for page in pages}
+    console.print(
+        f"input resumed for {account or 'the whole host'}; {len(pages)} held page(s): {', '.join(notes) or '-'}"
+    )
+
+
+@cli.command()
+def pause(customer_id: int, reason: Annotated[str, typer.Option(help="shown to other operators")] = "operator") -> None:
+    """Pause automatic handling of a customer: unsent automatic replies are revoked."""
+    from runtime.handling import pause_handling
+
+    with operator_errors():
+        state = pause_handling(open_store(), customer_id, reason)
+    console.print(f"customer {customer_id}: paused (epoch {state.epoch}, reason {state.reason})")
+
+
+@cli.command()
+def resume(customer_id: int) -> None:
+    """Resume automatic handling of a customer for new input."""
+    from runtime.handling import resume_handling
+
+    with operator_errors():
+        state = resume_handling(open_store(), customer_id)
+    console.print(f"customer {customer_id}: {'paused' if state.paused else 'handled automatically'}")

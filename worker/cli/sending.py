@@ -1,0 +1,137 @@
+"""Sending as an operator: `kefu send` and the `kefu outbox` group."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runtime.manual import query_manual
+from runtime.media import read_media_file
+from worker.celery_app import app
+from worker.cli.common import cli, console, current_settings, enqueue, open_store, operator_errors, print_rows
+
+outbox_cli = typer.Typer(help="Outbox requests: list them, query one, settle or retry result-unknown ones.")
+cli.add_typer(outbox_cli, name="outbox")
+
+
+@outbox_cli.callback(invoke_without_command=True)
+def outbox(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None,
+        typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, route-changed or skipped"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """List outbox requests, most recently changed first."""
+    from runtime.outbox import list_requests
+
+    if ctx.invoked_subcommand is None:
+        columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
+        print_rows(list_requests(open_store(), state), as_json, "outbox", columns)  # type: ignore[arg-type]
+
+
+@outbox_cli.command("confirm")
+def outbox_confirm(
+    request_id: str,
+    delivered: Annotated[bool, typer.Option("--delivered/--not-delivered", help="what the platform shows")],
+    platform_message_id: Annotated[str | None, typer.Option(help="the platform's id, if known")] = None,
+) -> None:
+    """Settle a result-unknown request after checking the platform."""
+    from runtime.outbox import confirm_result
+
+    with operator_errors():
+        request = confirm_result(open_store(), request_id, delivered, platform_message_id)
+    console.print(f"request {request.request_id}: {request.state}")
+
+
+def _deliver(request_ids: list[str]) -> bool:
+    """Attempt each request now, in order, through the worker's own send path; say what became
+    of each. True when all of them were sent."""
+    from worker.context import runtime_for
+    from worker.delivery import attempt_send, query_receipt
+
+    runtime = runtime_for(app)
+    all_sent = True
+    for request_id in request_ids:
+        with operator_errors():
+            result = attempt_send(runtime, request_id)
+        outcome, note = result.outcome, ""
+        if outcome == "result-unknown" and query_receipt(runtime, request_id) == "settled":
+            outcome = "settled"
+        if outcome in ("waiting-for-earlier", "in-progress"):
+            note = enqueue("kefu.outbox.attempt", request_id)
+        elif outcome == "not-submitted":
+            note = enqueue("kefu.outbox.attempt", request_id, countdown=max(1.0, result.retry_after_s or 0))
+        request = query_manual(runtime.store, request_id)
+        all_sent &= request.state == "sent"
+        detail = request.platform_message_id or request.error_code or ""
+        console.print(f"request {request_id}: {request.state} {detail} {note}".rstrip(), soft_wrap=True)
+        if request.state == "result-unknown":
+            console.print(
+                "  the platform may or may not have it: check there, then "
+                f"`kefu outbox confirm {request_id} --delivered|--not-delivered`, "
+                f"or send it again with `kefu outbox retry <new id> {request_id}`",
+                soft_wrap=True,
+            )
+    return all_sent
+
+
+def _new_request_id() -> str:
+    import secrets
+
+    return f"console-{datetime.now().strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@outbox_cli.command("query")
+def outbox_query(request_id: str) -> None:
+    """Show one request; a result-unknown one is first checked with the platform's receipt query."""
+    from worker.context import runtime_for
+    from worker.delivery import query_receipt
+
+    store = open_store()
+    with operator_errors():
+        if query_manual(store, request_id).state == "result-unknown":
+            query_receipt(runtime_for(app), request_id)
+        print(query_manual(store, request_id).model_dump_json(indent=2))
+
+
+@outbox_cli.command("retry")
+def outbox_retry(new_request_id: str, previous_request_id: str) -> None:
+    """Send a result-unknown message again under a new request id (the link is kept)."""
+    from runtime.manual import retry_manual
+
+    with operator_errors():
+        request = retry_manual(open_store(), new_request_id, previous_request_id)
+    raise typer.Exit(0 if _deliver([request.request_id]) else 1)
+
+
+@cli.command()
+def send(
+    customer_id: int,
+    text: str,
+    request_id: Annotated[
+        str | None, typer.Option(help="your stable id for this message: repeat it to ask again, never to resend")
+    ] = None,
+    file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
+) -> None:
+    """Send an operator's message now (also while automatic handling is paused)."""
+    from runtime.manual import ManualSend, send_manual
+
+    settings = current_settings()
+    store = open_store()
+    request_id = request_id or _new_request_id()
+    with operator_errors():
+        parts = []
+        if file is not None:
+            data, name = read_media_file(file, settings.media_max_bytes)
+            file_send = ManualSend(
+                request_id=f"{request_id}.file", customer_id=customer_id, file_name=name, file_data=data
+            )
+            parts.append(send_manual(store, file_send).request_id)
+        text_send = ManualSend(request_id=request_id, customer_id=customer_id, text=text, follows=(parts or [None])[-1])
+        parts.append(send_manual(store, text_send).request_id)
+    raise typer.Exit(0 if _deliver(parts) else 1)

@@ -1,0 +1,143 @@
+"""Read-only views: settings, stage counts, checkpoints, customers, history."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from worker.cli.common import (
+    cli,
+    console,
+    current_settings,
+    open_store,
+    operator_errors,
+    print_rows,
+    shop_time,
+)
+
+
+def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [item for key, inner in value.items() for item in _flatten(f"{prefix}__{key.upper()}", inner)]
+    return [(prefix, "" if value is None else str(value))]
+
+
+@cli.command()
+def config() -> None:
+    """Print the effective settings (secrets masked)."""
+    settings = current_settings()
+    table = Table("variable", "value", title="effective kefu settings")
+    dumped = json.loads(settings.model_dump_json())  # SecretStr dumps as '**********'
+    for key, value in dumped.items():
+        for name, shown in _flatten(f"KEFU_{key.upper()}", value):
+            table.add_row(name, shown)
+    console.print(table)
+
+
+@cli.command()
+def status() -> None:
+    """Per-stage counts read from the delivery store."""
+    from runtime.status import stage_counts
+
+    settings = current_settings()
+    store = open_store()
+    table = Table("stage", "state", "count", title=f"kefu status · shard {settings.shard}")
+    for stage in stage_counts(store):
+        for state, count in sorted(stage.counts.items()) or [("-", 0)]:
+            table.add_row(stage.stage, state, str(count))
+    console.print(table)
+    console.print(_checkpoint_table(None), soft_wrap=True)
+
+
+def _checkpoint_table(account: str | None) -> Table:
+    from runtime.checkpoints import checkpoint_views
+
+    table = Table(
+        "account",
+        "generation",
+        "pending",
+        "input",
+        "outbox",
+        "turns",
+        "reception",
+        "last reported",
+        "reporting",
+        title="checkpoints",
+    )
+    with operator_errors():
+        views = checkpoint_views(open_store(), account)
+    for view in views:
+        report = view.report
+        reporting = "stopped (lease rejected)" if view.stopped else view.failure_class or "ok"
+        table.add_row(
+            report.account_id,
+            str(report.generation),
+            str(report.pending_count),
+            str(report.pending.input),
+            str(report.pending.outbox),
+            str(report.pending.turns),
+            report.reception,
+            shop_time(view.last_reported_at) if view.last_reported_at else "never",
+            reporting,
+        )
+    return table
+
+
+@cli.command()
+def checkpoint(
+    account: Annotated[str | None, typer.Option(help="only this account")] = None,
+    resume: Annotated[
+        str | None, typer.Option(help="start a new lease generation for this account after the sink rejected one")
+    ] = None,
+) -> None:
+    """Each account's checkpoint as of now (cursors are never shown), and how reporting goes."""
+    from runtime.checkpoints import resume_checkpoint
+
+    if resume is not None:
+        with operator_errors():
+            generation = resume_checkpoint(open_store(), resume)
+        console.print(f"checkpoint {resume}: reporting resumes under generation {generation}")
+    console.print(_checkpoint_table(account), soft_wrap=True)
+
+
+@cli.command()
+def customers(
+    search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
+    account: Annotated[str | None, typer.Option(help="only this account")] = None,
+    source: Annotated[str, typer.Option(help="real or simulation (they never mix)")] = "real",
+    reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """Customers (conversations), most recently active first."""
+    from runtime.customers import list_customers
+
+    if source not in ("real", "simulation"):
+        console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
+        raise typer.Exit(2)
+    rows = list_customers(open_store(), source=source, account_id=account, search=search, reader=reader)  # type: ignore[arg-type]
+    columns = ["id", "account_id", "conversation_id", "unread", "handling_paused", "last_activity_at"]
+    print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
+
+
+@cli.command()
+def history(
+    customer_id: int,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="messages per page")] = 50,
+    before: Annotated[int | None, typer.Option(help="page further back: the value the last page printed")] = None,
+) -> None:
+    """A customer's messages as labelled lines, oldest first (the same view the agent gets)."""
+    from runtime.handling import handling_state
+    from runtime.history import query_history
+
+    store = open_store()
+    with operator_errors():
+        handling_state(store, customer_id)  # an unknown customer is an error, not an empty page
+    with store.read() as conn:
+        page = query_history(conn, customer_id, limit, before, current_settings().zone)
+    for line in page.lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    if page.next_before is not None:
+        console.print(f"(older: kefu history {customer_id} --before {page.next_before})")
