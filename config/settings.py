@@ -92,6 +92,22 @@ class CheckpointSettings(_Section):
         return self
 
 
+class ListenerSettings(_Section):
+    """Reconnect policy of a listener (SPEC 3.11)."""
+
+    reconnect_initial_ms: int = Field(1000, ge=1, le=600_000)
+    reconnect_max_ms: int = Field(30_000, ge=1, le=600_000)
+    reconnect_max_attempts: int = Field(3, ge=0, le=20)  # 0: no reconnect at all
+    reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the budget
+    heartbeat_timeout_ms: int = Field(90_000, ge=1000, le=3_600_000)  # silence this long = a dead connection
+
+    @model_validator(mode="after")
+    def _max_covers_initial(self) -> ListenerSettings:
+        if self.reconnect_max_ms < self.reconnect_initial_ms:
+            raise ValueError("KEFU_LISTENER__RECONNECT_MAX_MS must be at least KEFU_LISTENER__RECONNECT_INITIAL_MS")
+        return self
+
+
 class SimulatorSettings(_Section):
     # Simulated network latency of a send's response (the platform has already recorded it).
     send_latency_ms: int = Field(0, ge=0, le=60_000)
@@ -121,6 +137,7 @@ class Settings(BaseSettings):
     reconcile: ReconcileSettings = ReconcileSettings()
     simulator: SimulatorSettings = SimulatorSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
+    listener: ListenerSettings = ListenerSettings()
 
     @classmethod
     def settings_customise_sources(

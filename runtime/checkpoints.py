@@ -185,6 +185,8 @@ class CheckpointView(BaseModel):
     last_reported_at: int | None
     failure_class: str | None
     stopped: bool
+    listener_state: str
+    listener_error: str | None
 
 
 def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> list[CheckpointView]:
@@ -195,12 +197,17 @@ def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> lis
         views = []
         for account in list(accounts):
             state = _state(conn, account)
+            listener = conn.execute(
+                sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": account}
+            ).one()
             views.append(
                 CheckpointView(
                     report=compute_report(conn, account, state.generation),
                     last_reported_at=state.last_reported_at,
                     failure_class=state.failure_class,
                     stopped=state.rejected_generation == state.generation,
+                    listener_state=listener[0],
+                    listener_error=listener[1],
                 )
             )
     if account_id is not None and not views:

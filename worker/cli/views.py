@@ -63,6 +63,7 @@ def _checkpoint_table(account: str | None) -> Table:
         "outbox",
         "turns",
         "reception",
+        "listener",
         "last reported",
         "reporting",
         title="checkpoints",
@@ -80,6 +81,7 @@ def _checkpoint_table(account: str | None) -> Table:
             str(report.pending.outbox),
             str(report.pending.turns),
             report.reception,
+            view.listener_state + (f" ({view.listener_error})" if view.listener_error else ""),
             shop_time(view.last_reported_at) if view.last_reported_at else "never",
             reporting,
         )
