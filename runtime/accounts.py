@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
-from runtime.errors import KefuError
+from runtime.errors import AccountUnknown, KefuError
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import Account
@@ -41,6 +41,17 @@ def create_account(store: DeliveryStore, spec: AccountSpec) -> Account:
 def load_account(conn: Connection, account_id: str) -> Account | None:
     row = conn.execute(sql("SELECT * FROM account WHERE id = :id"), {"id": account_id}).mappings().first()
     return Account.model_validate(dict(row)) if row else None
+
+
+def require_account(conn: Connection, account_id: str) -> Account:
+    account = load_account(conn, account_id)
+    if account is None:
+        raise AccountUnknown(account_id)
+    return account
+
+
+def account_ids(conn: Connection) -> list[str]:
+    return list(conn.execute(sql("SELECT id FROM account ORDER BY id")).scalars())
 
 
 def account_is_live(account: Account) -> bool:

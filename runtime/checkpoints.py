@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection
 
-from runtime.errors import AccountUnknown
+from runtime.accounts import account_ids, require_account
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import CheckpointState
@@ -165,8 +165,7 @@ def record_outcome(store: DeliveryStore, report: CheckpointReport, outcome: Sink
 def resume_checkpoint(store: DeliveryStore, account_id: str) -> int:
     """Start a new local generation (after the sink rejected the old one). Returns it."""
     with store.write() as conn:
-        if conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": account_id}).first() is None:
-            raise AccountUnknown(account_id)
+        require_account(conn, account_id)
         state = _state(conn, account_id)
         conn.execute(
             sql(
@@ -190,12 +189,11 @@ class CheckpointView(BaseModel):
 
 
 def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> list[CheckpointView]:
-    with store.write() as conn:
-        accounts = conn.execute(
-            sql("SELECT id FROM account WHERE :a IS NULL OR id = :a ORDER BY id"), {"a": account_id}
-        ).scalars()
+    with store.write() as conn:  # a first look creates the account's checkpoint state
+        if account_id is not None:
+            require_account(conn, account_id)
         views = []
-        for account in list(accounts):
+        for account in [account_id] if account_id is not None else account_ids(conn):
             state = _state(conn, account)
             listener = conn.execute(
                 sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": account}
@@ -210,11 +208,4 @@ def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> lis
                     listener_error=listener[1],
                 )
             )
-    if account_id is not None and not views:
-        raise AccountUnknown(account_id)
     return views
-
-
-def all_accounts(store: DeliveryStore) -> list[str]:
-    with store.read() as conn:
-        return list(conn.execute(sql("SELECT id FROM account ORDER BY id")).scalars())

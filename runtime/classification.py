@@ -24,7 +24,7 @@ _ROLE = (
 
 
 def role_sql(account: str, message: str, evidence: str) -> str:
-    """The classification as a SQL expression over the given parameter placeholders."""
+    """The classification as a SQL expression over the given placeholders or column references."""
     return _ROLE.format(account=account, message=message, evidence=evidence)
 
 

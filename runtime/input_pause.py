@@ -17,13 +17,14 @@ import time
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
-from runtime.errors import AccountUnknown, KefuError
+from runtime.accounts import require_account
+from runtime.errors import KefuError
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
 HOST = "*"
-IS_PAUSED = "SELECT 1 FROM input_pause WHERE scope IN ('*', ?) LIMIT 1"
+_PAUSED = "SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"  # host or this account
 
 
 class InputPaused(Exception):
@@ -40,15 +41,12 @@ def _scope(account_id: str | None) -> str:
 
 
 def is_paused(conn: Connection, account_id: str) -> bool:
-    return (
-        conn.execute(sql("SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"), {"a": account_id}).first()
-        is not None
-    )
+    return conn.execute(sql(_PAUSED), {"a": account_id}).first() is not None
 
 
 def check_not_paused(db: sqlite3.Connection, account_id: str) -> None:
     """For ingestion's raw transactions."""
-    if db.execute(IS_PAUSED, (account_id,)).fetchone() is not None:
+    if db.execute(_PAUSED, {"a": account_id}).fetchone() is not None:
         raise InputPaused(account_id)
 
 
@@ -57,9 +55,8 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
     account pause never coexist (KEFU_INPUT_PAUSE_CONFLICT)."""
     scope = _scope(account_id)
     with store.write() as conn:
-        known = conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": account_id}).first()
-        if account_id is not None and known is None:
-            raise AccountUnknown(account_id)
+        if account_id is not None:
+            require_account(conn, account_id)
         other = conn.execute(
             sql("SELECT scope FROM input_pause WHERE scope != :s AND (:s = '*' OR scope = '*') LIMIT 1"), {"s": scope}
         ).scalar_one_or_none()

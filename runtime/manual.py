@@ -14,13 +14,14 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import Connection
 
-from runtime.accounts import load_account
+from runtime.accounts import require_account
 from runtime.admission import load_customer
 from runtime.errors import CustomerUnknown, KefuError, RequestUnknown
 from runtime.media import stage_media
 from runtime.outbox import OutboundIntent, load_request, register_outbound
 from runtime.recipients import RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
+from runtime.store.sql import sql
 from runtime.store.tables import Customer, OutboxRequest
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -35,7 +36,6 @@ class ManualSend(BaseModel):
     text: str | None = Field(None, min_length=1, max_length=4000)
     file_name: str | None = Field(None, min_length=1, max_length=255)
     file_data: bytes | None = Field(None, repr=False)
-    follows: str | None = None  # an earlier part of the same message (e.g. its file)
 
     @field_validator("request_id")
     @classmethod
@@ -67,20 +67,19 @@ def _customer(conn: Connection, customer_id: int) -> Customer:
     return customer
 
 
+def _why_account_cannot_send(conn: Connection, account_id: str) -> str | None:
+    account = require_account(conn, account_id)
+    if account.connection_intent != "connected":
+        return "is disconnected"
+    if account.authorization != "ready":
+        return f"is not authorised ({account.authorization})"
+    if account.listener_state == "failed":
+        return "has a failed listener"
+    return None
+
+
 def _check_account_can_send(conn: Connection, customer: Customer) -> None:
-    account = load_account(conn, customer.account_id)
-    problem = (
-        "is gone"
-        if account is None
-        else "is disconnected"
-        if account.connection_intent != "connected"
-        else f"is not authorised ({account.authorization})"
-        if account.authorization != "ready"
-        else "has a failed listener"
-        if account.listener_state == "failed"
-        else None
-    )
-    if problem:
+    if problem := _why_account_cannot_send(conn, customer.account_id):
         raise KefuError(
             "KEFU_ACCOUNT_UNAVAILABLE",
             f"account {customer.account_id!r} {problem}; no manual send was registered",
@@ -88,18 +87,12 @@ def _check_account_can_send(conn: Connection, customer: Customer) -> None:
         )
 
 
+_SAME_MESSAGE = ("customer_id", "content_type", "body", "media_sha256", "retry_of")
+
+
 def _replayed(existing: OutboxRequest, wanted: OutboundIntent) -> OutboxRequest:
     """The same request id again: the stored request if it is the same message, else an error."""
-    same = (existing.customer_id, existing.origin, existing.retry_of) == (
-        wanted.customer_id,
-        "manual",
-        wanted.retry_of,
-    ) and (wanted.content_type, wanted.body, wanted.media_sha256) == (
-        existing.content_type,
-        existing.body,
-        existing.media_sha256,
-    )
-    if not same:
+    if existing.origin != "manual" or any(getattr(existing, f) != getattr(wanted, f) for f in _SAME_MESSAGE):
         raise KefuError(
             "KEFU_REQUEST_ID_CONFLICT",
             f"request id {existing.request_id!r} already names a different message",
@@ -122,23 +115,32 @@ def _register(conn: Connection, customer: Customer, intent: OutboundIntent) -> O
 
 def send_manual(store: DeliveryStore, send: ManualSend) -> OutboxRequest:
     """Register an operator's message. Idempotent on the request id."""
+    return send_manual_parts(store, [send])[0]
+
+
+def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[OutboxRequest]:
+    """Register the parts of one operator message (e.g. a file, then its text) in one
+    transaction: all or none. Each part is submitted only after the one before was sent."""
     with store.write() as conn:
-        customer = _customer(conn, send.customer_id)
-        content: dict[str, object] = {"content_type": "text", "body": send.text}
-        if send.file_data is not None:
-            media = stage_media(conn, send.file_data, send.file_name)  # type: ignore[arg-type]
-            content = {"content_type": media.kind, "body": media.file_name, "media_sha256": media.sha256}
-        intent = OutboundIntent(
-            request_id=send.request_id,
-            customer_id=customer.id,  # type: ignore[arg-type]
-            account_id=customer.account_id,
-            conversation_id=customer.conversation_id,
-            origin="manual",
-            handling_epoch=customer.handling_epoch,
-            follows=send.follows,
-            **content,  # type: ignore[arg-type]
-        )
-        return _register(conn, customer, intent)
+        registered: list[OutboxRequest] = []
+        for send in parts:
+            customer = _customer(conn, send.customer_id)
+            content: dict[str, object] = {"content_type": "text", "body": send.text}
+            if send.file_data is not None:
+                media = stage_media(conn, send.file_data, send.file_name)  # type: ignore[arg-type]
+                content = {"content_type": media.kind, "body": media.file_name, "media_sha256": media.sha256}
+            intent = OutboundIntent(
+                request_id=send.request_id,
+                customer_id=customer.id,  # type: ignore[arg-type]
+                account_id=customer.account_id,
+                conversation_id=customer.conversation_id,
+                origin="manual",
+                handling_epoch=customer.handling_epoch,
+                follows=registered[-1].request_id if registered else None,
+                **content,  # type: ignore[arg-type]
+            )
+            registered.append(_register(conn, customer, intent))
+        return registered
 
 
 def query_manual(store: DeliveryStore, request_id: str) -> OutboxRequest:
@@ -161,22 +163,23 @@ def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id:
         previous = load_request(conn, check_request_id(previous_request_id))
         if previous is None:
             raise RequestUnknown(previous_request_id)
-        existing = load_request(conn, new_request_id)
-        if existing is None and previous.state != "result-unknown":
-            raise KefuError(
-                "KEFU_RETRY_NEEDS_UNKNOWN",
-                f"request {previous_request_id!r} is {previous.state}; only a result-unknown request can be retried",
-                "a sent request needs nothing; a failed one can be sent anew with `kefu send`",
-            )
-        earlier_retry = conn.execute(
-            OutboxRequest.__table__.select().where(OutboxRequest.__table__.c.retry_of == previous_request_id)
-        ).first()
-        if existing is None and earlier_retry is not None:
-            raise KefuError(
-                "KEFU_RETRY_EXISTS",
-                f"request {previous_request_id!r} was already retried as {earlier_retry.request_id!r}",
-                f"check that one with `kefu outbox query {earlier_retry.request_id}`",
-            )
+        if load_request(conn, new_request_id) is None:  # a first call, not a replay
+            if previous.state != "result-unknown":
+                raise KefuError(
+                    "KEFU_RETRY_NEEDS_UNKNOWN",
+                    f"request {previous_request_id!r} is {previous.state};"
+                    " only a result-unknown request can be retried",
+                    "a sent request needs nothing; a failed one can be sent anew with `kefu send`",
+                )
+            earlier_retry = conn.execute(
+                sql("SELECT request_id FROM outbox_request WHERE retry_of = :r"), {"r": previous_request_id}
+            ).scalar_one_or_none()
+            if earlier_retry is not None:
+                raise KefuError(
+                    "KEFU_RETRY_EXISTS",
+                    f"request {previous_request_id!r} was already retried as {earlier_retry!r}",
+                    f"check that one with `kefu outbox query {earlier_retry}`",
+                )
         customer = _customer(conn, previous.customer_id)
         intent = OutboundIntent(
             request_id=new_request_id,

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
+from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
 from runtime.store import DeliveryStore, now_ms
@@ -272,13 +273,14 @@ _MARK_REQUEST = (
     " platform_message_id = coalesce(:p, platform_message_id), error_code = :e"
     " WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent') RETURNING origin, platform_message_id"
 )
-# The platform's echo arrived before the send was recorded: attribute the stored row to us.
+# The platform's echo arrived before the send was recorded: classify the stored row again with
+# the one rule (now that the request is sent, it says ai or human-console); an ai row is ignored.
+_ROLE_OF_ROW = role_sql(
+    "inbound_message.account_id", "inbound_message.platform_message_id", "inbound_message.sender_role"
+)
 _RECLASSIFY_EARLY_ECHO = (
-    "UPDATE inbound_message SET"
-    " sender_role = CASE (SELECT origin FROM outbox_request WHERE request_id = :r) WHEN 'auto' THEN 'ai'"
-    "  ELSE 'human-console' END,"
-    " state = CASE WHEN state = 'pending' AND (SELECT origin FROM outbox_request WHERE request_id = :r) = 'auto'"
-    "  THEN 'ignored' ELSE state END"
+    f"UPDATE inbound_message SET sender_role = {_ROLE_OF_ROW},"
+    f" state = CASE WHEN state = 'pending' AND {_ROLE_OF_ROW} = 'ai' THEN 'ignored' ELSE state END"
     " WHERE (account_id, conversation_id, platform_message_id) ="
     "  (SELECT account_id, conversation_id, platform_message_id FROM outbox_request WHERE request_id = :r)"
 )

@@ -9,19 +9,19 @@ a turn of its own (an idle agent is not woken).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict
 from sqlalchemy import Connection
 
 from runtime.agent.model import READ_NOTICE_PREFIX
+from runtime.pages import Id
 from runtime.rendering import shop_time
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import BuyerRead
 
-Id = Annotated[str, Field(min_length=1, max_length=256)]
 Decision = Literal["stored", "already-stored", "unknown-message", "not-direct", "not-the-buyer"]
 
 

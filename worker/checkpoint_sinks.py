@@ -12,7 +12,8 @@ from typing import Protocol
 import httpx
 
 from config import CheckpointSettings
-from runtime.checkpoints import CheckpointReport, SinkOutcome, all_accounts, due_report, record_outcome
+from runtime.accounts import account_ids
+from runtime.checkpoints import CheckpointReport, SinkOutcome, due_report, record_outcome
 from runtime.store import DeliveryStore
 
 log = logging.getLogger("kefu.checkpoint")
@@ -71,7 +72,9 @@ def build_sink(settings: CheckpointSettings) -> CheckpointSink:
 def report_checkpoints(store: DeliveryStore, sink: CheckpointSink, interval_ms: int, now: int) -> list[str]:
     """Send every account's due report; print and return the diagnostics this round produced."""
     printed = []
-    for account_id in all_accounts(store):
+    with store.read() as conn:
+        accounts = account_ids(conn)
+    for account_id in accounts:
         report = due_report(store, account_id, interval_ms, now)
         if report is None:
             continue

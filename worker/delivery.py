@@ -21,6 +21,7 @@ from runtime.outbox import (
     record_sent,
     settle_by_receipt,
 )
+from runtime.store.tables import OutboxRequest
 from worker.context import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,10 @@ class AttemptOutcome:
     retry_after_s: float | None = None  # the platform's throttling hint
 
 
-def attempt_send(runtime: WorkerRuntime, request_id: str) -> AttemptOutcome:
-    """Begin the request's attempt and submit it."""
-    with runtime.store.read() as conn:
-        request = load_request(conn, request_id)
-    if request is None:
-        return AttemptOutcome("unknown-request")
+def attempt_send(runtime: WorkerRuntime, request: OutboxRequest) -> AttemptOutcome:
+    """Begin the attempt of a request read by the caller, and submit it. `begin_attempt`
+    re-checks everything inside its own transaction; the read here only picks the transport."""
+    request_id = request.request_id
     if request.state in SETTLED:  # e.g. refused before any platform call: no transport needed
         return AttemptOutcome("settled", request.error_code)
     # Resolve the transport before an attempt exists: a missing one must not strand an attempt.

@@ -9,7 +9,7 @@ from runtime.errors import KefuError
 from runtime.handling import pause_handling
 from runtime.history import query_history
 from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, query_manual, retry_manual, send_manual
+from runtime.manual import ManualSend, query_manual, retry_manual, send_manual, send_manual_parts
 from runtime.outbox import (
     AttemptGrant,
     SendFailure,
@@ -174,3 +174,15 @@ def test_a_late_failure_report_never_turns_a_settled_request_back(store, custome
     ingest_page(store, transport.echo_page("shop", received))  # echo while the attempt is still in flight
     record_failure(store, "console-11", grant.attempt_no, SendFailure("unknown", "TimeoutError"))
     assert query_manual(store, "console-11").state == "sent"
+
+
+def test_the_parts_of_one_message_are_registered_all_or_none(store, customer):
+    send_manual(store, ManualSend(request_id="taken", customer_id=customer, text="旧消息"))
+    image = ManualSend(request_id="new.file", customer_id=customer, file_name="a.png", file_data=b"\x89PNG\r\n\x1a\n0")
+    with pytest.raises(KefuError) as conflict:
+        send_manual_parts(store, [image, ManualSend(request_id="taken", customer_id=customer, text="新消息")])
+    assert conflict.value.code == "KEFU_REQUEST_ID_CONFLICT"
+    with pytest.raises(KefuError):
+        query_manual(store, "new.file")  # the file part was not left behind to be sent alone
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM media").scalar() == 0

@@ -15,7 +15,7 @@ from runtime.agent.model import ToolCall
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, query_manual, send_manual
+from runtime.manual import ManualSend, query_manual, send_manual, send_manual_parts
 from runtime.media import AttachmentPolicy, describe, read_media_file
 from runtime.outbox import AttemptGrant, AttemptSkipped, SendFailure, begin_attempt, record_failure, record_sent
 from runtime.pages import parse_page
@@ -90,8 +90,8 @@ def test_a_stored_copy_is_sent_after_the_source_file_is_gone(store, customer, tr
 
 
 def test_a_part_after_a_failed_or_unknown_part_is_never_submitted(store, customer, tmp_path):
-    send_manual(store, ManualSend(request_id="p-file", customer_id=customer, file_name="a.png", file_data=PNG))
-    send_manual(store, ManualSend(request_id="p-text", customer_id=customer, text="见图", follows="p-file"))
+    file_part = ManualSend(request_id="p-file", customer_id=customer, file_name="a.png", file_data=PNG)
+    send_manual_parts(store, [file_part, ManualSend(request_id="p-text", customer_id=customer, text="见图")])
     assert begin_attempt(store, "p-text", "w", lease_s=60) == AttemptSkipped("waiting-for-earlier")
     grant = begin_attempt(store, "p-file", "w", lease_s=60)
     record_failure(store, "p-file", grant.attempt_no, SendFailure("unknown", "TimeoutError"))

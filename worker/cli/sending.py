@@ -58,13 +58,13 @@ def _deliver(request_ids: list[str]) -> bool:
     all_sent = True
     for request_id in request_ids:
         with operator_errors():
-            result = attempt_send(runtime, request_id)
-        outcome, note = result.outcome, ""
-        if outcome == "result-unknown" and query_receipt(runtime, request_id) == "settled":
-            outcome = "settled"
-        if outcome in ("waiting-for-earlier", "in-progress"):
+            result = attempt_send(runtime, query_manual(runtime.store, request_id))
+        note = ""
+        if result.outcome == "result-unknown":
+            query_receipt(runtime, request_id)  # one receipt query before asking the operator
+        elif result.outcome in ("waiting-for-earlier", "in-progress"):
             note = enqueue("kefu.outbox.attempt", request_id)
-        elif outcome == "not-submitted":
+        elif result.outcome == "not-submitted":
             note = enqueue("kefu.outbox.attempt", request_id, countdown=max(1.0, result.retry_after_s or 0))
         request = query_manual(runtime.store, request_id)
         all_sent &= request.state == "sent"
@@ -119,19 +119,18 @@ def send(
     file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
 ) -> None:
     """Send an operator's message now (also while automatic handling is paused)."""
-    from runtime.manual import ManualSend, send_manual
+    from runtime.manual import ManualSend, send_manual_parts
 
     settings = current_settings()
     store = open_store()
     request_id = request_id or _new_request_id()
     with operator_errors():
-        parts = []
+        parts = [ManualSend(request_id=request_id, customer_id=customer_id, text=text)]
         if file is not None:
             data, name = read_media_file(file, settings.media_max_bytes)
-            file_send = ManualSend(
+            file_part = ManualSend(
                 request_id=f"{request_id}.file", customer_id=customer_id, file_name=name, file_data=data
             )
-            parts.append(send_manual(store, file_send).request_id)
-        text_send = ManualSend(request_id=request_id, customer_id=customer_id, text=text, follows=(parts or [None])[-1])
-        parts.append(send_manual(store, text_send).request_id)
-    raise typer.Exit(0 if _deliver(parts) else 1)
+            parts.insert(0, file_part)
+        registered = send_manual_parts(store, parts)
+    raise typer.Exit(0 if _deliver([r.request_id for r in registered]) else 1)

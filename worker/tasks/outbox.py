@@ -20,7 +20,7 @@ def attempt(self: Task, request_id: str) -> str:
         request = load_request(conn, request_id)
     if request is None:
         return "unknown-request"
-    result = attempt_send(runtime, request_id)
+    result = attempt_send(runtime, request)
     if result.outcome == "result-unknown":
         settle.delay(request_id)
     elif result.outcome == "not-submitted" and self.request.retries < self.max_retries:
