@@ -100,6 +100,7 @@ class ListenerSettings(_Section):
     reconnect_max_attempts: int = Field(3, ge=0, le=20)  # 0: no reconnect at all
     reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the budget
     heartbeat_timeout_ms: int = Field(90_000, ge=1000, le=3_600_000)  # silence this long = a dead connection
+    supervise_interval_ms: int = Field(2000, ge=50, le=600_000)  # how soon listeners follow account changes
 
     @model_validator(mode="after")
     def _max_covers_initial(self) -> ListenerSettings:

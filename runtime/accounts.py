@@ -56,3 +56,29 @@ def account_ids(conn: Connection) -> list[str]:
 
 def account_is_live(account: Account) -> bool:
     return account.connection_intent == "connected" and account.authorization == "ready"
+
+
+def listening_accounts(conn: Connection) -> list[Account]:
+    """Accounts that should have a listener now (SPEC 3.1): connected, authorised, and with at
+    least one enabled route to deliver to."""
+    rows = conn.execute(
+        sql(
+            "SELECT * FROM account a WHERE a.connection_intent = 'connected' AND a.authorization = 'ready'"
+            " AND EXISTS (SELECT 1 FROM route r WHERE r.account_id = a.id AND r.enabled) ORDER BY a.id"
+        )
+    ).mappings()
+    return [Account.model_validate(dict(row)) for row in rows]
+
+
+def set_connection_intent(store: DeliveryStore, account_id: str, intent: Literal["connected", "disconnected"]) -> int:
+    """Connect or disconnect an account (its listener follows). Returns the account's revision,
+    bumped only when the intent changed, so repeating it is harmless."""
+    with store.write() as conn:
+        account = require_account(conn, account_id)
+        if account.connection_intent == intent:
+            return account.revision
+        conn.execute(
+            sql("UPDATE account SET connection_intent = :i, revision = revision + 1 WHERE id = :a"),
+            {"i": intent, "a": account_id},
+        )
+        return account.revision + 1

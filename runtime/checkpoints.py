@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection
 
 from runtime.accounts import account_ids, require_account
+from runtime.input_pause import count_in_flight, is_paused
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import CheckpointState
@@ -56,11 +57,12 @@ class SinkOutcome(BaseModel):
 
 
 def _reception(conn: Connection, account_id: str) -> Reception:
-    # Listeners and input pause (SPEC 3.11) are not built yet: reception follows the account.
-    row = conn.execute(
-        sql("SELECT connection_intent, authorization FROM account WHERE id = :a"), {"a": account_id}
-    ).first()
-    return "running" if row is not None and tuple(row) == ("connected", "ready") else "stopped"
+    """Paused input wins (draining until nothing is in flight); otherwise live input needs a
+    running listener (history sync alone is not `running`)."""
+    if is_paused(conn, account_id):
+        return "draining" if count_in_flight(conn, account_id) else "paused"
+    listener = conn.execute(sql("SELECT listener_state FROM account WHERE id = :a"), {"a": account_id}).scalar()
+    return "running" if listener == "running" else "stopped"
 
 
 def compute_report(conn: Connection, account_id: str, generation: int) -> CheckpointReport:

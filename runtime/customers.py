@@ -3,6 +3,10 @@ reader's watermark only moves forward, so two consoles acking out of order lose 
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import weakref
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
@@ -42,11 +46,7 @@ def list_customers(
         rows = conn.execute(
             sql(
                 "SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title, c.last_activity_at,"
-                " c.handling_paused, c.handling_reason, (SELECT count(*) FROM inbound_message m"
-                "  WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
-                "  coalesce((SELECT watermark FROM reader_watermark w"
-                "   WHERE w.customer_id = c.id AND w.reader = :r), 0))"
-                " AS unread FROM customer c JOIN account a ON a.id = c.account_id"
+                " c.handling_paused, c.handling_reason FROM customer c JOIN account a ON a.id = c.account_id"
                 " WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
                 " AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
                 "  OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
@@ -58,10 +58,68 @@ def list_customers(
                 "a": account_id,
                 "q": _literal(search) if search else None,
                 "n": limit,
-                "r": reader,
             },
         ).mappings()
-        return [CustomerSummary.model_validate(dict(row)) for row in rows]
+        rows = [dict(row) for row in rows]
+    unread = unread_counts(store).get(reader, [row["id"] for row in rows])
+    return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
+
+
+_UNREAD = (
+    "SELECT c.id, (SELECT count(*) FROM inbound_message m"
+    " WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
+    " coalesce((SELECT watermark FROM reader_watermark w WHERE w.customer_id = c.id AND w.reader = ?), 0))"
+    " FROM customer c WHERE c.id IN ({ids})"
+)
+
+
+class UnreadCounts:
+    """Unread counts per (reader, customer), reused within one delivery change sequence.
+
+    The sequence is SQLite's `data_version` on a connection of this cache's own that never
+    writes: it moves whenever any other connection, in any process, commits. So a new
+    message, a reclassified sender or a moved watermark invalidates every count, and a list
+    refreshed while nothing happened runs no count query. Only the customers asked for
+    (the rows of one listing) are counted.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._sequence: int | None = None
+        self._counts: dict[tuple[str, int], int] = {}
+        self.computed = 0  # counts computed rather than reused
+
+    def get(self, reader: str, customer_ids: list[int]) -> dict[int, int]:
+        with self._lock:
+            sequence = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if sequence != self._sequence:
+                self._counts.clear()
+                self._sequence = sequence
+            missing = [c for c in customer_ids if (reader, c) not in self._counts]
+            if missing:
+                query = _UNREAD.format(ids=", ".join("?" * len(missing)))
+                for customer_id, count in self._db.execute(query, [reader, *missing]):
+                    self._counts[(reader, customer_id)] = count
+                self.computed += len(missing)
+            return {c: self._counts.get((reader, c), 0) for c in customer_ids}
+
+    def close(self) -> None:
+        self._db.close()
+
+
+_caches: weakref.WeakKeyDictionary[DeliveryStore, UnreadCounts] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def unread_counts(store: DeliveryStore) -> UnreadCounts:
+    """The store's unread cache (one per store object, closed with it)."""
+    with _caches_lock:
+        cache = _caches.get(store)
+        if cache is None:
+            cache = _caches[store] = UnreadCounts(store.path)
+            weakref.finalize(store, cache.close)
+        return cache
 
 
 def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, watermark: int | None = None) -> int:

@@ -119,19 +119,23 @@ def release_held(db: sqlite3.Connection, page: InboundPage) -> None:
 def in_flight(store: DeliveryStore, account_id: str | None = None) -> int:
     """Pages caught midway and not yet held, plus admitted batches whose turn has not ended."""
     with store.read() as conn:
-        return conn.execute(
-            sql(
-                "SELECT (SELECT count(DISTINCT g.page_op_id) FROM group_receipt g"
-                "  WHERE (:a IS NULL OR g.account_id = :a)"
-                "  AND NOT EXISTS (SELECT 1 FROM page_receipt p WHERE p.account_id = g.account_id"
-                "   AND p.stream_id = g.stream_id AND p.page_op_id = g.page_op_id)"
-                "  AND NOT EXISTS (SELECT 1 FROM held_page h WHERE h.account_id = g.account_id"
-                "   AND h.stream_id = g.stream_id AND h.page_op_id = g.page_op_id))"
-                " + (SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
-                "  WHERE (:a IS NULL OR c.account_id = :a) AND b.state IN ('claimed', 'committed'))"
-            ),
-            {"a": account_id},
-        ).scalar_one()
+        return count_in_flight(conn, account_id)
+
+
+def count_in_flight(conn: Connection, account_id: str | None) -> int:
+    return conn.execute(
+        sql(
+            "SELECT (SELECT count(DISTINCT g.page_op_id) FROM group_receipt g"
+            "  WHERE (:a IS NULL OR g.account_id = :a)"
+            "  AND NOT EXISTS (SELECT 1 FROM page_receipt p WHERE p.account_id = g.account_id"
+            "   AND p.stream_id = g.stream_id AND p.page_op_id = g.page_op_id)"
+            "  AND NOT EXISTS (SELECT 1 FROM held_page h WHERE h.account_id = g.account_id"
+            "   AND h.stream_id = g.stream_id AND h.page_op_id = g.page_op_id))"
+            " + (SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
+            "  WHERE (:a IS NULL OR c.account_id = :a) AND b.state IN ('claimed', 'committed'))"
+        ),
+        {"a": account_id},
+    ).scalar_one()
 
 
 def drained(store: DeliveryStore, account_id: str | None = None, timeout_s: float = 30.0, poll_s: float = 0.1) -> bool:

@@ -24,6 +24,16 @@ from runtime.store.sql import sql
 ListenerState = Literal["stopped", "starting", "running", "reconnecting", "failed"]
 
 
+class ListenerFailure(Exception):
+    """A listening connection could not be opened or was lost. `code` is safe to show and
+    store (never a secret, cursor or message text); `authorization` failures are final."""
+
+    def __init__(self, code: str, authorization: bool = False) -> None:
+        super().__init__(code)
+        self.code = code
+        self.authorization = authorization
+
+
 @dataclass
 class ListenerPolicy:
     settings: ListenerSettings
@@ -70,8 +80,16 @@ class ListenerPolicy:
 
     def stop(self) -> ListenerState:
         """Pause, disconnect, removal or shutdown: no retry is pending after this."""
-        self.state, self.running_since = "stopped", None
+        self.state, self.running_since, self.last_error = "stopped", None, None
         return self.state
+
+
+def committed_since(conn: Connection, account_id: str, since_ms: int) -> bool:
+    """Whether a page of the account committed its cursor at or after `since_ms`."""
+    latest = conn.execute(
+        sql("SELECT max(updated_at) FROM provider_cursor WHERE account_id = :a"), {"a": account_id}
+    ).scalar_one()
+    return latest is not None and latest >= since_ms
 
 
 def record_listener_state(conn: Connection, account_id: str, policy: ListenerPolicy) -> None:

@@ -1,16 +1,49 @@
 """What the worker needs from a platform transport.
 
-Besides this interface, a transport publishes what it receives: inbound pages to
-`kefu.ingest.page`, and buyer read receipts (runtime.read_receipts.BuyerReadReceipt, as JSON)
-to `kefu.receipts.buyer_read`.
+A transport sends, answers receipt queries, pages through history after a committed cursor
+(catch-up), and opens listening connections. The worker's listener publishes what a
+connection receives: inbound pages to `kefu.ingest.page`, buyer read receipts to
+`kefu.receipts.buyer_read`, and only then acknowledges them to the platform.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from runtime.outbox import OutboundSend, SendReceipt
 from runtime.pages import InboundPage
+from runtime.read_receipts import BuyerReadReceipt
+
+
+def _nothing_to_ack() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Received:
+    """One thing a connection delivered. `ack` tells the platform it is safe with us: call it
+    right after the item is published to the broker (never later: a late ACK means
+    redelivery), and never when publishing failed (then the platform must redeliver)."""
+
+    item: InboundPage | BuyerReadReceipt
+    ack: Callable[[], None] = field(default=_nothing_to_ack)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The platform's own keepalive (a ping frame, an empty poll): the connection is alive."""
+
+
+class ListenerConnection(Protocol):
+    def receive(self, timeout_s: float) -> Received | Heartbeat | None:
+        """The next delivery or keepalive, or None when nothing came within `timeout_s`.
+        Raises runtime.listener_policy.ListenerFailure when the connection is lost."""
+
+    def close(self) -> None:
+        """Close the connection; may be called from another thread, and more than once.
+        Nothing received after closing is ever delivered."""
 
 
 class Transport(Protocol):
@@ -27,3 +60,7 @@ class Transport(Protocol):
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
         """The next page of inbound messages after a committed cursor (catch-up), or None."""
+
+    def connect(self, account_id: str, cursor: str | None) -> ListenerConnection:
+        """Open a listening connection for the account, resuming after the committed cursor
+        where the platform has one. Raises runtime.listener_policy.ListenerFailure."""

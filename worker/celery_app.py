@@ -10,6 +10,7 @@ from kombu import Exchange, Queue
 
 import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
 from config import Settings, SettingsError, load_settings
+from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import runtime_for
 
@@ -56,6 +57,7 @@ def make_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.kefu_settings = settings  # type: ignore[attr-defined]
+    install_listeners(app)
     return app
 
 

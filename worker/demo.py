@@ -54,19 +54,17 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
     app = make_app(settings)
     setup = "embedded broker · simulator transport · rules agent"
     console.print(f"[dim]data dir {data_dir} · {setup}[/dim]", soft_wrap=True)
-    worker = WorkerProcess(env, data_dir / "worker.log").start()
+    worker = WorkerProcess(env, data_dir / "worker.log", listen=True).start()
     try:
         worker.wait_ready(app)
         seen_sends = 0
         first_page = None
         for buyer_id, texts in SCRIPT:
-            for text in texts:
+            for text in texts:  # the worker's listener picks them up from the platform
                 message = platform.buyer_says(ACCOUNT, buyer_id, BUYERS[buyer_id], text)
-                page = transport.page_of(ACCOUNT, [message])
-                first_page = first_page or page
-                app.send_task("kefu.ingest.page", args=[page.model_dump(mode="json")])
+                first_page = first_page or transport.page_of(ACCOUNT, [message])
                 console.print(f"[bold cyan]{BUYERS[buyer_id]}[/] ▸ {text}", soft_wrap=True)
-            # The platform redelivers the first page (a late ACK): it must not be answered again.
+            # The platform redelivers the first message (a late ACK): it must not be answered again.
             app.send_task("kefu.ingest.page", args=[first_page.model_dump(mode="json")])
             _wait_answered(store, platform)
             seen_sends = _print_replies(platform, seen_sends, console)

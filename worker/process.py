@@ -13,12 +13,16 @@ from celery import Celery
 
 
 class WorkerProcess:
-    """A worker serving every queue of its shard, its own process group, logs to a file."""
+    """A worker serving every queue of its shard (with `listen`, also running the account
+    listeners), in its own process group, logging to a file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, beat: bool = True, concurrency: int = 1) -> None:
+    def __init__(
+        self, env: dict[str, str], log_path: Path, beat: bool = True, concurrency: int = 1, listen: bool = False
+    ) -> None:
         self.env = {**os.environ, **env}
         self.log_path = log_path
         self.beat = beat
+        self.listen = listen
         self.concurrency = concurrency
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -42,6 +46,8 @@ class WorkerProcess:
         ]
         if self.beat:
             command += ["-B", "-s", str(data_dir / "beat-schedule-child")]
+        if self.listen:
+            command.append("--listen")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -171,7 +171,8 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     assert sorted(c["conversation_id"] for c in listed) == ["sim-direct-b1", "sim-direct-b2", "sim-direct-b3"]
     assert json.loads(_kefu(tmp_path, "customers", "--json", **demo_dir).stdout) == []  # no real customers
     sent = json.loads(_kefu(tmp_path, "outbox", "--state", "sent", "--json", **demo_dir).stdout)
-    assert len(sent) >= 11 and {r["state"] for r in sent} == {"sent"}
+    # One reply per round of the script at least (back-to-back messages may share one reply).
+    assert len(sent) >= 10 and {r["state"] for r in sent} == {"sent"}
     paused = _kefu(tmp_path, "pause", str(listed[0]["id"]), "--reason", "人工接待", **demo_dir)
     assert paused.returncode == 0 and "paused (epoch 1" in paused.stdout
     assert "handled automatically" in _kefu(tmp_path, "resume", str(listed[0]["id"]), **demo_dir).stdout
@@ -220,7 +221,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     assert next(c for c in json.loads(other) if c["id"] == b2["id"])["unread"] > 0  # each reader has its own mark
 
     checkpoints = _kefu(tmp_path, "checkpoint", "--account", "demo-shop", **demo_dir)
-    assert checkpoints.returncode == 0 and "demo-shop" in checkpoints.stdout and "running" in checkpoints.stdout
+    # The demo's worker has stopped, and its listener with it.
+    assert checkpoints.returncode == 0 and "demo-shop" in checkpoints.stdout and "stopped" in checkpoints.stdout
     assert "checkpoints" in _kefu(tmp_path, "status", **demo_dir).stdout
     paused = _kefu(tmp_path, "pause-input", "--wait", "5", **demo_dir)
     assert paused.returncode == 0 and "drained: no page or turn in flight" in paused.stdout

@@ -10,10 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from config import CheckpointSettings, SettingsError, load_settings
+from config import CheckpointSettings, ListenerSettings, SettingsError, load_settings
 from runtime.admission import evaluate
-from runtime.checkpoints import SinkOutcome, due_report, record_outcome, resume_checkpoint
+from runtime.checkpoints import SinkOutcome, compute_report, due_report, record_outcome, resume_checkpoint
 from runtime.ingest import ingest_page
+from runtime.input_pause import pause_input, resume_input
+from runtime.listener_policy import ListenerPolicy, record_listener_state
 from runtime.manual import ManualSend, send_manual
 from tests.log_capture import captured
 from worker.checkpoint_sinks import HttpSink, LogSink, report_checkpoints
@@ -34,9 +36,36 @@ def busy_shop(store, shop, transport, platform) -> None:
 def test_pending_counts_and_throttling_on_a_fake_clock(store, busy_shop):
     report = due_report(store, "shop", INTERVAL, now=1_000)
     assert (report.pending.input, report.pending.outbox, report.pending.turns) == (2, 1, 1)
-    assert report.pending_count == 4 and report.reception == "running" and report.cursors == {"simulator": "2"}
+    assert report.pending_count == 4 and report.reception == "stopped" and report.cursors == {"simulator": "2"}
     assert due_report(store, "shop", INTERVAL, now=1_000 + INTERVAL - 1) is None  # throttled
     assert due_report(store, "shop", INTERVAL, now=1_000 + INTERVAL) is not None
+
+
+def test_reception_follows_the_listener_and_the_input_pause(store, shop, transport, platform):
+    def reception() -> str:
+        with store.read() as conn:
+            return compute_report(conn, shop, generation=1).reception
+
+    def listener(state: str) -> None:
+        with store.write() as conn:
+            record_listener_state(conn, shop, ListenerPolicy(ListenerSettings(), state=state))
+
+    assert reception() == "stopped"  # no listener: history sync alone is not running
+    listener("running")
+    assert reception() == "running"
+    pause_input(store, shop)
+    assert reception() == "paused"  # nothing in flight
+    resume_input(store, shop)
+    evaluate(
+        store,
+        ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")])).customer_ids[0],
+        1000,
+    )
+    pause_input(store, shop)
+    assert reception() == "draining"  # an admitted batch whose turn has not ended
+    resume_input(store, shop)
+    listener("reconnecting")
+    assert reception() == "stopped"
 
 
 class ScriptedSink(BaseHTTPRequestHandler):
@@ -90,7 +119,7 @@ def test_the_log_sink_never_writes_cursors_or_message_text(store, busy_shop):
     with captured("kefu.checkpoint") as printed:
         assert report_checkpoints(store, LogSink(), INTERVAL, now=0) == []
     assert printed == [
-        "checkpoint shop generation 1: pending 4 (input 2, outbox 1, turns 1), reception running, 1 cursor(s)"
+        "checkpoint shop generation 1: pending 4 (input 2, outbox 1, turns 1), reception stopped, 1 cursor(s)"
     ]
 
 

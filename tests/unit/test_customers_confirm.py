@@ -93,3 +93,26 @@ def test_a_reader_watermark_only_moves_forward_and_unread_counts_follow_it(store
         with pytest.raises(KefuError) as refused:
             ack_customer_read(store, *bad)
         assert refused.value.code == code
+
+
+def test_unread_counts_are_reused_until_the_delivery_store_changes(store, shop):
+    from runtime.customers import ack_customer_read, unread_counts
+
+    for n in range(2):
+        ingest_page(store, parse_page(page("shop", f"u{n}", f"c-{n}", "赵六")))
+    cache = unread_counts(store)
+    first = list_customers(store, source="simulation")
+    assert sorted(c.unread for c in first) == [1, 1] and cache.computed == 2
+    list_customers(store, source="simulation")
+    assert cache.computed == 2  # the same change sequence: nothing counted again
+    list_customers(store, source="simulation", reader="console-b")
+    assert cache.computed == 4  # another reader has counts of its own
+
+    def unread() -> dict[str, int]:
+        return {c.conversation_id: c.unread for c in list_customers(store, source="simulation")}
+
+    c0 = next(c.id for c in first if c.conversation_id == "c-0")
+    ack_customer_read(store, c0, "operator")  # a moved watermark is a change
+    assert unread() == {"c-0": 0, "c-1": 1} and cache.computed == 6
+    ingest_page(store, parse_page(page("shop", "u9", "c-0", "赵六")))  # so is a new message
+    assert unread() == {"c-0": 1, "c-1": 1} and cache.computed == 8

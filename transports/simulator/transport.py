@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from itertools import groupby
 
+from runtime.listener_policy import ListenerFailure
 from runtime.outbox import OutboundSend, SendFailure, SendReceipt
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
 from runtime.read_receipts import BuyerReadReceipt
+from transports.base import Heartbeat, Received
 from transports.simulator.platform import BuyerMessage, ReceivedSend, SimulatedPlatform
 
 STREAM_ID = "simulator"
@@ -68,6 +71,9 @@ class SimulatorTransport:
         messages = self.far_side.buyer_messages(account_id, int(cursor or 0), self.page_size)
         return self.page_of(account_id, messages) if messages else None
 
+    def connect(self, account_id: str, cursor: str | None) -> SimulatorConnection:
+        return SimulatorConnection(self, account_id, cursor)
+
     def echo_page(self, account_id: str, received: ReceivedSend) -> InboundPage:
         """The platform's echo of a send it received, as the shop side's message carrying the
         client reference (kefu's request id) the send was made with."""
@@ -121,3 +127,29 @@ class SimulatorTransport:
     def query_send(self, request_id: str) -> SendReceipt | None:
         received = self.far_side.received_by_ref(request_id)
         return SendReceipt(platform_message_id=received.platform_message_id) if received else None
+
+
+class SimulatorConnection:
+    """A listening connection to the simulated platform: it polls the buyers' messages after
+    the last page it delivered (starting at the committed cursor), like a long poll."""
+
+    poll_s = 0.05
+
+    def __init__(self, transport: SimulatorTransport, account_id: str, cursor: str | None) -> None:
+        self._transport = transport
+        self._account_id = account_id
+        self._after = cursor
+        self._closed = threading.Event()
+
+    def receive(self, timeout_s: float) -> Received | Heartbeat | None:
+        if self._closed.is_set():
+            raise ListenerFailure("SIMULATOR_CONNECTION_CLOSED")
+        page = self._transport.page_after(self._account_id, self._after)
+        if page is not None:
+            self._after = page.cursor
+            return Received(page)
+        self._closed.wait(min(timeout_s, self.poll_s))
+        return Heartbeat()
+
+    def close(self) -> None:
+        self._closed.set()
