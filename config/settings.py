@@ -117,6 +117,17 @@ class SimulatorSettings(_Section):
     send_timeouts: Literal["none", "after-submit", "before-submit"] = "none"
 
 
+class DingTalkSettings(_Section):
+    """Where the DingTalk OpenAPI lives (tests point these at a local fake) and how patient to be."""
+
+    openapi_url: str = Field("https://api.dingtalk.com", pattern=r"^https?://")  # token, send, read status
+    oapi_url: str = Field("https://oapi.dingtalk.com", pattern=r"^https?://")  # media upload
+    timeout_s: float = Field(10.0, gt=0, le=120)
+    ack_wait_s: float = Field(10.0, gt=0, le=60)  # a stream callback waits this long for the broker
+    read_status_checks: int = Field(3, ge=0, le=10)  # read-status queries per sent 1:1 message, then stop
+    read_status_interval_s: float = Field(300.0, ge=1, le=86_400)  # between those queries
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="KEFU_",
@@ -139,6 +150,7 @@ class Settings(BaseSettings):
     simulator: SimulatorSettings = SimulatorSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
     listener: ListenerSettings = ListenerSettings()
+    dingtalk: DingTalkSettings = DingTalkSettings()
 
     @classmethod
     def settings_customise_sources(

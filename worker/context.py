@@ -14,10 +14,12 @@ from celery import Celery
 from config import Settings
 from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.credentials import load_credentials
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
 from runtime.store import DeliveryStore
 from transports.base import Transport
+from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.checkpoint_sinks import CheckpointSink, build_sink
@@ -50,7 +52,11 @@ class WorkerRuntime:
             send_latency_ms=options.send_latency_ms,
             send_timeouts=options.send_timeouts,
         )
-        return {"simulator": simulator}
+        dingtalk = DingTalkTransport(self.settings.dingtalk, self._dingtalk_credentials)
+        return {"simulator": simulator, "dingtalk": dingtalk}
+
+    def _dingtalk_credentials(self, account_id: str) -> DingTalkCredentials:
+        return DingTalkCredentials.model_validate(load_credentials(self.store, account_id))
 
     @cached_property
     def checkpoint_sink(self) -> CheckpointSink:

@@ -139,6 +139,8 @@ class AccountListener:
             return None
         except ListenerFailure as failure:
             code, authorization = failure.code, failure.authorization
+        except KefuError as error:  # missing credentials and the like: an operator must act first
+            code, authorization = error.code, True
         except OSError as error:  # the network: the class only, its text may carry addresses or secrets
             log.warning("listener %s: connection error %s", self.account_id, type(error).__name__)
             code, authorization = "KEFU_LISTENER_CONNECTION_LOST", False

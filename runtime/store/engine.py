@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -39,6 +40,15 @@ def _is_busy(error: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
+def _owner_only(path: Path) -> None:
+    """The store holds credentials: only its owner may read it (SQLite gives its -wal and -shm
+    files the database file's permissions)."""
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        os.chmod(path, mode & 0o700)
+
+
 class DeliveryStore:
     """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE)."""
 
@@ -46,6 +56,7 @@ class DeliveryStore:
         self.path = Path(path).resolve()
         self.settings = settings or DeliverySettings()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _owner_only(self.path)
         exclusive = self.settings.locking_mode == "EXCLUSIVE"
         self.engine: Engine = create_engine(
             f"sqlite:///{self.path}",

@@ -282,5 +282,17 @@ V8 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8)
+V9 = Migration(
+    9,
+    "platform credentials, apart from accounts (the file is readable by its owner only)",
+    (
+        """CREATE TABLE credential (
+            account_id TEXT PRIMARY KEY REFERENCES account(id),
+            secret TEXT NOT NULL,
+            updated_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9)
 LATEST_VERSION = MIGRATIONS[-1].version

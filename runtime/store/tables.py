@@ -228,3 +228,12 @@ class HeldPage(SQLModel, table=True):
     page_op_id: str = Field(primary_key=True)
     page: str = Field(repr=False)  # the page's JSON, published again on resume
     held_at: int
+
+
+class Credential(SQLModel, table=True):
+    """A platform account's secrets as JSON; transports validate it into their own model."""
+
+    __tablename__ = "credential"
+    account_id: str = Field(primary_key=True)
+    secret: str = Field(repr=False)
+    updated_at: int

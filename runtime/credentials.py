@@ -1,0 +1,44 @@
+"""Platform credentials (SPEC 2): kept apart from accounts, never logged, never in a page, a
+task argument or a checkpoint. Stored as JSON in the owner-only delivery store; each transport
+validates them into its own model with `SecretStr` fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection
+
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+
+class CredentialsMissing(KefuError):
+    def __init__(self, account_id: str) -> None:
+        super().__init__(
+            "KEFU_CREDENTIALS_MISSING",
+            f"account {account_id!r} has no stored credentials",
+            "add the account again with `kefu accounts add`",
+        )
+
+
+def save_credentials(conn: Connection, account_id: str, secret: dict[str, Any]) -> None:
+    """Inside the caller's transaction, so an account and its credentials commit together."""
+    conn.execute(
+        sql(
+            "INSERT INTO credential (account_id, secret, updated_at) VALUES (:a, :s, :at)"
+            " ON CONFLICT (account_id) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at"
+        ),
+        {"a": account_id, "s": json.dumps(secret, ensure_ascii=False), "at": now_ms()},
+    )
+
+
+def load_credentials(store: DeliveryStore, account_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        secret = conn.execute(
+            sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
+        ).scalar_one_or_none()
+    if secret is None:
+        raise CredentialsMissing(account_id)
+    return json.loads(secret)

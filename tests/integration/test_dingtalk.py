@@ -1,0 +1,154 @@
+"""DingTalk end to end: a real worker started with `--listen` on Redis, the real
+`dingtalk-stream` SDK opening its connection at the local fake, and the OpenAPI client sending
+to the same fake over loopback. The fake's record of sends is the ground truth."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from runtime.accounts import AccountSpec, create_account, load_account
+from runtime.credentials import save_credentials
+from runtime.routes import RouteSpec, create_route
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.integration.helpers import wait_for
+from transports.dingtalk import DingTalkCredentials
+from worker.celery_app import make_app
+from worker.process import WorkerProcess
+
+pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
+
+ACCOUNT = "ding"
+QUESTIONS = ["什么时候发货", "可以开发票吗", "有优惠券吗", "可以退货吗", "发什么快递"]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDingTalk]:
+    fake = FakeDingTalk(redeliver_after_s=1.0).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def ding(store, fake) -> str:
+    create_account(store, AccountSpec(id=ACCOUNT, platform="dingtalk", identity=fake.robot_code))
+    credentials = DingTalkCredentials(
+        client_id=fake.client_id, client_secret=fake.client_secret, robot_code=fake.robot_code
+    )
+    with store.write() as conn:
+        save_credentials(conn, ACCOUNT, credentials.storable())
+    create_route(store, RouteSpec(id="ding-direct", account_id=ACCOUNT, conversation_type="direct"), op_id="op-dd")
+    return ACCOUNT
+
+
+@pytest.fixture
+def worker(settings, fake, ding) -> Iterator[WorkerProcess]:
+    env = {
+        "KEFU_DATA_DIR": str(settings.data_dir),
+        "KEFU_BROKER_URL": settings.broker_url,
+        "KEFU_RECONCILE__INTERVAL_S": "0.5",
+        "KEFU_RECONCILE__GRACE_S": "2",
+        "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
+        "KEFU_LISTENER__RECONNECT_INITIAL_MS": "100",
+        "KEFU_DINGTALK__OPENAPI_URL": fake.url,
+        "KEFU_DINGTALK__OAPI_URL": fake.url,
+        "KEFU_DINGTALK__TIMEOUT_S": "1",
+    }
+    process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
+    process.wait_ready(make_app(settings))
+    wait_for(
+        lambda: fake.connected, 20, "the listener to connect", lambda: (settings.data_dir / "worker.log").read_text()
+    )
+    yield process
+    process.stop()
+
+
+def replies_to(fake: FakeDingTalk) -> Counter[str]:
+    return Counter(user for send in fake.sends for user in send.user_ids)
+
+
+def wait_replies(fake: FakeDingTalk, buyers: list[str], timeout_s: float = 40) -> None:
+    wait_for(
+        lambda: set(replies_to(fake)) >= set(buyers), timeout_s, "a reply to every buyer", lambda: replies_to(fake)
+    )
+    time.sleep(1.5)  # redeliveries and reconcile ticks: nothing may be sent again
+
+
+def test_a_buyer_message_is_answered_once_through_stream_and_openapi(fake, worker, store):
+    fake.buyer_says("staff-1", "你好，在吗")
+    wait_replies(fake, ["staff-1"])
+    [reply] = fake.sends
+    assert reply.path == "/v1.0/robot/oToMessages/batchSend" and reply.body["msgKey"] == "sampleText"
+    assert fake.unacked == 0 and len(fake.acks) == 1  # ACKed once, as soon as it reached the broker
+    with store.read() as conn:
+        assert load_account(conn, ACCOUNT).listener_state == "running"
+        sent = conn.exec_driver_sql("SELECT state, platform_message_id FROM outbox_request").all()
+    assert sent == [("sent", reply.process_query_key)]
+
+
+def test_a_redelivery_storm_across_a_reconnect_gets_one_reply_each(fake, worker):
+    buyers = [f"staff-{n}" for n in range(5)]
+    messages = [
+        {
+            "conversationId": f"cid-{buyer}",
+            "conversationType": "1",
+            "msgId": f"storm-{buyer}",
+            "msgtype": "text",
+            "text": {"content": question},
+            "createAt": int(time.time() * 1000),
+            "senderStaffId": buyer,
+            "senderNick": buyer,
+            "robotCode": fake.robot_code,
+        }
+        for buyer, question in zip(buyers, QUESTIONS, strict=True)
+    ]
+    random.Random(7).shuffle(messages)
+    for message in messages[:3]:
+        fake.push(message, copies=2)  # twice now
+    fake.drop()  # the socket dies mid-storm
+    wait_for(lambda: fake.connected and fake.tickets_issued >= 2, 20, "a reconnect with a new ticket")
+    for message in reversed(messages):  # out of order, after the reconnect
+        fake.push(message, copies=3 if message in messages[3:] else 1)
+    wait_replies(fake, buyers)
+    assert replies_to(fake) == dict.fromkeys(buyers, 1)
+
+
+def test_disconnect_frames_and_dropped_sockets_lose_nothing_and_double_nothing(fake, worker):
+    fake.ask_disconnect()
+    wait_for(lambda: fake.tickets_issued >= 2 and fake.connected, 20, "a reconnect after `disconnect`")
+    fake.drop()
+    fake.buyer_says("staff-a", "什么时候发货")  # sent while the client is away: kept and delivered later
+    wait_for(lambda: fake.tickets_issued >= 3 and fake.connected, 20, "a reconnect after a dropped socket")
+    fake.ping()
+    fake.buyer_says("staff-b", "可以开发票吗")
+    wait_replies(fake, ["staff-a", "staff-b"])
+    assert replies_to(fake) == {"staff-a": 1, "staff-b": 1}
+
+
+def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_resent(fake, worker, store):
+    fake.throttle_sends = 1
+    fake.buyer_says("staff-t", "有优惠券吗")
+    wait_replies(fake, ["staff-t"])
+    assert replies_to(fake) == {"staff-t": 1}
+
+    fake.stall_sends, fake.stall_s = 1, 3.0  # recorded, answered after the client's 1 s timeout
+    fake.buyer_says("staff-u", "可以退货吗")
+    wait_for(lambda: replies_to(fake)["staff-u"] == 1, 30, "the stalled send to reach DingTalk")
+
+    def unknown() -> bool:
+        with store.read() as conn:
+            return (
+                conn.exec_driver_sql(
+                    "SELECT 1 FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
+                    " WHERE c.direct_peer_id = 'staff-u' AND r.state = 'result-unknown'"
+                ).first()
+                is not None
+            )
+
+    wait_for(unknown, 30, "the stalled send to be result-unknown")
+    time.sleep(3)  # reconcile ticks and receipt queries: never a second send
+    assert replies_to(fake)["staff-u"] == 1

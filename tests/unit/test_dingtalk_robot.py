@@ -1,0 +1,123 @@
+"""DingTalk robot messages become pages; HTTP callbacks are verified before anything is read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.errors import PageRejected
+from runtime.ingest import ingest_page
+from transports.dingtalk.callback import CallbackRejected, callback_signature, verify_callback
+from transports.dingtalk.robot import parse_robot_message, robot_page
+
+SECRET = "this is a secret"
+NOW = 1577262236757
+
+
+def robot(**changes) -> dict:
+    message = {
+        "conversationId": "cidGroup==",
+        "conversationType": "2",
+        "conversationTitle": "售后群",
+        "msgId": "msgA1",
+        "msgtype": "text",
+        "text": {"content": " @机器人 退货地址是哪里 "},
+        "createAt": NOW,
+        "senderStaffId": "staff-7",
+        "senderId": "$:LWCP_v1:$abc",
+        "senderNick": "王五",
+        "isInAtList": True,
+        "robotCode": "ding-robot",
+        "atUsers": [{"dingtalkId": "$:robot"}],
+        "sessionWebhook": "https://oapi.dingtalk.com/robot/sendBySession?session=x",
+    }
+    message.update(changes)
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def test_the_spec_test_vector_signs():
+    assert callback_signature("1577262236757", SECRET) == "DJrE6qdyVGCQz9z5r2MDuNcNAhwYnuAkyj13cx169CA="
+
+
+def test_a_group_message_maps_to_a_page_with_mention_evidence():
+    page = robot_page("ding", parse_robot_message(robot()))
+    [group] = page.groups
+    [message] = group.messages
+    assert (group.conversation_id, group.conversation_type, group.title) == ("cidGroup==", "group", "售后群")
+    assert (message.platform_message_id, message.sender.id, message.sender.display_name) == ("msgA1", "staff-7", "王五")
+    assert (message.mention, message.direct_peer_id, message.content.text) == (True, None, "@机器人 退货地址是哪里")
+    assert message.occurred_at.timestamp() * 1000 == NOW
+    assert (page.page_op_id, page.stream_id) == ("dingtalk-msgA1", "dingtalk-robot")
+
+
+def test_a_direct_message_keeps_its_peer_and_missing_mention_evidence_stays_missing():
+    data = robot(conversationType="1", isInAtList=None, senderStaffId=None, conversationTitle=None)
+    [group] = robot_page("ding", parse_robot_message(data)).groups
+    [message] = group.messages
+    assert group.conversation_type == "direct" and message.mention is None
+    assert message.sender.id == message.direct_peer_id == "$:LWCP_v1:$abc"  # senderId when no staff id
+
+
+def test_pictures_keep_their_download_code_and_rich_text_keeps_references_only():
+    picture = robot(msgtype="picture", text=None, content={"downloadCode": "dl-1", "pictureDownloadCode": "x"})
+    rich = robot(msgtype="richText", text=None, content={"richText": [{"text": "看图"}, {"downloadCode": "dl-2"}]})
+    audio = robot(msgtype="audio", text=None, content={"duration": 3})
+    contents = [
+        robot_page("ding", parse_robot_message(d)).groups[0].messages[0].content for d in (picture, rich, audio)
+    ]
+    assert contents[0].type == "image" and contents[0].ref == "dl-1"
+    assert contents[1].type == "text" and contents[1].text == "看图[image:dl-2]"
+    assert contents[2].type == "unsupported" and contents[2].platform_type == "audio"
+
+
+def test_a_redelivered_message_is_the_same_page_and_ingests_once(store):
+    from runtime.accounts import AccountSpec, create_account
+
+    create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="ding-robot"))
+    page = robot_page("ding", parse_robot_message(robot()))
+    first, again = ingest_page(store, page), ingest_page(store, robot_page("ding", parse_robot_message(robot())))
+    assert (first.rows_written, again.replayed) == (1, True)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (robot(conversationType="3"), "conversationType"),
+        (robot(msgId=""), "msgId"),
+        (robot(createAt="yesterday"), "createAt"),
+        (robot(senderStaffId=None, senderId=None), "senderStaffId"),
+        ("not an object", "RobotMessage"),
+    ],
+)
+def test_a_malformed_robot_message_names_the_field_not_the_value(data, field):
+    with pytest.raises(PageRejected) as rejected:
+        parse_robot_message(data)
+    problems = "; ".join(rejected.value.problems)
+    assert field in problems or (field == "RobotMessage" and problems)
+    assert "退货地址" not in problems and "yesterday" not in problems
+
+
+def signed(timestamp: int, secret: str = SECRET) -> dict[str, str]:
+    return {"timestamp": str(timestamp), "sign": callback_signature(str(timestamp), secret)}
+
+
+def test_a_signed_fresh_callback_is_accepted():
+    body = json.dumps(robot()).encode()
+    assert verify_callback(signed(NOW), body, SECRET, now_ms=NOW + 60_000).msgId == "msgA1"
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "code"),
+    [
+        (signed(NOW, "another secret"), json.dumps(robot()).encode(), "DINGTALK_CALLBACK_BAD_SIGNATURE"),
+        (signed(NOW - 3_600_001), json.dumps(robot()).encode(), "DINGTALK_CALLBACK_STALE"),
+        (signed(NOW + 3_600_001), json.dumps(robot()).encode(), "DINGTALK_CALLBACK_STALE"),
+        ({"timestamp": str(NOW)}, json.dumps(robot()).encode(), "DINGTALK_CALLBACK_UNSIGNED"),
+        (signed(NOW), b"{not json", "DINGTALK_CALLBACK_MALFORMED"),
+    ],
+)
+def test_bad_callbacks_are_refused_with_a_clear_code(headers, body, code):
+    with pytest.raises(CallbackRejected) as refused:
+        verify_callback(headers, body, SECRET, now_ms=NOW)
+    assert refused.value.code == code and SECRET not in str(refused.value)

@@ -1,0 +1,181 @@
+"""The DingTalk OpenAPI over httpx: access tokens, robot sends, media upload, read status.
+
+A send's failure is classified for the outbox (runtime.outbox.SendFailure):
+- the request never left (connection refused, connect timeout), throttling, a flow-controlled
+  recipient, or a failed media upload: `not-submitted`, safe to retry;
+- a timeout or a dropped connection after the request left, or a 5xx: `unknown`, never resent;
+- anything else the platform refused (bad parameters, an invalid recipient, credentials that
+  stay unauthorised after one token refresh): `rejected`.
+Codes are DingTalk's own error codes with a `DINGTALK_` prefix; bodies are never kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from config import DingTalkSettings
+from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from transports.dingtalk.credentials import DingTalkCredentials
+
+# httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+TOKEN_MARGIN_S = 300  # refresh this long before DingTalk says the token expires
+THROTTLE_CODES = ("Forbidden.AccessDenied.QpsLimitForAppkeyAndApi", "130101", "410100")
+THROTTLE_RETRY_S = 1.0
+FLOW_CONTROL_RETRY_S = 60.0
+
+
+def _platform_code(response: httpx.Response) -> str:
+    try:
+        code = response.json().get("code")
+    except (ValueError, AttributeError):
+        code = None
+    return str(code) if code is not None else f"HTTP_{response.status_code}"
+
+
+def _safe(code: str) -> str:
+    return "DINGTALK_" + re.sub(r"[^A-Za-z0-9_.]", "_", code)[:80]
+
+
+def classify(response: httpx.Response) -> SendFailure | None:
+    """None for a 2xx; otherwise the failure the outbox should record."""
+    if response.is_success:
+        return None
+    code = _platform_code(response)
+    if response.status_code == 429 or code in THROTTLE_CODES or code.startswith("Forbidden.AccessDenied.QpsLimit"):
+        retry = response.headers.get("Retry-After", "")
+        return SendFailure("not-submitted", "DINGTALK_THROTTLED", float(retry) if retry.isdigit() else THROTTLE_RETRY_S)
+    if response.status_code >= 500:
+        return SendFailure("unknown", _safe(code))
+    return SendFailure("rejected", _safe(code))
+
+
+class DingTalkOpenAPI:
+    def __init__(self, settings: DingTalkSettings, http: httpx.Client | None = None) -> None:
+        self._settings = settings
+        self._http = http or httpx.Client(timeout=settings.timeout_s)
+        self._tokens: dict[str, tuple[str, float]] = {}  # client id -> (token, monotonic expiry)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    def access_token(self, credentials: DingTalkCredentials, refresh: bool = False) -> str:
+        """Cached until DingTalk's expiry minus five minutes."""
+        with self._lock:
+            cached = self._tokens.get(credentials.client_id)
+            if cached is not None and not refresh and time.monotonic() < cached[1]:
+                return cached[0]
+        try:
+            response = self._http.post(
+                f"{self._settings.openapi_url}/v1.0/oauth2/accessToken",
+                json={"appKey": credentials.client_id, "appSecret": credentials.client_secret.get_secret_value()},
+            )
+        except httpx.TransportError as error:
+            raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
+        if not response.is_success:
+            failure = classify(response)
+            raise SendFailure(failure.kind if failure.kind != "unknown" else "not-submitted", "DINGTALK_AUTH_FAILED")
+        body = response.json()
+        token, expires_in = body.get("accessToken"), body.get("expireIn")
+        if not isinstance(token, str) or not isinstance(expires_in, int):
+            raise SendFailure("not-submitted", "DINGTALK_TOKEN_MALFORMED")
+        with self._lock:
+            self._tokens[credentials.client_id] = (token, time.monotonic() + expires_in - TOKEN_MARGIN_S)
+        return token
+
+    def _call(self, credentials: DingTalkCredentials, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One API call with the cached token, refreshed once if DingTalk says it is invalid."""
+        for attempt in range(2):
+            headers = {"x-acs-dingtalk-access-token": self.access_token(credentials, refresh=attempt == 1)}
+            try:
+                response = self._http.request(method, url, headers=headers, **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+                raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
+            except httpx.TransportError as error:  # the request may have reached DingTalk
+                raise SendFailure("unknown", f"DINGTALK_NO_RESPONSE_{type(error).__name__}") from None
+            if response.status_code == 401 or _platform_code(response) == "InvalidAuthentication":
+                if attempt == 0:
+                    continue
+                raise SendFailure("rejected", "DINGTALK_AUTH_FAILED")
+            return response
+        raise AssertionError("unreachable")
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, credentials: DingTalkCredentials, message: OutboundSend) -> SendReceipt:
+        msg_key, param = self._content(credentials, message)
+        body: dict[str, Any] = {"robotCode": credentials.robot_code, "msgKey": msg_key, "msgParam": json.dumps(param)}
+        if message.recipient_id is not None:  # 1:1
+            path, body["userIds"] = "/v1.0/robot/oToMessages/batchSend", [message.recipient_id]
+        else:
+            path, body["openConversationId"] = "/v1.0/robot/groupMessages/send", message.conversation_id
+        response = self._call(credentials, "POST", f"{self._settings.openapi_url}{path}", json=body)
+        if failure := classify(response):
+            raise failure
+        result = response.json()
+        if message.recipient_id in (result.get("invalidStaffIdList") or []):
+            raise SendFailure("rejected", "DINGTALK_INVALID_RECIPIENT")
+        if message.recipient_id in (result.get("flowControlledStaffIdList") or []):
+            raise SendFailure("not-submitted", "DINGTALK_FLOW_CONTROLLED", FLOW_CONTROL_RETRY_S)
+        key = result.get("processQueryKey")
+        if not isinstance(key, str) or not key:
+            raise SendFailure("unknown", "DINGTALK_NO_PROCESS_QUERY_KEY")
+        return SendReceipt(platform_message_id=key)
+
+    def _content(self, credentials: DingTalkCredentials, message: OutboundSend) -> tuple[str, dict[str, str]]:
+        media = message.media
+        if media is None:
+            return "sampleText", {"content": message.text}
+        media_id = self.upload(credentials, media.kind, media.file_name, media.mime, media.data)
+        if media.kind == "image":
+            return "sampleImageMsg", {"photoURL": media_id}
+        file_type = media.file_name.rsplit(".", 1)[-1].lower() if "." in media.file_name else "file"
+        return "sampleFile", {"mediaId": media_id, "fileName": media.file_name, "fileType": file_type}
+
+    def upload(self, credentials: DingTalkCredentials, kind: str, name: str, mime: str, data: bytes) -> str:
+        """The media id of an uploaded file. Nothing reached the buyer yet, so any failure here
+        leaves the send safe to retry."""
+        token = self.access_token(credentials)
+        try:
+            response = self._http.post(
+                f"{self._settings.oapi_url}/media/upload",
+                params={"access_token": token},
+                data={"type": "image" if kind == "image" else "file"},
+                files={"media": (name, data, mime)},
+            )
+        except httpx.TransportError as error:
+            raise SendFailure("not-submitted", f"DINGTALK_UPLOAD_{type(error).__name__}") from None
+        body = response.json() if response.is_success else {}
+        if body.get("errcode", 0) != 0 or not body.get("media_id"):
+            raise SendFailure("not-submitted", _safe(f"UPLOAD_{body.get('errcode', response.status_code)}"))
+        return str(body["media_id"])
+
+    # -- read status -----------------------------------------------------------------------
+
+    def read_by(self, credentials: DingTalkCredentials, process_query_key: str) -> dict[str, int]:
+        """Who has read a 1:1 robot message (DingTalk answers within 24 h of the send): user
+        id -> read time (ms). Raises SendFailure when DingTalk cannot answer now."""
+        response = self._call(
+            credentials,
+            "GET",
+            f"{self._settings.openapi_url}/v1.0/robot/oToMessages/readStatus",
+            params={"robotCode": credentials.robot_code, "processQueryKey": process_query_key},
+        )
+        if failure := classify(response):
+            raise failure
+        readers = {}
+        for info in response.json().get("messageReadInfoList") or []:
+            if info.get("readStatus") == "READ" and isinstance(info.get("userId"), str):
+                readers[info["userId"]] = int(info.get("readTimestamp") or 0)
+        return readers

@@ -1,0 +1,118 @@
+"""A DingTalk robot message (a Stream `CALLBACK` frame's data, or an HTTP callback's body) and
+the one page it becomes.
+
+DingTalk pushes messages one by one and keeps no history kefu could page through, so each
+message is a page of its own whose operation id is derived from `msgId`: a redelivered
+message is the same page again, and ingestion's dedupe makes it harmless.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.errors import PageRejected
+from runtime.pages import (
+    ConversationGroup,
+    ImageContent,
+    InboundMessage,
+    InboundPage,
+    Sender,
+    TextContent,
+    UnsupportedContent,
+)
+
+ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
+STREAM_ID = "dingtalk-robot"
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RobotText(_Part):
+    content: str = Field(max_length=65_536)
+
+
+class RobotContent(_Part):
+    """`content` of picture and richText messages."""
+
+    downloadCode: str | None = Field(None, min_length=1, max_length=1024)  # noqa: N815 (DingTalk's names)
+    richText: list[dict[str, Any]] | None = Field(None, max_length=200)  # noqa: N815
+
+
+class RobotMessage(_Part):
+    conversationId: str = Field(min_length=1, max_length=256)  # noqa: N815
+    conversationType: Literal["1", "2"]  # noqa: N815 ("1" direct, "2" group)
+    conversationTitle: str | None = Field(None, max_length=256)  # noqa: N815
+    msgId: str = Field(min_length=1, max_length=256)  # noqa: N815
+    msgtype: str = Field(min_length=1, max_length=64)
+    createAt: int = Field(gt=0)  # noqa: N815 (ms)
+    senderStaffId: str | None = Field(None, max_length=256)  # noqa: N815
+    senderId: str | None = Field(None, max_length=256)  # noqa: N815
+    senderNick: str | None = Field(None, max_length=256)  # noqa: N815
+    isInAtList: bool | None = None  # noqa: N815
+    robotCode: str | None = Field(None, max_length=128)  # noqa: N815
+    text: RobotText | None = None
+    content: RobotContent | None = None
+
+    @property
+    def sender_id(self) -> str | None:
+        return self.senderStaffId or self.senderId
+
+
+def parse_robot_message(data: Any) -> RobotMessage:
+    """Validate a robot message; a bad one names its fields, never their values."""
+    try:
+        message = RobotMessage.model_validate(data)
+    except ValidationError as error:
+        raise PageRejected(
+            [".".join(map(str, e["loc"])) + ": " + e["msg"] for e in error.errors(include_input=False)]
+        ) from None
+    if not message.sender_id:
+        raise PageRejected(["senderStaffId: a robot message needs senderStaffId or senderId"])
+    return message
+
+
+def _content(message: RobotMessage) -> TextContent | ImageContent | UnsupportedContent:
+    if message.msgtype == "text" and message.text is not None:
+        return TextContent(text=message.text.content.strip())
+    if message.msgtype == "picture" and message.content is not None and message.content.downloadCode:
+        return ImageContent(ref=message.content.downloadCode)  # fetched later with the download code
+    if message.msgtype == "richText" and message.content is not None and message.content.richText:
+        parts = []
+        for part in message.content.richText:
+            if isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part.get("downloadCode"), str):
+                parts.append(f"[image:{part['downloadCode']}]")  # a reference, never bytes
+        return TextContent(text="".join(parts))
+    return UnsupportedContent(platform_type=message.msgtype)
+
+
+def robot_page(account_id: str, message: RobotMessage) -> InboundPage:
+    direct = message.conversationType == "1"
+    sender_id = message.sender_id or ""
+    inbound = InboundMessage(
+        platform_message_id=message.msgId,
+        sender=Sender(id=sender_id, display_name=message.senderNick, role="buyer"),
+        content=_content(message),
+        occurred_at=datetime.fromtimestamp(message.createAt / 1000, tz=UTC),
+        mention=message.isInAtList,
+        direct_peer_id=sender_id if direct else None,
+    )
+    group = ConversationGroup(
+        conversation_id=message.conversationId,
+        conversation_type="direct" if direct else "group",
+        title=None if direct else message.conversationTitle,
+        messages=[inbound],
+    )
+    return InboundPage(
+        account_id=account_id,
+        stream_id=STREAM_ID,
+        cursor=message.msgId,
+        page_op_id=f"dingtalk-{message.msgId}",
+        groups=[group],
+    )

@@ -1,0 +1,57 @@
+"""kefu's DingTalk robot transport: Stream mode in, OpenAPI out.
+
+DingTalk keeps no message history a robot could page through, and takes no client reference
+on a send: `page_after` has nothing to catch up, and `query_send` cannot look a send up by
+kefu's request id, so a send whose outcome is unknown stays with the operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from config import DingTalkSettings
+from runtime.listener_policy import ListenerFailure
+from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from runtime.pages import InboundPage
+from transports.dingtalk.credentials import DingTalkCredentials
+from transports.dingtalk.openapi import DingTalkOpenAPI
+from transports.dingtalk.robot import STREAM_ID
+from transports.dingtalk.stream import StreamConnection, open_stream
+
+Credentials = Callable[[str], DingTalkCredentials]
+
+
+class DingTalkTransport:
+    platform = "dingtalk"
+    stream_id = STREAM_ID
+
+    def __init__(
+        self, settings: DingTalkSettings, credentials: Credentials, api: DingTalkOpenAPI | None = None
+    ) -> None:
+        self._settings = settings
+        self._credentials = credentials
+        self.api = api or DingTalkOpenAPI(settings)
+
+    def send(self, message: OutboundSend) -> SendReceipt:
+        return self.api.send(self._credentials(message.account_id), message)
+
+    def query_send(self, request_id: str) -> SendReceipt | None:
+        return None
+
+    def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
+        return None
+
+    def check_identity(self, credentials: DingTalkCredentials) -> None:
+        """Raise SendFailure unless DingTalk issues a token for these credentials."""
+        self.api.access_token(credentials, refresh=True)
+
+    def connect(self, account_id: str, cursor: str | None) -> StreamConnection:
+        credentials = self._credentials(account_id)
+        try:
+            self.api.access_token(credentials)  # tells refused credentials from a network problem
+        except SendFailure as failure:
+            raise ListenerFailure(failure.code, authorization=failure.code == "DINGTALK_AUTH_FAILED") from None
+        return open_stream(account_id, credentials, self._settings)
+
+    def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
+        return self.api.read_by(self._credentials(account_id), platform_message_id)
