@@ -142,6 +142,7 @@ class Settings(BaseSettings):
     shard: str = "default"
     timezone: str = "Asia/Shanghai"
     media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
+    account_setup_ttl_ms: int = Field(300_000, ge=1_000, le=3_600_000)  # a preview's material lives this long
     delivery: DeliverySettings = DeliverySettings()
     admission: AdmissionSettings = AdmissionSettings()
     agent: AgentSettings = AgentSettings()

@@ -21,21 +21,30 @@ class AccountSpec(BaseModel):
     workspace: str = "default"
 
 
+def identity_clash(conn: Connection, spec: AccountSpec) -> None:
+    """Raise KEFU_ACCOUNT_EXISTS if the id or the platform identity is already configured."""
+    clash = conn.execute(
+        sql("SELECT id FROM account WHERE id = :id OR (platform = :platform AND identity = :identity)"),
+        {"id": spec.id, "platform": spec.platform, "identity": spec.identity},
+    ).first()
+    if clash is not None:
+        raise KefuError(
+            "KEFU_ACCOUNT_EXISTS",
+            f"account {clash[0]!r} already holds this id or {spec.platform} identity",
+            "reuse that account, or delete it first",
+        )
+
+
+def insert_account(conn: Connection, spec: AccountSpec) -> Account:
+    identity_clash(conn, spec)
+    row = Account(**spec.model_dump(), simulated=spec.platform == "simulator", created_at=now_ms())
+    conn.execute(Account.__table__.insert().values(**row.model_dump()))
+    return row
+
+
 def create_account(store: DeliveryStore, spec: AccountSpec) -> Account:
     with store.write() as conn:
-        clash = conn.execute(
-            sql("SELECT id FROM account WHERE id = :id OR (platform = :platform AND identity = :identity)"),
-            {"id": spec.id, "platform": spec.platform, "identity": spec.identity},
-        ).first()
-        if clash is not None:
-            raise KefuError(
-                "KEFU_ACCOUNT_EXISTS",
-                f"account {clash[0]!r} already holds this id or {spec.platform} identity",
-                "reuse that account, or delete it first",
-            )
-        row = Account(**spec.model_dump(), simulated=spec.platform == "simulator", created_at=now_ms())
-        conn.execute(Account.__table__.insert().values(**row.model_dump()))
-    return row
+        return insert_account(conn, spec)
 
 
 def load_account(conn: Connection, account_id: str) -> Account | None:
@@ -48,6 +57,12 @@ def require_account(conn: Connection, account_id: str) -> Account:
     if account is None:
         raise AccountUnknown(account_id)
     return account
+
+
+def list_accounts(store: DeliveryStore) -> list[Account]:
+    with store.read() as conn:
+        rows = conn.execute(sql("SELECT * FROM account ORDER BY id")).mappings()
+        return [Account.model_validate(dict(row)) for row in rows]
 
 
 def account_ids(conn: Connection) -> list[str]:

@@ -100,6 +100,19 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
         return Route.model_validate(run_once(conn, op_id, "route.create", create))
 
 
+def _expect_revision(conn: Connection, route_id: str, expected_revision: int) -> Route:
+    current = load_route(conn, route_id)
+    if current is None:
+        raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}")
+    if current.revision != expected_revision:
+        raise KefuError(
+            "KEFU_REVISION_CONFLICT",
+            f"route {route_id!r} is at revision {current.revision}, not {expected_revision}",
+            "read the route again and retry with its current revision",
+        )
+    return current
+
+
 def update_route(
     store: DeliveryStore,
     route_id: str,
@@ -111,15 +124,7 @@ def update_route(
     with store.write() as conn:
 
         def update() -> dict:
-            current = load_route(conn, route_id)
-            if current is None:
-                raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}")
-            if current.revision != expected_revision:
-                raise KefuError(
-                    "KEFU_REVISION_CONFLICT",
-                    f"route {route_id!r} is at revision {current.revision}, not {expected_revision}",
-                    "read the route again and retry with its current revision",
-                )
+            current = _expect_revision(conn, route_id, expected_revision)
             fields = set(RouteSpec.model_fields)
             merged = {k: v for k, v in current.model_dump().items() if k in fields}
             merged.update(changes.model_dump(exclude_unset=True))
@@ -140,6 +145,36 @@ def update_route(
             return updated.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.update", update))
+
+
+def current_revision(store: DeliveryStore, route_id: str) -> int:
+    """For an operator acting on what they see now (the change still checks it)."""
+    with store.read() as conn:
+        route = load_route(conn, route_id)
+    if route is None:
+        raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}", "see `kefu routes list`")
+    return route.revision
+
+
+def list_routes(store: DeliveryStore, account_id: str | None = None) -> list[Route]:
+    with store.read() as conn:
+        rows = conn.execute(
+            sql("SELECT * FROM route WHERE :a IS NULL OR account_id = :a ORDER BY account_id, id"), {"a": account_id}
+        ).mappings()
+        return [Route.model_validate(dict(row)) for row in rows]
+
+
+def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op_id: str) -> None:
+    """Remove a route. Auto sends admitted under it are stale from now on: their generation can
+    never match again (SPEC 3.2)."""
+    with store.write() as conn:
+
+        def delete() -> dict:
+            _expect_revision(conn, route_id, expected_revision)
+            conn.execute(sql("DELETE FROM route WHERE id = :r"), {"r": route_id})
+            return {"deleted": route_id}
+
+        run_once(conn, op_id, "route.delete", delete)
 
 
 def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
+from tests.fakes.dingtalk import FakeDingTalk
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 ACCOUNT = "shop"
@@ -53,3 +55,11 @@ def platform(settings: Settings) -> SimulatedPlatform:
 @pytest.fixture
 def transport(platform: SimulatedPlatform) -> SimulatorTransport:
     return SimulatorTransport(platform)
+
+
+@pytest.fixture
+def fake_dingtalk() -> Iterator[FakeDingTalk]:
+    """A local DingTalk (OpenAPI and Stream gateway) on loopback."""
+    fake = FakeDingTalk().start()
+    yield fake
+    fake.stop()

@@ -1,6 +1,6 @@
 """DingTalk end to end: a real worker started with `--listen` on Redis, the real
-`dingtalk-stream` SDK opening its connection at the local fake, and the OpenAPI client sending
-to the same fake over loopback. The fake's record of sends is the ground truth."""
+`dingtalk-stream` SDK opening its connection at the local fake_dingtalk, and the OpenAPI client sending
+to the same fake_dingtalk over loopback. The fake_dingtalk's record of sends is the ground truth."""
 
 from __future__ import annotations
 
@@ -27,17 +27,12 @@ QUESTIONS = ["什么时候发货", "可以开发票吗", "有优惠券吗", "可
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeDingTalk]:
-    fake = FakeDingTalk(redeliver_after_s=1.0).start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def ding(store, fake) -> str:
-    create_account(store, AccountSpec(id=ACCOUNT, platform="dingtalk", identity=fake.robot_code))
+def ding(store, fake_dingtalk) -> str:
+    create_account(store, AccountSpec(id=ACCOUNT, platform="dingtalk", identity=fake_dingtalk.robot_code))
     credentials = DingTalkCredentials(
-        client_id=fake.client_id, client_secret=fake.client_secret, robot_code=fake.robot_code
+        client_id=fake_dingtalk.client_id,
+        client_secret=fake_dingtalk.client_secret,
+        robot_code=fake_dingtalk.robot_code,
     )
     with store.write() as conn:
         save_credentials(conn, ACCOUNT, credentials.storable())
@@ -46,7 +41,7 @@ def ding(store, fake) -> str:
 
 
 @pytest.fixture
-def worker(settings, fake, ding) -> Iterator[WorkerProcess]:
+def worker(settings, fake_dingtalk, ding) -> Iterator[WorkerProcess]:
     env = {
         "KEFU_DATA_DIR": str(settings.data_dir),
         "KEFU_BROKER_URL": settings.broker_url,
@@ -54,43 +49,49 @@ def worker(settings, fake, ding) -> Iterator[WorkerProcess]:
         "KEFU_RECONCILE__GRACE_S": "2",
         "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
         "KEFU_LISTENER__RECONNECT_INITIAL_MS": "100",
-        "KEFU_DINGTALK__OPENAPI_URL": fake.url,
-        "KEFU_DINGTALK__OAPI_URL": fake.url,
+        "KEFU_DINGTALK__OPENAPI_URL": fake_dingtalk.url,
+        "KEFU_DINGTALK__OAPI_URL": fake_dingtalk.url,
         "KEFU_DINGTALK__TIMEOUT_S": "1",
     }
     process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
     process.wait_ready(make_app(settings))
     wait_for(
-        lambda: fake.connected, 20, "the listener to connect", lambda: (settings.data_dir / "worker.log").read_text()
+        lambda: fake_dingtalk.connected,
+        20,
+        "the listener to connect",
+        lambda: (settings.data_dir / "worker.log").read_text(),
     )
     yield process
     process.stop()
 
 
-def replies_to(fake: FakeDingTalk) -> Counter[str]:
-    return Counter(user for send in fake.sends for user in send.user_ids)
+def replies_to(fake_dingtalk: FakeDingTalk) -> Counter[str]:
+    return Counter(user for send in fake_dingtalk.sends for user in send.user_ids)
 
 
-def wait_replies(fake: FakeDingTalk, buyers: list[str], timeout_s: float = 40) -> None:
+def wait_replies(fake_dingtalk: FakeDingTalk, buyers: list[str], timeout_s: float = 40) -> None:
     wait_for(
-        lambda: set(replies_to(fake)) >= set(buyers), timeout_s, "a reply to every buyer", lambda: replies_to(fake)
+        lambda: set(replies_to(fake_dingtalk)) >= set(buyers),
+        timeout_s,
+        "a reply to every buyer",
+        lambda: replies_to(fake_dingtalk),
     )
     time.sleep(1.5)  # redeliveries and reconcile ticks: nothing may be sent again
 
 
-def test_a_buyer_message_is_answered_once_through_stream_and_openapi(fake, worker, store):
-    fake.buyer_says("staff-1", "你好，在吗")
-    wait_replies(fake, ["staff-1"])
-    [reply] = fake.sends
+def test_a_buyer_message_is_answered_once_through_stream_and_openapi(fake_dingtalk, worker, store):
+    fake_dingtalk.buyer_says("staff-1", "你好，在吗")
+    wait_replies(fake_dingtalk, ["staff-1"])
+    [reply] = fake_dingtalk.sends
     assert reply.path == "/v1.0/robot/oToMessages/batchSend" and reply.body["msgKey"] == "sampleText"
-    assert fake.unacked == 0 and len(fake.acks) == 1  # ACKed once, as soon as it reached the broker
+    assert fake_dingtalk.unacked == 0 and len(fake_dingtalk.acks) == 1  # ACKed once, as soon as it reached the broker
     with store.read() as conn:
         assert load_account(conn, ACCOUNT).listener_state == "running"
         sent = conn.exec_driver_sql("SELECT state, platform_message_id FROM outbox_request").all()
     assert sent == [("sent", reply.process_query_key)]
 
 
-def test_a_redelivery_storm_across_a_reconnect_gets_one_reply_each(fake, worker):
+def test_a_redelivery_storm_across_a_reconnect_gets_one_reply_each(fake_dingtalk, worker):
     buyers = [f"staff-{n}" for n in range(5)]
     messages = [
         {
@@ -102,42 +103,46 @@ def test_a_redelivery_storm_across_a_reconnect_gets_one_reply_each(fake, worker)
             "createAt": int(time.time() * 1000),
             "senderStaffId": buyer,
             "senderNick": buyer,
-            "robotCode": fake.robot_code,
+            "robotCode": fake_dingtalk.robot_code,
         }
         for buyer, question in zip(buyers, QUESTIONS, strict=True)
     ]
     random.Random(7).shuffle(messages)
     for message in messages[:3]:
-        fake.push(message, copies=2)  # twice now
-    fake.drop()  # the socket dies mid-storm
-    wait_for(lambda: fake.connected and fake.tickets_issued >= 2, 20, "a reconnect with a new ticket")
+        fake_dingtalk.push(message, copies=2)  # twice now
+    fake_dingtalk.drop()  # the socket dies mid-storm
+    wait_for(lambda: fake_dingtalk.connected and fake_dingtalk.tickets_issued >= 2, 20, "a reconnect with a new ticket")
     for message in reversed(messages):  # out of order, after the reconnect
-        fake.push(message, copies=3 if message in messages[3:] else 1)
-    wait_replies(fake, buyers)
-    assert replies_to(fake) == dict.fromkeys(buyers, 1)
+        fake_dingtalk.push(message, copies=3 if message in messages[3:] else 1)
+    wait_replies(fake_dingtalk, buyers)
+    assert replies_to(fake_dingtalk) == dict.fromkeys(buyers, 1)
 
 
-def test_disconnect_frames_and_dropped_sockets_lose_nothing_and_double_nothing(fake, worker):
-    fake.ask_disconnect()
-    wait_for(lambda: fake.tickets_issued >= 2 and fake.connected, 20, "a reconnect after `disconnect`")
-    fake.drop()
-    fake.buyer_says("staff-a", "什么时候发货")  # sent while the client is away: kept and delivered later
-    wait_for(lambda: fake.tickets_issued >= 3 and fake.connected, 20, "a reconnect after a dropped socket")
-    fake.ping()
-    fake.buyer_says("staff-b", "可以开发票吗")
-    wait_replies(fake, ["staff-a", "staff-b"])
-    assert replies_to(fake) == {"staff-a": 1, "staff-b": 1}
+def test_disconnect_frames_and_dropped_sockets_lose_nothing_and_double_nothing(fake_dingtalk, worker):
+    fake_dingtalk.ask_disconnect()
+    wait_for(
+        lambda: fake_dingtalk.tickets_issued >= 2 and fake_dingtalk.connected, 20, "a reconnect after `disconnect`"
+    )
+    fake_dingtalk.drop()
+    fake_dingtalk.buyer_says("staff-a", "什么时候发货")  # sent while the client is away: kept and delivered later
+    wait_for(
+        lambda: fake_dingtalk.tickets_issued >= 3 and fake_dingtalk.connected, 20, "a reconnect after a dropped socket"
+    )
+    fake_dingtalk.ping()
+    fake_dingtalk.buyer_says("staff-b", "可以开发票吗")
+    wait_replies(fake_dingtalk, ["staff-a", "staff-b"])
+    assert replies_to(fake_dingtalk) == {"staff-a": 1, "staff-b": 1}
 
 
-def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_resent(fake, worker, store):
-    fake.throttle_sends = 1
-    fake.buyer_says("staff-t", "有优惠券吗")
-    wait_replies(fake, ["staff-t"])
-    assert replies_to(fake) == {"staff-t": 1}
+def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_resent(fake_dingtalk, worker, store):
+    fake_dingtalk.throttle_sends = 1
+    fake_dingtalk.buyer_says("staff-t", "有优惠券吗")
+    wait_replies(fake_dingtalk, ["staff-t"])
+    assert replies_to(fake_dingtalk) == {"staff-t": 1}
 
-    fake.stall_sends, fake.stall_s = 1, 3.0  # recorded, answered after the client's 1 s timeout
-    fake.buyer_says("staff-u", "可以退货吗")
-    wait_for(lambda: replies_to(fake)["staff-u"] == 1, 30, "the stalled send to reach DingTalk")
+    fake_dingtalk.stall_sends, fake_dingtalk.stall_s = 1, 3.0  # recorded, answered after the client's 1 s timeout
+    fake_dingtalk.buyer_says("staff-u", "可以退货吗")
+    wait_for(lambda: replies_to(fake_dingtalk)["staff-u"] == 1, 30, "the stalled send to reach DingTalk")
 
     def unknown() -> bool:
         with store.read() as conn:
@@ -151,4 +156,4 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
 
     wait_for(unknown, 30, "the stalled send to be result-unknown")
     time.sleep(3)  # reconcile ticks and receipt queries: never a second send
-    assert replies_to(fake)["staff-u"] == 1
+    assert replies_to(fake_dingtalk)["staff-u"] == 1

@@ -1,10 +1,9 @@
-"""The DingTalk OpenAPI client against the local fake over real HTTP: tokens, sends, the
+"""The DingTalk OpenAPI client against the local fake_dingtalk over real HTTP: tokens, sends, the
 classification of every failure, media, read status."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,19 +17,18 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeDingTalk]:
-    fake = FakeDingTalk().start()
-    yield fake
-    fake.stop()
+def credentials(fake_dingtalk: FakeDingTalk) -> DingTalkCredentials:
+    return DingTalkCredentials(
+        client_id=fake_dingtalk.client_id,
+        client_secret=fake_dingtalk.client_secret,
+        robot_code=fake_dingtalk.robot_code,
+    )
 
 
-@pytest.fixture
-def credentials(fake: FakeDingTalk) -> DingTalkCredentials:
-    return DingTalkCredentials(client_id=fake.client_id, client_secret=fake.client_secret, robot_code=fake.robot_code)
-
-
-def api_for(fake: FakeDingTalk, timeout_s: float = 5.0) -> DingTalkOpenAPI:
-    return DingTalkOpenAPI(DingTalkSettings(openapi_url=fake.url, oapi_url=fake.url, timeout_s=timeout_s))
+def api_for(fake_dingtalk: FakeDingTalk, timeout_s: float = 5.0) -> DingTalkOpenAPI:
+    return DingTalkOpenAPI(
+        DingTalkSettings(openapi_url=fake_dingtalk.url, oapi_url=fake_dingtalk.url, timeout_s=timeout_s)
+    )
 
 
 def direct(text: str = "您好", to: str | None = "staff-1", request_id: str = "r1", **extra) -> OutboundSend:
@@ -45,9 +43,9 @@ def failure_of(call) -> SendFailure:
     return failed.value
 
 
-def test_a_direct_send_uses_batch_send_and_the_query_key_is_the_platform_id(fake, credentials):
-    receipt = api_for(fake).send(credentials, direct("发货了"))
-    [sent] = fake.sends
+def test_a_direct_send_uses_batch_send_and_the_query_key_is_the_platform_id(fake_dingtalk, credentials):
+    receipt = api_for(fake_dingtalk).send(credentials, direct("发货了"))
+    [sent] = fake_dingtalk.sends
     assert sent.path == "/v1.0/robot/oToMessages/batchSend"
     assert (sent.body["robotCode"], sent.user_ids, sent.body["msgKey"], sent.text) == (
         "ding-robot",
@@ -58,17 +56,17 @@ def test_a_direct_send_uses_batch_send_and_the_query_key_is_the_platform_id(fake
     assert receipt.platform_message_id == sent.process_query_key
 
 
-def test_a_group_send_goes_to_the_conversation(fake, credentials):
-    api_for(fake).send(credentials, direct(to=None))
-    [sent] = fake.sends
+def test_a_group_send_goes_to_the_conversation(fake_dingtalk, credentials):
+    api_for(fake_dingtalk).send(credentials, direct(to=None))
+    [sent] = fake_dingtalk.sends
     assert sent.path == "/v1.0/robot/groupMessages/send" and sent.body["openConversationId"] == "cid-1"
 
 
 def test_the_token_is_cached_until_five_minutes_before_it_expires(credentials):
     long_lived, short_lived = FakeDingTalk(token_expires_in=7200).start(), FakeDingTalk(token_expires_in=300).start()
     try:
-        for fake in (long_lived, short_lived):
-            api = api_for(fake)
+        for fake_dingtalk in (long_lived, short_lived):
+            api = api_for(fake_dingtalk)
             for n in range(3):
                 api.send(credentials, direct(request_id=f"r{n}"))
         assert (long_lived.token_requests, short_lived.token_requests) == (1, 3)
@@ -77,35 +75,37 @@ def test_the_token_is_cached_until_five_minutes_before_it_expires(credentials):
         short_lived.stop()
 
 
-def test_a_token_refused_by_the_api_is_refreshed_once(fake, credentials):
-    api = api_for(fake)
+def test_a_token_refused_by_the_api_is_refreshed_once(fake_dingtalk, credentials):
+    api = api_for(fake_dingtalk)
     api.send(credentials, direct(request_id="r1"))
-    fake.revoke_tokens()
+    fake_dingtalk.revoke_tokens()
     api.send(credentials, direct(request_id="r2"))
-    assert fake.token_requests == 2 and len(fake.sends) == 2
+    assert fake_dingtalk.token_requests == 2 and len(fake_dingtalk.sends) == 2
 
 
-def test_wrong_credentials_are_rejected_as_an_authorization_failure(fake):
-    wrong = DingTalkCredentials(client_id=fake.client_id, client_secret="not-it", robot_code=fake.robot_code)
-    failed = failure_of(lambda: api_for(fake).send(wrong, direct()))
-    assert (failed.kind, failed.code) == ("rejected", "DINGTALK_AUTH_FAILED") and fake.sends == []
+def test_wrong_credentials_are_rejected_as_an_authorization_failure(fake_dingtalk):
+    wrong = DingTalkCredentials(
+        client_id=fake_dingtalk.client_id, client_secret="not-it", robot_code=fake_dingtalk.robot_code
+    )
+    failed = failure_of(lambda: api_for(fake_dingtalk).send(wrong, direct()))
+    assert (failed.kind, failed.code) == ("rejected", "DINGTALK_AUTH_FAILED") and fake_dingtalk.sends == []
     assert "not-it" not in str(failed)
 
 
-def test_throttling_is_not_submitted_with_a_backoff_hint_and_nothing_was_sent(fake, credentials):
-    fake.throttle_sends = 1
-    failed = failure_of(lambda: api_for(fake).send(credentials, direct()))
+def test_throttling_is_not_submitted_with_a_backoff_hint_and_nothing_was_sent(fake_dingtalk, credentials):
+    fake_dingtalk.throttle_sends = 1
+    failed = failure_of(lambda: api_for(fake_dingtalk).send(credentials, direct()))
     assert (failed.kind, failed.code, failed.retry_after_s) == ("not-submitted", "DINGTALK_THROTTLED", 1.0)
-    assert fake.sends == []
-    api_for(fake).send(credentials, direct())
-    assert len(fake.sends) == 1
+    assert fake_dingtalk.sends == []
+    api_for(fake_dingtalk).send(credentials, direct())
+    assert len(fake_dingtalk.sends) == 1
 
 
-def test_a_timeout_after_the_request_left_is_unknown(fake, credentials):
-    fake.stall_sends, fake.stall_s = 1, 1.5
-    failed = failure_of(lambda: api_for(fake, timeout_s=0.5).send(credentials, direct()))
+def test_a_timeout_after_the_request_left_is_unknown(fake_dingtalk, credentials):
+    fake_dingtalk.stall_sends, fake_dingtalk.stall_s = 1, 1.5
+    failed = failure_of(lambda: api_for(fake_dingtalk, timeout_s=0.5).send(credentials, direct()))
     assert (failed.kind, failed.code) == ("unknown", "DINGTALK_NO_RESPONSE_ReadTimeout")
-    assert len(fake.sends) == 1  # DingTalk has it
+    assert len(fake_dingtalk.sends) == 1  # DingTalk has it
 
 
 def test_an_unreachable_platform_is_not_submitted(credentials):
@@ -117,32 +117,34 @@ def test_an_unreachable_platform_is_not_submitted(credentials):
     assert failed.kind == "not-submitted" and failed.code.startswith("DINGTALK_UNREACHABLE")
 
 
-def test_invalid_and_flow_controlled_recipients_are_not_a_success(fake, credentials):
-    fake.invalid_users, fake.flow_controlled_users = {"gone"}, {"busy"}
-    invalid = failure_of(lambda: api_for(fake).send(credentials, direct(to="gone")))
-    limited = failure_of(lambda: api_for(fake).send(credentials, direct(to="busy")))
+def test_invalid_and_flow_controlled_recipients_are_not_a_success(fake_dingtalk, credentials):
+    fake_dingtalk.invalid_users, fake_dingtalk.flow_controlled_users = {"gone"}, {"busy"}
+    invalid = failure_of(lambda: api_for(fake_dingtalk).send(credentials, direct(to="gone")))
+    limited = failure_of(lambda: api_for(fake_dingtalk).send(credentials, direct(to="busy")))
     assert (invalid.kind, invalid.code) == ("rejected", "DINGTALK_INVALID_RECIPIENT")
     assert (limited.kind, limited.code, limited.retry_after_s) == ("not-submitted", "DINGTALK_FLOW_CONTROLLED", 60.0)
-    assert fake.sends == []
+    assert fake_dingtalk.sends == []
 
 
-def test_an_unknown_robot_is_rejected_with_dingtalks_code(fake):
-    other = DingTalkCredentials(client_id=fake.client_id, client_secret=fake.client_secret, robot_code="nope")
-    failed = failure_of(lambda: api_for(fake).send(other, direct()))
+def test_an_unknown_robot_is_rejected_with_dingtalks_code(fake_dingtalk):
+    other = DingTalkCredentials(
+        client_id=fake_dingtalk.client_id, client_secret=fake_dingtalk.client_secret, robot_code="nope"
+    )
+    failed = failure_of(lambda: api_for(fake_dingtalk).send(other, direct()))
     assert (failed.kind, failed.code) == ("rejected", "DINGTALK_robot.not.exist")
 
 
-def test_an_image_is_uploaded_then_sent_by_its_media_id(fake, credentials):
+def test_an_image_is_uploaded_then_sent_by_its_media_id(fake_dingtalk, credentials):
     image = MediaPayload(kind="image", mime="image/png", file_name="尺码表.png", data=PNG)
-    api_for(fake).send(credentials, direct(text="尺码表.png", media=image))
-    [sent] = fake.sends
+    api_for(fake_dingtalk).send(credentials, direct(text="尺码表.png", media=image))
+    [sent] = fake_dingtalk.sends
     assert sent.body["msgKey"] == "sampleImageMsg" and '"photoURL": "@media-1"' in sent.body["msgParam"]
-    assert fake.uploads and fake.uploads[0] > len(PNG)
+    assert fake_dingtalk.uploads and fake_dingtalk.uploads[0] > len(PNG)
 
 
-def test_read_status_names_the_readers(fake, credentials):
-    api = api_for(fake)
+def test_read_status_names_the_readers(fake_dingtalk, credentials):
+    api = api_for(fake_dingtalk)
     key = api.send(credentials, direct(to="staff-9")).platform_message_id
     assert api.read_by(credentials, key) == {}
-    fake.mark_read(key, "staff-9")
+    fake_dingtalk.mark_read(key, "staff-9")
     assert list(api.read_by(credentials, key)) == ["staff-9"]

@@ -1,27 +1,125 @@
-"""Accounts and their listeners: connect or disconnect an account, run listeners in the foreground."""
+"""Accounts and their listeners: add (preview, then confirm), list, pause, resume; `kefu listen`."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from worker.cli.common import app, cli, console, open_store, operator_errors
+from worker.cli.common import app, cli, console, current_settings, open_store, operator_errors, print_rows
+
+if TYPE_CHECKING:
+    from runtime.accounts import AccountSpec
 
 accounts = typer.Typer(no_args_is_help=True, help="Platform accounts.")
 cli.add_typer(accounts, name="accounts")
+add = typer.Typer(no_args_is_help=True, help="Add an account: its identity is verified first, then you confirm.")
+accounts.add_typer(add, name="add")
+
+SecretEnv = Annotated[
+    str, typer.Option(help="environment variable holding the secret (else you are asked; never a CLI argument)")
+]
+OpId = Annotated[str | None, typer.Option(help="operation id: replaying it returns the same account")]
+Yes = Annotated[bool, typer.Option("--yes", help="confirm without asking")]
+
+
+def _secret(env_name: str, prompt: str) -> str:
+    return os.environ.get(env_name) or typer.prompt(prompt, hide_input=True)
+
+
+@add.command("dingtalk")
+def add_dingtalk(
+    account: Annotated[str, typer.Option("--id", help="kefu's name for the account")],
+    client_id: Annotated[str, typer.Option(help="the DingTalk app's ClientID (AppKey)")],
+    robot_code: Annotated[str, typer.Option(help="the robot's code")],
+    secret_env: SecretEnv = "KEFU_SETUP_SECRET",
+    workspace: str = "default",
+    op_id: OpId = None,
+    yes: Yes = False,
+) -> None:
+    """A DingTalk robot (Stream mode): DingTalk must issue a token for the app's credentials."""
+    from runtime.accounts import AccountSpec
+    from runtime.errors import KefuError
+    from runtime.outbox import SendFailure
+    from transports.dingtalk import DingTalkCredentials, DingTalkTransport
+
+    with operator_errors():
+        credentials = DingTalkCredentials(
+            client_id=client_id, client_secret=_secret(secret_env, "ClientSecret"), robot_code=robot_code
+        )
+        spec = AccountSpec(id=account, platform="dingtalk", identity=robot_code, workspace=workspace)
+        transport = DingTalkTransport(current_settings().dingtalk, lambda _: credentials)
+
+        def verify() -> None:
+            try:
+                transport.check_identity(credentials)
+            except SendFailure as failure:
+                raise KefuError(
+                    "KEFU_ACCOUNT_IDENTITY_UNVERIFIED",
+                    f"DingTalk did not accept these credentials ({failure.code}); nothing was saved",
+                    "check the app's ClientID and ClientSecret",
+                ) from None
+
+        _preview_and_confirm(spec, credentials.storable(), verify, op_id, yes)
+
+
+def _preview_and_confirm(
+    spec: AccountSpec, credentials: dict[str, Any], verify: Callable[[], None], op_id: str | None, yes: bool
+) -> None:
+    from runtime.account_setup import AccountSetups, replayed_account
+    from worker.cli.common import ensure_store
+
+    store = ensure_store()
+    op_id = op_id or f"account-add-{uuid.uuid4().hex[:12]}"
+    replayed = replayed_account(store, op_id)
+    if replayed is not None:
+        console.print(f"account {replayed.id} ({replayed.platform} {replayed.identity}) was saved by operation {op_id}")
+        return
+    setups = AccountSetups(current_settings().account_setup_ttl_ms)
+    preview = setups.preview(store, spec, credentials, verify)
+    console.print(
+        f"verified: {spec.platform} {spec.identity} as account {spec.id} (workspace {spec.workspace});"
+        f" confirm within {preview.expires_in_s:g} s",
+        soft_wrap=True,
+    )
+    if not yes:
+        typer.confirm("save this account?", abort=True)
+    saved = setups.confirm(store, preview.setup_id, op_id)
+    console.print(f"account {saved.id} saved (revision {saved.revision}, operation {op_id}); add a route so it listens")
+
+
+@accounts.command("list")
+def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every account with its connection intent, authorization and listener (never credentials)."""
+    from runtime.accounts import list_accounts
+
+    columns = [
+        "id",
+        "platform",
+        "identity",
+        "workspace",
+        "revision",
+        "connection_intent",
+        "listener_state",
+        "last_error",
+    ]
+    print_rows(list_accounts(open_store()), as_json, "accounts", columns)
 
 
 @accounts.command()
-def disconnect(account: str) -> None:
-    """Stop listening to the account (its listener closes within a supervision interval)."""
+def pause(account: str) -> None:
+    """Disconnect the account: its listener closes within a supervision interval, nothing is sent."""
     _set_intent(account, "disconnected")
 
 
 @accounts.command()
-def connect(account: str) -> None:
-    """Listen to the account again."""
+def resume(account: str) -> None:
+    """Connect the account again: its listener starts from the committed cursor."""
     _set_intent(account, "connected")
 
 

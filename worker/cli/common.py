@@ -36,6 +36,13 @@ def open_store() -> DeliveryStore:
     return runtime_for(app).store
 
 
+def ensure_store() -> DeliveryStore:
+    """The data dir's store, created (and migrated) if this is its first use."""
+    from worker.context import runtime_for
+
+    return runtime_for(app).store
+
+
 @contextmanager
 def operator_errors() -> Iterator[None]:
     """A KefuError is the operator's answer: print it and exit 2, no traceback."""

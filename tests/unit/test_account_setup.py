@@ -1,0 +1,80 @@
+"""Adding an account: a verified preview that writes nothing and expires, then one confirm that
+saves the account with its credentials, replayable by operation id."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from runtime.account_setup import AccountSetups, replayed_account
+from runtime.accounts import AccountSpec, list_accounts
+from runtime.credentials import load_credentials
+from runtime.errors import KefuError
+
+SPEC = AccountSpec(id="ding", platform="dingtalk", identity="robot-1")
+SECRET = {"client_id": "app", "client_secret": "s3cret", "robot_code": "robot-1"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ok() -> None:
+    return None
+
+
+def test_preview_writes_nothing_and_confirm_saves_account_and_credentials_together(store):
+    setups = AccountSetups(ttl_ms=300_000)
+    preview = setups.preview(store, SPEC, SECRET, ok)
+    assert list_accounts(store) == [] and preview.expires_in_s == 300
+    account = setups.confirm(store, preview.setup_id, "op-1")
+    assert [a.id for a in list_accounts(store)] == ["ding"] and account.identity == "robot-1"
+    assert load_credentials(store, "ding") == SECRET
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600  # credentials live here: owner only
+
+
+def test_a_replayed_confirm_returns_the_same_account(store):
+    setups = AccountSetups(ttl_ms=300_000)
+    first = setups.confirm(store, setups.preview(store, SPEC, SECRET, ok).setup_id, "op-1")
+    again = setups.confirm(store, "no-longer-pending", "op-1")
+    assert again == first and replayed_account(store, "op-1") == first
+    assert replayed_account(store, "op-unknown") is None
+
+
+def test_setup_material_expires_after_the_ttl(store):
+    clock = Clock()
+    setups = AccountSetups(ttl_ms=5_000, clock=clock)
+    preview = setups.preview(store, SPEC, SECRET, ok)
+    clock.now += 5.0
+    with pytest.raises(KefuError) as expired:
+        setups.confirm(store, preview.setup_id, "op-1")
+    assert expired.value.code == "KEFU_SETUP_EXPIRED" and list_accounts(store) == []
+
+
+def test_the_same_robot_twice_or_an_unverified_identity_is_refused_before_anything_is_kept(store):
+    setups = AccountSetups(ttl_ms=300_000)
+    setups.confirm(store, setups.preview(store, SPEC, SECRET, ok).setup_id, "op-1")
+    with pytest.raises(KefuError) as exists:
+        setups.preview(store, SPEC.model_copy(update={"id": "ding-2"}), SECRET, ok)
+    assert exists.value.code == "KEFU_ACCOUNT_EXISTS"
+
+    def refused() -> None:
+        raise KefuError("KEFU_ACCOUNT_IDENTITY_UNVERIFIED", "no token")
+
+    other = AccountSpec(id="ding-3", platform="dingtalk", identity="robot-3")
+    with pytest.raises(KefuError, match="KEFU_ACCOUNT_IDENTITY_UNVERIFIED"):
+        setups.preview(store, other, SECRET, refused)
+    assert [a.id for a in list_accounts(store)] == ["ding"]
+
+
+def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
+    from runtime.routes import RouteSpec, create_route
+
+    create_route(store, RouteSpec(id="r2", account_id=shop, conversation_type="direct", peer_id="p"), op_id="op-r")
+    with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
+        replayed_account(store, "op-r")

@@ -1,0 +1,103 @@
+"""Routes: which conversations of an account the agent handles (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import typer
+
+from worker.cli.common import cli, console, current_settings, open_store, operator_errors, print_rows
+
+routes = typer.Typer(no_args_is_help=True, help="Routes: which conversations the agent answers, and when.")
+cli.add_typer(routes, name="routes")
+
+OpId = Annotated[str | None, typer.Option(help="operation id: replaying it returns the stored result")]
+
+
+def _op(op_id: str | None, verb: str) -> str:
+    return op_id or f"route-{verb}-{uuid.uuid4().hex[:12]}"
+
+
+@routes.command("add")
+def add_route(
+    route: str,
+    account: Annotated[str, typer.Option(help="the account whose conversations it covers")],
+    conversation_type: Annotated[str, typer.Option("--type", help="direct or group")],
+    conversation: Annotated[str | None, typer.Option(help="one conversation id (default: all of the type)")] = None,
+    peer: Annotated[str | None, typer.Option(help="direct only: the platform peer of that conversation")] = None,
+    mention: Annotated[bool, typer.Option(help="group: answer when the robot is mentioned")] = False,
+    every_n: Annotated[int | None, typer.Option(help="group: answer every n-th message")] = None,
+    interval_s: Annotated[int | None, typer.Option(help="group: answer at most every this many seconds")] = None,
+    op_id: OpId = None,
+) -> None:
+    """Add a route (a specific conversation's route beats the account's `all` route)."""
+    from pydantic import ValidationError
+
+    from runtime.errors import KefuError
+    from runtime.routes import RouteSpec, create_route
+
+    with operator_errors():
+        try:
+            spec = RouteSpec(
+                id=route,
+                account_id=account,
+                conversation_type=conversation_type,  # type: ignore[arg-type]
+                target="specific" if conversation else "all",
+                conversation_id=conversation,
+                peer_id=peer,
+                trigger_mention=mention,
+                trigger_every_n=every_n,
+                trigger_interval_s=interval_s,
+            )
+        except ValidationError as error:
+            problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors(include_input=False))
+            raise KefuError("KEFU_ROUTE_INVALID", problems, "fix the options and try again") from None
+        batch = current_settings().admission.batch_size
+        saved = create_route(open_store(), spec, _op(op_id, "add"), batch_size=batch)
+    console.print(f"route {saved.id} added for account {saved.account_id} (revision {saved.revision})")
+
+
+@routes.command("list")
+def list_command(
+    account: Annotated[str | None, typer.Option(help="only this account's routes")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Routes with their triggers, state and revision."""
+    from runtime.routes import list_routes
+
+    columns = ["id", "account_id", "conversation_type", "target", "conversation_id", "enabled", "revision"]
+    print_rows(list_routes(open_store(), account), as_json, "routes", columns)
+
+
+@routes.command()
+def enable(route: str, op_id: OpId = None) -> None:
+    """Answer this route's conversations again (only new input)."""
+    _set_enabled(route, True, op_id)
+
+
+@routes.command()
+def disable(route: str, op_id: OpId = None) -> None:
+    """Stop answering: replies admitted under the route and not yet sent never go out."""
+    _set_enabled(route, False, op_id)
+
+
+def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
+    from runtime.routes import RouteChanges, current_revision, update_route
+
+    store = open_store()
+    with operator_errors():
+        changes = RouteChanges(enabled=enabled)
+        saved = update_route(store, route, current_revision(store, route), changes, _op(op_id, "update"))
+    console.print(f"route {saved.id}: {'enabled' if saved.enabled else 'disabled'} (revision {saved.revision})")
+
+
+@routes.command()
+def delete(route: str, op_id: OpId = None) -> None:
+    """Remove a route; history stays."""
+    from runtime.routes import current_revision, delete_route
+
+    store = open_store()
+    with operator_errors():
+        delete_route(store, route, current_revision(store, route), _op(op_id, "delete"))
+    console.print(f"route {route} deleted")
