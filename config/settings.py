@@ -128,6 +128,10 @@ class DingTalkSettings(_Section):
     read_status_interval_s: float = Field(300.0, ge=1, le=86_400)  # between those queries
 
 
+class WangwangSettings(_Section):
+    timeout_s: float = Field(10.0, gt=0, le=120)  # per gateway call (long polls get their wait on top)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="KEFU_",
@@ -152,6 +156,7 @@ class Settings(BaseSettings):
     checkpoint: CheckpointSettings = CheckpointSettings()
     listener: ListenerSettings = ListenerSettings()
     dingtalk: DingTalkSettings = DingTalkSettings()
+    wangwang: WangwangSettings = WangwangSettings()
 
     @classmethod
     def settings_customise_sources(

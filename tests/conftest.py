@@ -12,6 +12,7 @@ from runtime.accounts import AccountSpec, create_account
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.wangwang import FakeWangwangBridge
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 ACCOUNT = "shop"
@@ -63,3 +64,11 @@ def fake_dingtalk() -> Iterator[FakeDingTalk]:
     fake = FakeDingTalk().start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def fake_wangwang() -> Iterator[FakeWangwangBridge]:
+    """A local Wangwang bridge speaking docs/wangwang-gateway.md."""
+    bridge = FakeWangwangBridge().start()
+    yield bridge
+    bridge.stop()

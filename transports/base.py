@@ -55,11 +55,15 @@ class Transport(Protocol):
         classified by outcome. `message.request_id` is the client reference: pass it to the
         platform where it takes one, and set it as `outbound_ref` on the platform's echo."""
 
-    def query_send(self, request_id: str) -> SendReceipt | None:
+    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
         """The receipt of an earlier send by its request id, or None if the platform has none."""
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
         """The next page of inbound messages after a committed cursor (catch-up), or None."""
+
+    def confirm(self, account_id: str, cursor: str) -> None:
+        """The page up to `cursor` is committed: the platform may forget it (where it keeps
+        pages until told). Called after the commit, so a crash in between replays the page."""
 
     def connect(self, account_id: str, cursor: str | None) -> ListenerConnection:
         """Open a listening connection for the account, resuming after the committed cursor

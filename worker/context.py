@@ -6,12 +6,15 @@ Built lazily in each worker process (never before a fork), and once per app.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 from celery import Celery
 
 from config import Settings
+from runtime.accounts import require_account
 from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.credentials import load_credentials
@@ -22,7 +25,10 @@ from transports.base import Transport
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
+from transports.wangwang import WangwangCredentials, WangwangTransport
 from worker.checkpoint_sinks import CheckpointSink, build_sink
+
+Secrets = TypeVar("Secrets", DingTalkCredentials, WangwangCredentials)
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -52,11 +58,13 @@ class WorkerRuntime:
             send_latency_ms=options.send_latency_ms,
             send_timeouts=options.send_timeouts,
         )
-        dingtalk = DingTalkTransport(self.settings.dingtalk, self._dingtalk_credentials)
-        return {"simulator": simulator, "dingtalk": dingtalk}
+        dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
+        wangwang = WangwangTransport(self._credentials(WangwangCredentials), self.settings.wangwang.timeout_s)
+        return {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
 
-    def _dingtalk_credentials(self, account_id: str) -> DingTalkCredentials:
-        return DingTalkCredentials.model_validate(load_credentials(self.store, account_id))
+    def _credentials(self, model: type[Secrets]) -> Callable[[str], Secrets]:
+        """An account's stored credentials, validated as the transport's model."""
+        return lambda account_id: model.model_validate(load_credentials(self.store, account_id))
 
     @cached_property
     def checkpoint_sink(self) -> CheckpointSink:
@@ -74,6 +82,11 @@ class WorkerRuntime:
             raise KefuError(
                 "KEFU_TRANSPORT_UNAVAILABLE", f"no {platform} transport is built into this worker yet"
             ) from None
+
+    def transport_of(self, account_id: str) -> Transport:
+        """The transport of the account's platform."""
+        with self.store.read() as conn:
+            return self.transport(require_account(conn, account_id).platform)
 
     def check(self) -> None:
         """Fail startup early: open the store (migrate, check PRAGMAs), load the agent."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from runtime.accounts import load_account
 from runtime.leases import new_owner
 from runtime.outbox import (
     SETTLED,
@@ -27,12 +26,6 @@ from worker.context import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-def _platform(runtime: WorkerRuntime, account_id: str) -> str:
-    with runtime.store.read() as conn:
-        account = load_account(conn, account_id)
-    return account.platform if account else "unknown"
-
-
 @dataclass(frozen=True)
 class AttemptOutcome:
     # 'sent', 'not-submitted', 'rejected', 'result-unknown', or why no attempt was made
@@ -48,7 +41,7 @@ def attempt_send(runtime: WorkerRuntime, request: OutboxRequest) -> AttemptOutco
     if request.state in SETTLED:  # e.g. refused before any platform call: no transport needed
         return AttemptOutcome("settled", request.error_code)
     # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
-    transport = runtime.transport(_platform(runtime, request.account_id))
+    transport = runtime.transport_of(request.account_id)
     grant = begin_attempt(runtime.store, request_id, new_owner(), runtime.settings.outbox.attempt_lease_s)
     if isinstance(grant, AttemptSkipped):
         return AttemptOutcome(grant.reason)
@@ -75,7 +68,7 @@ def query_receipt(runtime: WorkerRuntime, request_id: str) -> str:
         request = load_request(conn, request_id)
     if request is None or request.state != "result-unknown":
         return "not-unknown"
-    receipt = runtime.transport(_platform(runtime, request.account_id)).query_send(request_id)
+    receipt = runtime.transport_of(request.account_id).query_send(request.account_id, request_id)
     if settle_by_receipt(runtime.store, request_id, receipt):
         return "settled"
     return "still-unknown" if receipt is None else "not-unknown"

@@ -23,6 +23,8 @@ from urllib.parse import parse_qs, urlparse
 
 from websockets.asyncio.server import ServerConnection, serve
 
+from tests.fakes.http import answer_json
+
 ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
 
 
@@ -343,15 +345,7 @@ def _handler(fake: FakeDingTalk) -> type[BaseHTTPRequestHandler]:
             self._answer(404, {"code": "notFound", "message": url.path})
 
         def _answer(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body, ensure_ascii=False).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up waiting (a stalled send)
+            answer_json(self, status, body)
 
         def log_message(self, *args: object) -> None:
             pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from config import Settings
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from worker.audit import Audit, audit
@@ -30,3 +31,15 @@ def wait_all_answered(store: DeliveryStore, platform: SimulatedPlatform, account
 
     wait_for(answered, timeout_s, "every buyer message to be answered")
     return result[0]
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """A test worker's environment: fast reconciling and listener supervision, plus `extra`."""
+    return {
+        "KEFU_DATA_DIR": str(settings.data_dir),
+        "KEFU_BROKER_URL": settings.broker_url,
+        "KEFU_RECONCILE__INTERVAL_S": "0.5",
+        "KEFU_RECONCILE__GRACE_S": "2",
+        "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
+        **extra,
+    }

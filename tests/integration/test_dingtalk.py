@@ -15,7 +15,7 @@ from runtime.accounts import AccountSpec, create_account, load_account
 from runtime.credentials import save_credentials
 from runtime.routes import RouteSpec, create_route
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, worker_env
 from transports.dingtalk import DingTalkCredentials
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
@@ -42,17 +42,13 @@ def ding(store, fake_dingtalk) -> str:
 
 @pytest.fixture
 def worker(settings, fake_dingtalk, ding) -> Iterator[WorkerProcess]:
-    env = {
-        "KEFU_DATA_DIR": str(settings.data_dir),
-        "KEFU_BROKER_URL": settings.broker_url,
-        "KEFU_RECONCILE__INTERVAL_S": "0.5",
-        "KEFU_RECONCILE__GRACE_S": "2",
-        "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
-        "KEFU_LISTENER__RECONNECT_INITIAL_MS": "100",
-        "KEFU_DINGTALK__OPENAPI_URL": fake_dingtalk.url,
-        "KEFU_DINGTALK__OAPI_URL": fake_dingtalk.url,
-        "KEFU_DINGTALK__TIMEOUT_S": "1",
-    }
+    env = worker_env(
+        settings,
+        KEFU_LISTENER__RECONNECT_INITIAL_MS="100",
+        KEFU_DINGTALK__OPENAPI_URL=fake_dingtalk.url,
+        KEFU_DINGTALK__OAPI_URL=fake_dingtalk.url,
+        KEFU_DINGTALK__TIMEOUT_S="1",
+    )
     process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
     process.wait_ready(make_app(settings))
     wait_for(

@@ -15,7 +15,7 @@ import pytest
 
 from runtime.accounts import load_account, set_connection_intent
 from runtime.checkpoints import checkpoint_views
-from tests.integration.helpers import wait_all_answered, wait_for
+from tests.integration.helpers import wait_all_answered, wait_for, worker_env
 from worker.audit import audit
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
@@ -26,13 +26,7 @@ BIN = Path(sys.executable).parent
 
 
 def _env(settings) -> dict[str, str]:
-    return {
-        "KEFU_DATA_DIR": str(settings.data_dir),
-        "KEFU_BROKER_URL": settings.broker_url,
-        "KEFU_RECONCILE__INTERVAL_S": "0.5",
-        "KEFU_RECONCILE__GRACE_S": "600",  # no catch-up: only listeners bring messages in
-        "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
-    }
+    return worker_env(settings, KEFU_RECONCILE__GRACE_S="600")  # no catch-up: only listeners bring messages in
 
 
 def _listener_state(store, account: str) -> str:

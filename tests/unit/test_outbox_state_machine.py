@@ -196,7 +196,7 @@ class OutboxMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def receipt_query(self, data: st.DataObject) -> None:
         request_id = self._pick(data)
-        settle_by_receipt(self.store, request_id, self.transport.query_send(request_id))
+        settle_by_receipt(self.store, request_id, self.transport.query_send("shop", request_id))
 
     @rule(data=st.data())
     def echo(self, data: st.DataObject) -> None:

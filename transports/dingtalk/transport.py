@@ -35,8 +35,11 @@ class DingTalkTransport:
     def send(self, message: OutboundSend) -> SendReceipt:
         return self.api.send(self._credentials(message.account_id), message)
 
-    def query_send(self, request_id: str) -> SendReceipt | None:
+    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
         return None
+
+    def confirm(self, account_id: str, cursor: str) -> None:
+        return None  # Stream messages are confirmed by their ACK
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
         return None

@@ -124,7 +124,10 @@ class SimulatorTransport:
             raise TimeoutError("the simulated platform's response was lost")
         return SendReceipt(platform_message_id=received.platform_message_id)
 
-    def query_send(self, request_id: str) -> SendReceipt | None:
+    def confirm(self, account_id: str, cursor: str) -> None:
+        return None  # the simulated platform keeps everything
+
+    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
         received = self.far_side.received_by_ref(request_id)
         return SendReceipt(platform_message_id=received.platform_message_id) if received else None
 

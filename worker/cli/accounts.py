@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from runtime.errors import KefuError
 from worker.cli.common import app, cli, console, current_settings, open_store, operator_errors, print_rows
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ def add_dingtalk(
 ) -> None:
     """A DingTalk robot (Stream mode): DingTalk must issue a token for the app's credentials."""
     from runtime.accounts import AccountSpec
-    from runtime.errors import KefuError
     from runtime.outbox import SendFailure
     from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 
@@ -59,13 +59,56 @@ def add_dingtalk(
             try:
                 transport.check_identity(credentials)
             except SendFailure as failure:
-                raise KefuError(
-                    "KEFU_ACCOUNT_IDENTITY_UNVERIFIED",
-                    f"DingTalk did not accept these credentials ({failure.code}); nothing was saved",
-                    "check the app's ClientID and ClientSecret",
+                raise _unverified("DingTalk", failure.code, "check the app's ClientID and ClientSecret") from None
+
+        _preview_and_confirm(spec, credentials.storable(), verify, op_id, yes)
+
+
+@add.command("wangwang")
+def add_wangwang(
+    account: Annotated[str, typer.Option("--id", help="kefu's name for the account")],
+    gateway_url: Annotated[str, typer.Option(help="the shop's bridge (docs/wangwang-gateway.md)")],
+    app_key: Annotated[str, typer.Option(help="the bridge's app key for kefu")],
+    seller_id: Annotated[str, typer.Option(help="the shop's seller id (cntaobao…)")],
+    sign_method: Annotated[str, typer.Option(help="hmac-sha256 or md5")] = "hmac-sha256",
+    secret_env: SecretEnv = "KEFU_SETUP_SECRET",
+    workspace: str = "default",
+    op_id: OpId = None,
+    yes: Yes = False,
+) -> None:
+    """A Wangwang shop behind its bridge: the bridge must accept the signature and serve the seller."""
+    from runtime.accounts import AccountSpec
+    from transports.wangwang import WangwangCredentials, WangwangTransport
+    from transports.wangwang.client import GatewayFailure
+
+    with operator_errors():
+        credentials = WangwangCredentials(
+            gateway_url=gateway_url,
+            app_key=app_key,
+            app_secret=_secret(secret_env, "app secret"),
+            seller_id=seller_id,
+            sign_method=sign_method,  # type: ignore[arg-type]
+        )
+        spec = AccountSpec(id=account, platform="wangwang", identity=seller_id, workspace=workspace)
+        transport = WangwangTransport(lambda _: credentials, current_settings().wangwang.timeout_s)
+
+        def verify() -> None:
+            try:
+                transport.check_identity(credentials)
+            except GatewayFailure as failure:
+                raise _unverified(
+                    "the bridge", failure.kefu_code, "check the URL, app key, secret and seller id"
                 ) from None
 
         _preview_and_confirm(spec, credentials.storable(), verify, op_id, yes)
+
+
+def _unverified(who: str, code: str, action: str) -> KefuError:
+    return KefuError(
+        "KEFU_ACCOUNT_IDENTITY_UNVERIFIED",
+        f"{who} did not accept these credentials ({code}); nothing was saved",
+        action,
+    )
 
 
 def _preview_and_confirm(

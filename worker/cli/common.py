@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -50,6 +50,12 @@ def operator_errors() -> Iterator[None]:
         yield
     except KefuError as error:
         console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except ValidationError as error:  # an option that does not fit: name it, never echo the value
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors(include_input=False)
+        )
+        console.print(f"[red]kefu: KEFU_INVALID_INPUT: {problems}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -10,8 +10,8 @@ from celery import Task, shared_task
 from runtime.errors import PageRejected
 from runtime.ingest import ingest_page
 from runtime.input_pause import InputPaused, hold_page
-from runtime.pages import parse_page
-from worker.context import runtime_for
+from runtime.pages import InboundPage, parse_page
+from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.admission import admit_now
 from worker.tasks.options import RETRY_ON_BUSY
 
@@ -26,12 +26,22 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
         # Final: a malformed page never becomes valid by retrying. Fields only, never values.
         log.error("page rejected: %s", "; ".join(error.problems))
         return {"rejected": error.problems}
-    store = runtime_for(self.app).store
+    runtime = runtime_for(self.app)
+    store = runtime.store
     try:
         result = ingest_page(store, parsed)
     except InputPaused:  # kept whole, published again on resume; the cursor did not move
         hold_page(store, parsed)
         return {"page": parsed.page_op_id, "held": True}
+    _confirm(runtime, parsed)
     for customer_id in result.customer_ids:
         admit_now(self.app, customer_id)
     return {"page": result.page_op_id, "replayed": result.replayed, "rows": result.rows_written}
+
+
+def _confirm(runtime: WorkerRuntime, page: InboundPage) -> None:
+    """The page is committed: tell the platform (a failure only means it is served again)."""
+    try:
+        runtime.transport_of(page.account_id).confirm(page.account_id, page.cursor)
+    except Exception as error:
+        log.warning("confirming page %s failed (%s)", page.page_op_id, getattr(error, "code", type(error).__name__))

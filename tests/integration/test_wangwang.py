@@ -1,0 +1,82 @@
+"""Wangwang end to end: a real worker started with `--listen` on Redis, long-polling the fake
+bridge over loopback with signed requests. The bridge's record of sends is the ground truth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from runtime.accounts import AccountSpec, create_account
+from runtime.credentials import save_credentials
+from runtime.routes import RouteSpec, create_route
+from tests.fakes.wangwang import FakeWangwangBridge
+from tests.integration.helpers import wait_for, worker_env
+from transports.wangwang import WangwangCredentials
+from worker.celery_app import make_app
+from worker.process import WorkerProcess
+
+pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
+
+ACCOUNT = "ww"
+BUYERS = {"cntaobao买家一": "什么时候发货", "cntaobao买家二": "可以开发票吗", "cntaobao买家三": "有优惠券吗"}
+
+
+@pytest.fixture
+def worker(settings, store, fake_wangwang: FakeWangwangBridge) -> Iterator[WorkerProcess]:
+    create_account(store, AccountSpec(id=ACCOUNT, platform="wangwang", identity=fake_wangwang.seller_id))
+    credentials = WangwangCredentials(
+        gateway_url=fake_wangwang.url,
+        app_key=fake_wangwang.app_key,
+        app_secret=fake_wangwang.app_secret,
+        seller_id=fake_wangwang.seller_id,
+        sign_method="md5",
+    )
+    with store.write() as conn:
+        save_credentials(conn, ACCOUNT, credentials.storable())
+    create_route(store, RouteSpec(id="ww-direct", account_id=ACCOUNT, conversation_type="direct"), op_id="op-ww")
+    env = worker_env(settings, KEFU_WANGWANG__TIMEOUT_S="1")
+    process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
+    process.wait_ready(make_app(settings))
+    yield process
+    process.stop()
+
+
+def test_buyers_are_answered_once_echoes_are_ours_and_reads_reach_the_store(worker, store, fake_wangwang):
+    for buyer, question in BUYERS.items():
+        fake_wangwang.buyer_says(buyer, question)
+    wait_for(lambda: all(fake_wangwang.replies_to(b) for b in BUYERS), 40, "a reply to every buyer")
+    time.sleep(2)  # the echoes come back through the listener: none may be answered
+    assert {b: len(fake_wangwang.replies_to(b)) for b in BUYERS} == dict.fromkeys(BUYERS, 1)
+    assert {s.conversation_id for s in fake_wangwang.sends} == {
+        f"conv-{b}" for b in BUYERS
+    }  # to the buyer, never the conversation id
+    with store.read() as conn:
+        roles = dict(conn.exec_driver_sql("SELECT sender_role, count(*) FROM inbound_message GROUP BY 1").all())
+        states = dict(conn.exec_driver_sql("SELECT state, count(*) FROM outbox_request GROUP BY 1").all())
+    assert roles == {"external": 3, "ai": 3} and states == {"sent": 3}
+    assert fake_wangwang.confirms  # committed pages were confirmed to the bridge
+
+    first = fake_wangwang.replies_to("cntaobao买家一")[0]
+    fake_wangwang.buyer_reads(first.message_id)
+
+    def stored() -> bool:
+        with store.read() as conn:
+            return conn.exec_driver_sql("SELECT count(*) FROM buyer_read").scalar_one() == 1
+
+    wait_for(stored, 20, "the buyer's read event to be stored")
+
+
+def test_a_lost_answer_is_settled_by_the_echo_and_never_resent(worker, store, fake_wangwang):
+    fake_wangwang.stall_sends, fake_wangwang.stall_s = 1, 2.5  # sent, but the answer is late
+    fake_wangwang.buyer_says("cntaobao买家四", "可以退货吗")
+    wait_for(lambda: fake_wangwang.replies_to("cntaobao买家四"), 30, "the send to reach the bridge")
+
+    def settled() -> bool:
+        with store.read() as conn:
+            return conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "sent"
+
+    wait_for(settled, 30, "the echo (or a receipt query) to settle the send")
+    time.sleep(2)
+    assert len(fake_wangwang.sends) == 1

@@ -1,0 +1,90 @@
+"""Signed calls to a Wangwang bridge over httpx (docs/wangwang-gateway.md)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from transports.wangwang.credentials import WangwangCredentials
+from transports.wangwang.protocol import GatewayError
+from transports.wangwang.signing import sign, timestamp
+
+logging.getLogger("httpx").setLevel(logging.WARNING)  # never log request lines
+
+Answer = TypeVar("Answer", bound=BaseModel)
+AUTH_CODES = ("INVALID_SIGNATURE", "UNKNOWN_APP_KEY", "UNKNOWN_SELLER")
+
+
+class GatewayFailure(Exception):
+    """A call that did not succeed. `stage`: `not-sent` (the bridge surely did nothing),
+    `refused` (the bridge answered with an error: `code` is its code), or `no-answer` (the
+    request left and no usable answer came back: it may have been carried out)."""
+
+    def __init__(
+        self, stage: Literal["not-sent", "refused", "no-answer"], code: str, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(f"{stage}: {code}")
+        self.stage = stage
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    @property
+    def kefu_code(self) -> str:
+        """The code as kefu records it: platform-named."""
+        return self.code if self.code.startswith("WANGWANG_") else f"WANGWANG_{self.code}"
+
+    @property
+    def authorization(self) -> bool:
+        return self.stage == "refused" and self.code in AUTH_CODES
+
+
+class GatewayClient:
+    def __init__(self, timeout_s: float, http: httpx.Client | None = None) -> None:
+        self._timeout_s = timeout_s
+        self._http = http or httpx.Client(timeout=timeout_s)
+
+    def call(
+        self,
+        credentials: WangwangCredentials,
+        method: str,
+        params: dict[str, str],
+        answer: type[Answer],
+        timeout_s: float | None = None,
+    ) -> Answer:
+        signed = {
+            **params,
+            "method": method,
+            "app_key": credentials.app_key,
+            "seller_id": credentials.seller_id,
+            "timestamp": timestamp(datetime.now(UTC)),
+            "v": "1.0",
+            "format": "json",
+            "sign_method": credentials.sign_method,
+        }
+        signed["sign"] = sign(signed, credentials.app_secret.get_secret_value(), credentials.sign_method)
+        try:
+            response = self._http.post(
+                f"{credentials.gateway_url.rstrip('/')}/router", data=signed, timeout=timeout_s or self._timeout_s
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+            raise GatewayFailure("not-sent", f"WANGWANG_UNREACHABLE_{type(error).__name__}") from None
+        except httpx.TransportError as error:
+            raise GatewayFailure("no-answer", f"WANGWANG_NO_RESPONSE_{type(error).__name__}") from None
+        if response.status_code >= 500:
+            raise GatewayFailure("no-answer", f"WANGWANG_HTTP_{response.status_code}")
+        try:
+            body = response.json()
+            if "error_response" in body:
+                error = GatewayError.model_validate(body["error_response"])
+                raise GatewayFailure("refused", error.code, error.retry_after_s)
+            key = method.removeprefix("kefu.wangwang.").replace(".", "_") + "_response"
+            return answer.model_validate(body[key])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            fields = ""
+            if isinstance(error, ValidationError):
+                fields = "_" + "_".join(str(e["loc"][0]) for e in error.errors(include_input=False) if e["loc"])[:60]
+            raise GatewayFailure("no-answer", f"WANGWANG_MALFORMED_ANSWER{fields}") from None
