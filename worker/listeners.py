@@ -170,7 +170,10 @@ class AccountListener:
                 except Exception as error:  # not acknowledged: the platform redelivers
                     log.warning("listener %s: publishing failed (%s)", self.account_id, type(error).__name__)
                     raise ListenerFailure("KEFU_LISTENER_PUBLISH_FAILED") from None
-                event.ack()
+                try:
+                    event.ack()
+                except Exception as error:  # published: a lost ACK only means a redelivery, deduped
+                    log.warning("listener %s: acknowledging failed (%s)", self.account_id, type(error).__name__)
             if self.policy.attempts and last_heard >= next_commit_check:
                 next_commit_check = last_heard + COMMIT_CHECK_MS
                 with self._store.read() as conn:

@@ -66,7 +66,7 @@ def test_a_worker_started_with_listen_answers_follows_disconnects_and_stops_clea
     assert _listener_state(store, shop) == "stopped"  # shutdown closed it and said so
 
 
-def test_kefu_listen_runs_listeners_for_a_worker_and_kefu_accounts_disconnects(settings, store, shop, platform):
+def test_kefu_listen_runs_listeners_for_a_worker_and_kefu_accounts_pause_stops_one(settings, store, shop, platform):
     app = make_app(settings)
     env = {**os.environ, **_env(settings)}
     worker = WorkerProcess(_env(settings), settings.data_dir / "worker.log").start()
@@ -84,7 +84,7 @@ def test_kefu_listen_runs_listeners_for_a_worker_and_kefu_accounts_disconnects(s
         wait_all_answered(store, platform, shop)
 
         done = subprocess.run(
-            [str(BIN / "kefu"), "accounts", "disconnect", shop], env=env, capture_output=True, text=True, timeout=60
+            [str(BIN / "kefu"), "accounts", "pause", shop], env=env, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0 and f"account {shop}: disconnected" in done.stdout
         wait_for(lambda: _listener_state(store, shop) == "stopped", 10, "the listener to stop")

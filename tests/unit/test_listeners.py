@@ -324,3 +324,22 @@ def test_an_account_without_a_transport_is_failed_with_a_clear_code(store, super
     supervisors.append(supervisor)
     supervisor.supervise()
     assert stored_state(store, "ding") == ("failed", "KEFU_TRANSPORT_UNAVAILABLE")
+
+
+def test_an_acknowledgement_that_fails_after_publishing_does_not_stop_the_listener(
+    store, shop, transport, platform, running
+):
+    def lost_session() -> None:
+        raise RuntimeError("Event loop is closed")
+
+    first, second = a_page(transport, platform, shop, "一"), a_page(transport, platform, shop, "二")
+    flaky = FlakyTransport([[Received(first, ack=lost_session), Received(second)]])
+    observer, published = Observer(), Published()
+    start(store, shop, flaky, published, observer, running)
+    deadline = time.monotonic() + 5
+    while len(published.items) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert published.items == [first, second] and observer.sequence() == [
+        ("starting", None, None),
+        ("running", None, None),
+    ]

@@ -169,7 +169,10 @@ class StreamConnection:
         published: asyncio.Future[None] = loop.create_future()
 
         def ack() -> None:  # called from the listener's thread once the page is with the broker
-            loop.call_soon_threadsafe(lambda: published.done() or published.set_result(None))
+            try:
+                loop.call_soon_threadsafe(lambda: published.done() or published.set_result(None))
+            except RuntimeError:
+                pass  # the session already ended: no ACK, DingTalk redelivers, ingestion dedupes
 
         self._events.put(Received(page, ack=ack))
         try:
