@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runtime.outbox import OutboundSend, SendReceipt
 from runtime.pages import InboundPage
@@ -68,3 +68,14 @@ class Transport(Protocol):
     def connect(self, account_id: str, cursor: str | None) -> ListenerConnection:
         """Open a listening connection for the account, resuming after the committed cursor
         where the platform has one. Raises runtime.listener_policy.ListenerFailure."""
+
+
+@runtime_checkable
+class ReadStatusQueries(Protocol):
+    """A transport whose platform answers read-status queries instead of pushing read events."""
+
+    read_status_schedule: tuple[int, int]  # (checks per sent 1:1 message, ms between checks)
+
+    def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
+        """Who read the message: reader id -> read time (ms, 0 if the platform gives none).
+        Raises runtime.outbox.SendFailure when the platform cannot answer now."""

@@ -52,6 +52,10 @@ def make_app(settings: Settings) -> Celery:
         beat_schedule={
             "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},
             "checkpoint": {"task": "kefu.receipts.checkpoint", "schedule": settings.checkpoint.interval_ms / 1000},
+            "read-status": {
+                "task": "kefu.receipts.read_status",
+                "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),
+            },
         },
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
         worker_hijack_root_logger=False,

@@ -20,7 +20,10 @@ from runtime.outbox import (
     record_sent,
     settle_by_receipt,
 )
+from runtime.read_checks import schedule_read_checks
+from runtime.store import now_ms
 from runtime.store.tables import OutboxRequest
+from transports.base import ReadStatusQueries
 from worker.context import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,9 @@ def attempt_send(runtime: WorkerRuntime, request: OutboxRequest) -> AttemptOutco
         log.warning("send %s outcome unknown: %s", request_id, code)
         return AttemptOutcome("result-unknown", code)
     record_sent(runtime.store, request_id, grant.attempt_no, receipt)
+    if isinstance(transport, ReadStatusQueries) and grant.send.recipient_id:
+        checks, interval_ms = transport.read_status_schedule
+        schedule_read_checks(runtime.store, request_id, checks, interval_ms, now_ms())
     return AttemptOutcome("sent")
 
 

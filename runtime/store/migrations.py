@@ -294,5 +294,18 @@ V9 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9)
+V10 = Migration(
+    10,
+    "read-status checks: a bounded schedule of queries per sent 1:1 message",
+    (
+        """CREATE TABLE read_check (
+            request_id TEXT PRIMARY KEY REFERENCES outbox_request(request_id),
+            due_at INTEGER NOT NULL,
+            checks_left INTEGER NOT NULL CHECK (checks_left > 0)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX read_check_due ON read_check (due_at)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10)
 LATEST_VERSION = MIGRATIONS[-1].version

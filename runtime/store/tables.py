@@ -237,3 +237,12 @@ class Credential(SQLModel, table=True):
     account_id: str = Field(primary_key=True)
     secret: str = Field(repr=False)
     updated_at: int
+
+
+class ReadCheck(SQLModel, table=True):
+    """A sent 1:1 message whose read status the platform is still to be asked about."""
+
+    __tablename__ = "read_check"
+    request_id: str = Field(primary_key=True)
+    due_at: int
+    checks_left: int

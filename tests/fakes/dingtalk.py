@@ -69,6 +69,7 @@ class FakeDingTalk:
     acks: list[str] = field(default_factory=list)  # frame message ids, in ACK order
     uploads: list[int] = field(default_factory=list)  # sizes of uploaded media bodies
     read: dict[str, dict[str, int]] = field(default_factory=dict)  # process key -> user -> read at
+    read_queries: list[str] = field(default_factory=list)  # process keys asked about
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -300,6 +301,7 @@ class FakeDingTalk:
         return 200, answer
 
     def read_status(self, key: str) -> tuple[int, dict[str, Any]]:
+        self.read_queries.append(key)
         sent = next((s for s in self.sends if s.process_query_key == key), None)
         if sent is None:
             return 400, {"code": "invalidParameter.processQueryKey", "message": "unknown key"}

@@ -48,6 +48,8 @@ def worker(settings, fake_dingtalk, ding) -> Iterator[WorkerProcess]:
         KEFU_DINGTALK__OPENAPI_URL=fake_dingtalk.url,
         KEFU_DINGTALK__OAPI_URL=fake_dingtalk.url,
         KEFU_DINGTALK__TIMEOUT_S="1",
+        KEFU_DINGTALK__READ_STATUS_INTERVAL_S="1",
+        KEFU_DINGTALK__READ_STATUS_CHECKS="3",
     )
     process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
     process.wait_ready(make_app(settings))
@@ -153,3 +155,21 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
     wait_for(unknown, 30, "the stalled send to be result-unknown")
     time.sleep(3)  # reconcile ticks and receipt queries: never a second send
     assert replies_to(fake_dingtalk)["staff-u"] == 1
+
+
+def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_store(fake_dingtalk, worker, store):
+    fake_dingtalk.buyer_says("staff-r", "可以开发票吗")
+    fake_dingtalk.buyer_says("staff-n", "什么时候发货")
+    wait_replies(fake_dingtalk, ["staff-r", "staff-n"])
+    key = {send.user_ids[0]: send.process_query_key for send in fake_dingtalk.sends}
+    fake_dingtalk.mark_read(key["staff-r"], "staff-r")
+
+    def reads() -> list[tuple[str, str]]:
+        with store.read() as conn:
+            return conn.exec_driver_sql("SELECT platform_message_id, reader_id FROM buyer_read").all()
+
+    wait_for(lambda: reads() == [(key["staff-r"], "staff-r")], 20, "the read to be stored", reads)
+    wait_for(lambda: fake_dingtalk.read_queries.count(key["staff-n"]) == 3, 20, "three checks of the unread message")
+    time.sleep(2.5)  # more than two intervals: the schedule has ended
+    assert fake_dingtalk.read_queries.count(key["staff-n"]) == 3
+    assert fake_dingtalk.read_queries.count(key["staff-r"]) <= 3

@@ -31,6 +31,7 @@ class DingTalkTransport:
         self._settings = settings
         self._credentials = credentials
         self.api = api or DingTalkOpenAPI(settings)
+        self.read_status_schedule = (settings.read_status_checks, int(settings.read_status_interval_s * 1000))
 
     def send(self, message: OutboundSend) -> SendReceipt:
         return self.api.send(self._credentials(message.account_id), message)
