@@ -18,6 +18,10 @@ import pytest
 import redis
 
 from config import Settings, load_settings
+from runtime.accounts import AccountSpec, create_account
+from runtime.credentials import save_credentials
+from runtime.routes import RouteSpec, create_route
+from transports.dingtalk import DingTalkCredentials
 
 REDIS_TEST_DB = 11
 
@@ -92,3 +96,18 @@ def broker_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def settings(tmp_path: Path, broker_url: str) -> Settings:
     return load_settings(data_dir=tmp_path / "var", broker_url=broker_url)
+
+
+@pytest.fixture
+def ding(store, fake_dingtalk) -> str:
+    """Account `ding`: the fake DingTalk's robot with its credentials and a direct route."""
+    create_account(store, AccountSpec(id="ding", platform="dingtalk", identity=fake_dingtalk.robot_code))
+    credentials = DingTalkCredentials(
+        client_id=fake_dingtalk.client_id,
+        client_secret=fake_dingtalk.client_secret,
+        robot_code=fake_dingtalk.robot_code,
+    )
+    with store.write() as conn:
+        save_credentials(conn, "ding", credentials.storable())
+    create_route(store, RouteSpec(id="ding-direct", account_id="ding", conversation_type="direct"), op_id="op-dd")
+    return "ding"

@@ -11,12 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.accounts import AccountSpec, create_account, load_account
-from runtime.credentials import save_credentials
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts import load_account
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.integration.helpers import wait_for, worker_env
-from transports.dingtalk import DingTalkCredentials
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
 
@@ -24,20 +21,6 @@ pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
 
 ACCOUNT = "ding"
 QUESTIONS = ["什么时候发货", "可以开发票吗", "有优惠券吗", "可以退货吗", "发什么快递"]
-
-
-@pytest.fixture
-def ding(store, fake_dingtalk) -> str:
-    create_account(store, AccountSpec(id=ACCOUNT, platform="dingtalk", identity=fake_dingtalk.robot_code))
-    credentials = DingTalkCredentials(
-        client_id=fake_dingtalk.client_id,
-        client_secret=fake_dingtalk.client_secret,
-        robot_code=fake_dingtalk.robot_code,
-    )
-    with store.write() as conn:
-        save_credentials(conn, ACCOUNT, credentials.storable())
-    create_route(store, RouteSpec(id="ding-direct", account_id=ACCOUNT, conversation_type="direct"), op_id="op-dd")
-    return ACCOUNT
 
 
 @pytest.fixture

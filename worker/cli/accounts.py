@@ -181,13 +181,34 @@ def listen() -> None:
     from worker.listeners import build_supervisor
 
     open_store()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     supervisor = build_supervisor(app, observe=lambda change: console.print(change.describe(), soft_wrap=True))
     supervisor.start()
     console.print("listening; Ctrl-C stops")
-    while not stop.wait(0.5):
-        pass
+    _until_stopped()
     supervisor.stop()
     console.print("listeners stopped")
+
+
+@cli.command("dingtalk-callback")
+def dingtalk_callback(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: any free one)")] = 8080,
+) -> None:
+    """Receive DingTalk HTTP-callback robots at POST /dingtalk/<account id>, verified with the
+    account's app secret, and publish them like Stream messages (until Ctrl-C or SIGTERM)."""
+    from worker.callback_server import CallbackServer
+    from worker.listeners import broker_publisher
+
+    server = CallbackServer(open_store(), broker_publisher(app), host, port).start()
+    console.print(f"receiving DingTalk callbacks at http://{host}:{server.port}/dingtalk/<account id>; Ctrl-C stops")
+    _until_stopped()
+    server.stop()
+    console.print("callback receiver stopped")
+
+
+def _until_stopped() -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
