@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
 from runtime.errors import AccountUnknown, KefuError
+from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import Account
@@ -53,20 +54,21 @@ def load_account(conn: Connection, account_id: str) -> Account | None:
 
 
 def require_account(conn: Connection, account_id: str) -> Account:
+    """A live (not deleted) account."""
     account = load_account(conn, account_id)
-    if account is None:
+    if account is None or account.deleted_at is not None:
         raise AccountUnknown(account_id)
     return account
 
 
 def list_accounts(store: DeliveryStore) -> list[Account]:
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT * FROM account ORDER BY id")).mappings()
+        rows = conn.execute(sql("SELECT * FROM account WHERE deleted_at IS NULL ORDER BY id")).mappings()
         return [Account.model_validate(dict(row)) for row in rows]
 
 
 def account_ids(conn: Connection) -> list[str]:
-    return list(conn.execute(sql("SELECT id FROM account ORDER BY id")).scalars())
+    return list(conn.execute(sql("SELECT id FROM account WHERE deleted_at IS NULL ORDER BY id")).scalars())
 
 
 def account_is_live(account: Account) -> bool:
@@ -97,3 +99,32 @@ def set_connection_intent(store: DeliveryStore, account_id: str, intent: Literal
             {"i": intent, "a": account_id},
         )
         return account.revision + 1
+
+
+def delete_account(store: DeliveryStore, account_id: str, expected_revision: int, op_id: str) -> int:
+    """Delete an account as of the revision the operator saw: its listener stops (it is no
+    longer connected), its routes and credentials go, its history stays with a tombstone, and
+    its platform identity may be added again. Returns the tombstone's revision."""
+    with store.write() as conn:
+
+        def delete() -> dict:
+            account = require_account(conn, account_id)
+            if account.revision != expected_revision:
+                raise KefuError(
+                    "KEFU_REVISION_CONFLICT",
+                    f"account {account_id!r} is at revision {account.revision}, not {expected_revision}",
+                    "look at the account again and retry with its current revision",
+                )
+            at = now_ms()
+            conn.execute(
+                sql(
+                    "UPDATE account SET deleted_at = :at, connection_intent = 'disconnected',"
+                    " identity = identity || '#deleted:' || :at, revision = revision + 1 WHERE id = :a"
+                ),
+                {"at": at, "a": account_id},
+            )
+            conn.execute(sql("DELETE FROM route WHERE account_id = :a"), {"a": account_id})
+            conn.execute(sql("DELETE FROM credential WHERE account_id = :a"), {"a": account_id})
+            return {"revision": account.revision + 1}
+
+        return run_once(conn, op_id, "account.delete", delete)["revision"]

@@ -73,7 +73,10 @@ def _body(message: InboundMessage) -> str:
 def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -> IngestResult:
     """Persist a validated page. Idempotent: replaying a page changes nothing already committed."""
     with store.raw() as db:
-        if db.execute("SELECT 1 FROM account WHERE id = ?", (page.account_id,)).fetchone() is None:
+        if (
+            db.execute("SELECT 1 FROM account WHERE id = ? AND deleted_at IS NULL", (page.account_id,)).fetchone()
+            is None
+        ):
             raise KefuError(
                 "KEFU_ACCOUNT_UNKNOWN",
                 f"page {page.page_op_id} names account {page.account_id!r}, which does not exist",

@@ -89,7 +89,12 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
     with store.write() as conn:
 
         def create() -> dict:
-            if conn.execute(sql("SELECT 1 FROM account WHERE id = :a"), {"a": spec.account_id}).first() is None:
+            if (
+                conn.execute(
+                    sql("SELECT 1 FROM account WHERE id = :a AND deleted_at IS NULL"), {"a": spec.account_id}
+                ).first()
+                is None
+            ):
                 raise KefuError("KEFU_ACCOUNT_UNKNOWN", f"no account {spec.account_id!r}", "create the account first")
             if load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")

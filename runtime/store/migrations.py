@@ -307,5 +307,11 @@ V10 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10)
+V11 = Migration(
+    11,
+    "deleted accounts stay as tombstones: their history keeps pointing at them",
+    ("ALTER TABLE account ADD COLUMN deleted_at INTEGER",),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -21,6 +21,7 @@ class Account(SQLModel, table=True):
     last_error: str | None = None
     simulated: bool = False
     created_at: int
+    deleted_at: int | None = None  # a tombstone: routes and credentials are gone, history stays
 
 
 class Route(SQLModel, table=True):

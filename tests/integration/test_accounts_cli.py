@@ -73,3 +73,8 @@ def test_an_operator_adds_a_dingtalk_robot_and_its_routes(kefu, fake_dingtalk):
 
     assert "account ding: disconnected (revision 2)" in kefu("accounts", "pause", "ding").stdout
     assert "account ding: connected (revision 3)" in kefu("accounts", "resume", "ding").stdout
+    stale = kefu("accounts", "delete", "ding", "--revision", "1")
+    assert stale.returncode == 2 and "KEFU_REVISION_CONFLICT" in stale.stdout
+    assert "account ding deleted" in kefu("accounts", "delete", "ding").stdout
+    assert json.loads(kefu("accounts", "list", "--json").stdout) == []
+    assert json.loads(kefu("routes", "list", "--json").stdout) == []

@@ -78,3 +78,36 @@ def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
     create_route(store, RouteSpec(id="r2", account_id=shop, conversation_type="direct", peer_id="p"), op_id="op-r")
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
         replayed_account(store, "op-r")
+
+
+def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_history(
+    store, shop, transport, platform
+):
+    from runtime.accounts import delete_account, listening_accounts, set_connection_intent
+    from runtime.ingest import ingest_page
+    from runtime.routes import list_routes
+
+    ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")]))
+    with store.write() as conn:
+        from runtime.credentials import save_credentials
+
+        save_credentials(conn, shop, {"secret": "x"})
+    set_connection_intent(store, shop, "disconnected")  # revision 2
+    with pytest.raises(KefuError, match="KEFU_REVISION_CONFLICT"):
+        delete_account(store, shop, 1, "op-del")
+    assert delete_account(store, shop, 2, "op-del") == 3
+    assert delete_account(store, shop, 2, "op-del") == 3  # replayed
+    assert list_accounts(store) == [] and list_routes(store, shop) == []
+    with pytest.raises(KefuError, match="KEFU_CREDENTIALS_MISSING"):
+        load_credentials(store, shop)
+    with store.read() as conn:
+        assert listening_accounts(conn) == []
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1  # history stays
+    with pytest.raises(KefuError, match="KEFU_ACCOUNT_UNKNOWN"):
+        ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "还在吗")]))
+    with pytest.raises(KefuError, match="KEFU_ACCOUNT_UNKNOWN"):
+        set_connection_intent(store, shop, "connected")
+    # The same seller can be added again, under a new id.
+    setups = AccountSetups(ttl_ms=300_000)
+    again = AccountSpec(id="shop-2", platform="simulator", identity="seller-1")
+    assert setups.confirm(store, setups.preview(store, again, {}, ok).setup_id, "op-again").identity == "seller-1"

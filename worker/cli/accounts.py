@@ -212,3 +212,21 @@ def _until_stopped() -> None:
         signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(0.5):
         pass
+
+
+@accounts.command()
+def delete(
+    account: str,
+    revision: Annotated[int | None, typer.Option(help="the revision you looked at (default: the current one)")] = None,
+    op_id: OpId = None,
+) -> None:
+    """Delete an account: its listener stops, its routes and credentials go, its history stays."""
+    from runtime.accounts import delete_account, require_account
+
+    store = open_store()
+    with operator_errors():
+        if revision is None:
+            with store.read() as conn:
+                revision = require_account(conn, account).revision
+        delete_account(store, account, revision, op_id or f"account-delete-{uuid.uuid4().hex[:12]}")
+    console.print(f"account {account} deleted; its history stays")
