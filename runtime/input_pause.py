@@ -74,13 +74,29 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
     return PauseState(scope=scope, paused_at=paused_at)
 
 
-def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[dict]:
-    """Lift the pause (idempotent) and return the held pages of its scope, oldest first, to be
-    published again."""
+class Resumed(BaseModel):
+    """What the pause held back: pages to publish again, oldest first, and customers whose
+    committed input the pause kept from admission (to admit now)."""
+
+    pages: list[dict]
+    customers: list[int]
+
+
+def resume_input(store: DeliveryStore, account_id: str | None = None) -> Resumed:
+    """Lift the pause (idempotent) and say what to pick up again in its scope."""
     scope = _scope(account_id)
     with store.write() as conn:
         conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": scope})
-    return held_pages(store, account_id)
+        customers = conn.execute(
+            sql(
+                "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
+                " AND sender_role IN ('external', 'human-native') AND (:a IS NULL OR account_id = :a)"
+                " ORDER BY customer_id"
+            ),
+            {"a": account_id},
+        ).scalars()
+        waiting = list(customers)
+    return Resumed(pages=held_pages(store, account_id), customers=waiting)
 
 
 def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict]:

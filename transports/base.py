@@ -69,6 +69,9 @@ class Transport(Protocol):
         """Open a listening connection for the account, resuming after the committed cursor
         where the platform has one. Raises runtime.listener_policy.ListenerFailure."""
 
+    def close(self) -> None:
+        """Release what the transport holds (HTTP connection pools); listeners close their own."""
+
 
 @runtime_checkable
 class ReadStatusQueries(Protocol):

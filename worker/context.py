@@ -5,6 +5,7 @@ Built lazily in each worker process (never before a fork), and once per app.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,7 +61,10 @@ class WorkerRuntime:
         )
         dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
         wangwang = WangwangTransport(self._credentials(WangwangCredentials), self.settings.wangwang.timeout_s)
-        return {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
+        built: dict[str, Transport] = {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
+        for transport in built.values():
+            atexit.register(transport.close)
+        return built
 
     def _credentials(self, model: type[Secrets]) -> Callable[[str], Secrets]:
         """An account's stored credentials, validated as the transport's model."""
@@ -89,8 +93,13 @@ class WorkerRuntime:
             return self.transport(require_account(conn, account_id).platform)
 
     def check(self) -> None:
-        """Fail startup early: open the store (migrate, check PRAGMAs), load the agent."""
+        """Fail startup early: open the store (migrate, check PRAGMAs), load the agent.
+
+        The store's connections are closed again: the worker forks its pool and its embedded
+        beat after this, and SQLite must never be open across a fork (a child would inherit the
+        parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider
+        self.store.close()
 
 
 def runtime_for(app: Celery) -> WorkerRuntime:

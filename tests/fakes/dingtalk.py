@@ -70,6 +70,7 @@ class FakeDingTalk:
     uploads: list[int] = field(default_factory=list)  # sizes of uploaded media bodies
     read: dict[str, dict[str, int]] = field(default_factory=dict)  # process key -> user -> read at
     read_queries: list[str] = field(default_factory=list)  # process keys asked about
+    prompt_readers: set[str] = field(default_factory=set)  # users who read every message at once
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -145,7 +146,7 @@ class FakeDingTalk:
                 self._unacked[frame["headers"]["messageId"]] = Delivery(frame)
         self._call(self._flush)
 
-    def push_raw(self, frame: dict[str, Any]) -> None:
+    def push_raw(self, frame: Any) -> None:
         self._call(lambda: self._send(frame))
 
     def ping(self) -> None:
@@ -305,7 +306,7 @@ class FakeDingTalk:
         sent = next((s for s in self.sends if s.process_query_key == key), None)
         if sent is None:
             return 400, {"code": "invalidParameter.processQueryKey", "message": "unknown key"}
-        readers = self.read.get(key, {})
+        readers = self.read.get(key, {}) | {u: int(time.time() * 1000) for u in self.prompt_readers}
         infos = [
             {"userId": u, "readStatus": "READ" if u in readers else "UNREAD", "readTimestamp": readers.get(u, 0)}
             for u in sent.user_ids

@@ -91,6 +91,10 @@ class FakeWangwangBridge:
         )
         return message_id
 
+    def push_message(self, item: dict[str, Any]) -> None:
+        """Any message item as the bridge would serve it (a bridge bug included)."""
+        self._append("message", item)
+
     def buyer_reads(self, message_id: str) -> None:
         sent = next(s for s in self.sends if s.message_id == message_id)
         self._append(

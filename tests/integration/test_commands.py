@@ -228,7 +228,7 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     assert paused.returncode == 0 and "drained: no page or turn in flight" in paused.stdout
     conflict = _kefu(tmp_path, "pause-input", "--account", "demo-shop", **demo_dir)
     assert conflict.returncode == 2 and "KEFU_INPUT_PAUSE_CONFLICT" in conflict.stdout
-    assert "0 held page(s)" in _kefu(tmp_path, "resume-input", **demo_dir).stdout
+    assert "0 held page(s), 0 customer(s) to admit" in _kefu(tmp_path, "resume-input", **demo_dir).stdout
 
     # A send that timed out before reaching the platform stays result-unknown until an operator acts.
     lost = _kefu(
@@ -267,3 +267,10 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     ]:
         refused = _kefu(tmp_path, *args, **demo_dir)
         assert refused.returncode == 2 and code in refused.stdout, (args, refused.stdout + refused.stderr)
+
+
+def test_listen_refuses_a_prefork_pool_with_a_clear_error(tmp_path):
+    env = {**os.environ, "KEFU_DATA_DIR": str(tmp_path / "var"), "KEFU_BROKER_URL": "embedded"}
+    command = [sys.executable, "-m", "celery", "-A", "worker", "worker", "-P", "prefork", "-c", "2", "--listen"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "KEFU_LISTEN_NEEDS_SOLO_OR_THREADS" in done.stdout + done.stderr

@@ -141,11 +141,11 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
 
 
 def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_store(fake_dingtalk, worker, store):
+    fake_dingtalk.prompt_readers = {"staff-r"}
     fake_dingtalk.buyer_says("staff-r", "可以开发票吗")
     fake_dingtalk.buyer_says("staff-n", "什么时候发货")
     wait_replies(fake_dingtalk, ["staff-r", "staff-n"])
     key = {send.user_ids[0]: send.process_query_key for send in fake_dingtalk.sends}
-    fake_dingtalk.mark_read(key["staff-r"], "staff-r")
 
     def reads() -> list[tuple[str, str]]:
         with store.read() as conn:
@@ -155,4 +155,23 @@ def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_sto
     wait_for(lambda: fake_dingtalk.read_queries.count(key["staff-n"]) == 3, 20, "three checks of the unread message")
     time.sleep(2.5)  # more than two intervals: the schedule has ended
     assert fake_dingtalk.read_queries.count(key["staff-n"]) == 3
-    assert fake_dingtalk.read_queries.count(key["staff-r"]) <= 3
+    assert fake_dingtalk.read_queries.count(key["staff-r"]) == 1  # read at the first check: no more
+
+
+def test_malformed_stream_frames_are_acknowledged_and_dropped_and_nothing_is_written(fake_dingtalk, worker, store):
+    frame = {
+        "specVersion": "1.0",
+        "type": "CALLBACK",
+        "headers": {"topic": "/v1.0/im/bot/messages/get", "messageId": "frame-bad-json"},
+        "data": "{not json",
+    }
+    fake_dingtalk.push_raw(frame)
+    fake_dingtalk.push({"msgId": "m-incomplete", "conversationType": "9"})  # fields missing or wrong
+    fake_dingtalk.push_raw("not even a frame")
+    fake_dingtalk.buyer_says("staff-ok", "什么时候发货")
+    wait_replies(fake_dingtalk, ["staff-ok"])
+    assert fake_dingtalk.unacked == 0  # refused for good: not redelivered forever
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1
+    with store.read() as conn:
+        assert load_account(conn, ACCOUNT).listener_state == "running"

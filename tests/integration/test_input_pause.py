@@ -33,8 +33,11 @@ def test_pause_and_drain_during_a_burst_then_resume_without_loss(settings, store
         assert all(created <= paused_at for created in admitted)  # nothing admitted after the pause
         assert len(held_pages(store)) + len(admitted) <= len(buyers)
 
-        for page in resume_input(store):
+        resumed = resume_input(store)
+        for page in resumed.pages:
             app.send_task("kefu.ingest.page", args=[page])
+        for customer in resumed.customers:  # committed before the pause, kept from admission by it
+            app.send_task("kefu.agent.admit", args=[customer])
         result = wait_all_answered(store, platform, shop, timeout_s=60)
     assert (result.buyer_messages, result.answered, result.duplicate_replies, result.lost) == (8, 8, 0, 0)
     assert held_pages(store) == []

@@ -158,3 +158,26 @@ def test_sends_are_idempotent_by_request_id_and_failures_are_classified(fake_wan
     assert found is not None and found.platform_message_id == fake_wangwang.sends[-1].message_id
     assert transport.query_send("ww", "never-sent") is None
     assert len(fake_wangwang.sends) == 2
+
+
+def test_a_malformed_message_from_the_bridge_is_refused_naming_the_field_and_nothing_is_written(
+    store, fake_wangwang, transport
+):
+    create_account(store, AccountSpec(id="ww", platform="wangwang", identity=fake_wangwang.seller_id))
+    fake_wangwang.push_message(  # a bridge bug: no sender_role
+        {
+            "message_id": "m-1",
+            "conversation_id": "conv-1",
+            "sender_id": BUYER,
+            "content_type": "text",
+            "text": "在吗",
+            "sent_at": 1,
+        }
+    )
+    with pytest.raises(GatewayFailure) as malformed:
+        transport.page_after("ww", None)
+    assert (malformed.value.stage, malformed.value.code) == ("no-answer", "WANGWANG_MALFORMED_ANSWER_messages")
+    with pytest.raises(ListenerFailure, match="WANGWANG_MALFORMED_ANSWER"):
+        transport.connect("ww", None).receive(1)
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 0

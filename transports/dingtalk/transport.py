@@ -42,6 +42,9 @@ class DingTalkTransport:
     def confirm(self, account_id: str, cursor: str) -> None:
         return None  # Stream messages are confirmed by their ACK
 
+    def close(self) -> None:
+        self.api.close()
+
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
         return None
 

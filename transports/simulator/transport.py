@@ -127,6 +127,9 @@ class SimulatorTransport:
     def confirm(self, account_id: str, cursor: str) -> None:
         return None  # the simulated platform keeps everything
 
+    def close(self) -> None:
+        return None
+
     def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
         received = self.far_side.received_by_ref(request_id)
         return SendReceipt(platform_message_id=received.platform_message_id) if received else None

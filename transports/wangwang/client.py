@@ -47,6 +47,9 @@ class GatewayClient:
         self._timeout_s = timeout_s
         self._http = http or httpx.Client(timeout=timeout_s)
 
+    def close(self) -> None:
+        self._http.close()
+
     def call(
         self,
         credentials: WangwangCredentials,

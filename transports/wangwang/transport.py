@@ -128,6 +128,9 @@ class WangwangTransport:
             raise ListenerFailure(failure.kefu_code, authorization=failure.authorization) from None
         return PollingConnection(self, account_id, cursor)
 
+    def close(self) -> None:
+        self.client.close()
+
     def check_identity(self, credentials: WangwangCredentials) -> Identity:
         """The bridge must accept the credentials and serve this very seller."""
         identity = self.client.call(credentials, "kefu.wangwang.identity.get", {}, Identity)

@@ -50,10 +50,12 @@ def resume_input_command(
     from runtime.input_pause import resume_input
 
     with operator_errors():
-        pages = resume_input(open_store(), account)
-    notes = {enqueue("kefu.ingest.page", page) for page in pages}
+        resumed = resume_input(open_store(), account)
+    notes = {enqueue("kefu.ingest.page", page) for page in resumed.pages}
+    notes |= {enqueue("kefu.agent.admit", customer) for customer in resumed.customers}
     console.print(
-        f"input resumed for {account or 'the whole host'}; {len(pages)} held page(s): {', '.join(notes) or '-'}"
+        f"input resumed for {account or 'the whole host'}; {len(resumed.pages)} held page(s),"
+        f" {len(resumed.customers)} customer(s) to admit: {', '.join(notes) or '-'}"
     )
 
 
