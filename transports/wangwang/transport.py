@@ -12,6 +12,7 @@ Outbound: `message.send` with kefu's request id as the bridge's idempotency key,
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -53,6 +54,12 @@ def _content(message: GatewayMessage) -> TextContent | ImageContent | Unsupporte
     return UnsupportedContent(platform_type=message.content_type)
 
 
+def page_op_id(cursor_before: str | None, cursor_after: str) -> str:
+    """Stable for the same page served again, and revealing neither cursor (they stay private)."""
+    digest = hashlib.sha256(f"{cursor_before or ''}\n{cursor_after}".encode()).hexdigest()
+    return f"ww-{digest[:32]}"
+
+
 def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> InboundPage | None:
     """The messages of one answer as a page (None when it has none)."""
     if not page.messages or not page.next_cursor:
@@ -80,7 +87,7 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
         account_id=account_id,
         stream_id=STREAM_ID,
         cursor=page.next_cursor,
-        page_op_id=f"ww-{cursor_before or 'start'}-{page.next_cursor}"[:256],
+        page_op_id=page_op_id(cursor_before, page.next_cursor),
         groups=list(groups.values()),
     )
 

@@ -6,6 +6,7 @@ is fetched again) and prunes consumed messages of the embedded broker.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from runtime.store.sql import sql
 from worker.broker import embedded_folders
 from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.options import RETRY_ON_BUSY
+
+log = logging.getLogger(__name__)
 
 PROCESSED_KEEP_S = 3600
 
@@ -32,7 +35,11 @@ def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
         transport = runtime.transports.get(platform)
         if transport is None:
             continue
-        page = transport.page_after(account_id, committed_cursor(runtime.store, account_id, transport.stream_id))
+        try:
+            page = transport.page_after(account_id, committed_cursor(runtime.store, account_id, transport.stream_id))
+        except Exception as error:  # one platform being down must not stop the others' catch-up
+            log.warning("catch-up of %s failed (%s)", account_id, getattr(error, "code", type(error).__name__))
+            continue
         if page is None:
             continue
         oldest = min(m.occurred_at for g in page.groups for m in g.messages)
