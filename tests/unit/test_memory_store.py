@@ -1,0 +1,37 @@
+"""The memory store: an archive plan commits all its folders or none, a retry is idempotent,
+and archived text round-trips through zstandard."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
+from runtime.memory.store import MemoryStore
+
+
+def planned() -> list[PlannedFolder]:
+    messages = [ArchivedMessage(role="user", text=f"第{n}个问题：订单A10{n}什么时候发货？", at_ms=n) for n in range(6)]
+    return plan_folders(messages, target_chars=40)
+
+
+def test_a_plan_commits_whole_and_a_retry_returns_the_same_folders(tmp_path):
+    store = MemoryStore(tmp_path / "memory.sqlite")
+    folders = planned()
+    first = store.commit_archive("customer-1", "plan-a", folders)
+    again = store.commit_archive("customer-1", "plan-a", folders)
+    assert first == again and len(first) == len(folders) > 1
+    assert all(f.alpha == 0 and f.beta == 0 and f.keywords == [] and not f.scored for f in first)
+    assert "".join(store.text(f.id) for f in first) == "".join(f.text for f in folders)
+    assert store.folders("customer-2") == [] and len(store.folders("customer-1")) == len(folders)
+
+
+def test_a_failure_midway_leaves_nothing(tmp_path):
+    store = MemoryStore(tmp_path / "memory.sqlite")
+    folders = planned()
+    broken = [*folders, folders[0]]  # the same seq twice: the insert fails on the last folder
+    with pytest.raises(sqlite3.IntegrityError):
+        store.commit_archive("customer-1", "plan-b", broken)
+    assert store.folders("customer-1") == []
+    assert len(store.commit_archive("customer-1", "plan-b", folders)) == len(folders)  # the retry succeeds
