@@ -44,6 +44,8 @@ CREATE TABLE IF NOT EXISTS folder (
     keywords TEXT NOT NULL DEFAULT '[]',
     scored INTEGER NOT NULL DEFAULT 0,
     score_source TEXT NOT NULL DEFAULT 'pending',
+    event TEXT,
+    reason TEXT,
     UNIQUE (plan_id, seq)
 );
 CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id);
@@ -65,6 +67,21 @@ class Folder(BaseModel):
     keywords: list[str]
     scored: bool
     score_source: str
+    event: str | None = None
+    reason: str | None = None
+
+
+class Score(BaseModel):
+    """A folder's judged values, ready to write."""
+
+    folder_id: str
+    alpha: float
+    beta: float
+    keywords: list[str]
+    source: str  # llm | heuristic
+    event_given: bool = False  # False: leave the folder's event as it is
+    event: str | None = None
+    reason: str | None = None
 
 
 class MemoryStore:
@@ -133,6 +150,36 @@ class MemoryStore:
             .fetchall()
         )
         return [_folder(row) for row in rows]
+
+    def folder(self, folder_id: str) -> Folder | None:
+        row = self._connection().execute("SELECT * FROM folder WHERE id = ?", (folder_id,)).fetchone()
+        return _folder(row) if row else None
+
+    def events(self, scope: str) -> list[str]:
+        """The canonical event labels in use in a scope."""
+        rows = self._connection().execute(
+            "SELECT DISTINCT event FROM folder WHERE scope = ? AND event IS NOT NULL ORDER BY event", (scope,)
+        )
+        return [row[0] for row in rows]
+
+    def save_scores(self, scores: list[Score]) -> None:
+        """Write a judged batch in one transaction."""
+        with self._write() as db:
+            for s in scores:
+                db.execute(
+                    "UPDATE folder SET alpha = ?, beta = ?, keywords = ?, scored = 1, score_source = ?,"
+                    " event = CASE WHEN ? THEN ? ELSE event END, reason = ? WHERE id = ?",
+                    (
+                        s.alpha,
+                        s.beta,
+                        json.dumps(s.keywords, ensure_ascii=False),
+                        s.source,
+                        s.event_given,
+                        s.event,
+                        s.reason,
+                        s.folder_id,
+                    ),
+                )
 
     def text(self, folder_id: str) -> str:
         row = self._connection().execute("SELECT body FROM folder WHERE id = ?", (folder_id,)).fetchone()

@@ -1,0 +1,48 @@
+"""A deterministic scorer for folders no model scores: always under the `rules` agent, and as
+the fallback for a backlog the model leaves pending. It goes through `memory_judge`'s own
+validation, so its scores obey the same ranges and category rule."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from runtime.memory.judge import CATEGORY_MARKERS, JudgeResult, judge
+from runtime.memory.store import MemoryStore
+from runtime.memory.tokenize import tokens
+
+ROLE_WORDS = {"user", "assistant", "tool"}
+_FACTS = re.compile(r"\d{3,}|[省市区县路街号]|订单|地址|电话|手机|快递|退款|发票")
+FALLBACK_WORDS = ("对话", "客服", "记录")
+
+
+def alpha_of(text: str) -> float:
+    lowered = text.lower()
+    if any(marker in lowered for _, markers in CATEGORY_MARKERS for marker in markers):
+        return 0.7  # a preference, agreement or decision
+    if _FACTS.search(text):
+        return 0.5  # concrete facts: order numbers, addresses, amounts
+    return 0.2
+
+
+def keywords_of(text: str, title: str, count: int = 6) -> list[str]:
+    ranked = Counter(t for t in tokens(text) if t not in ROLE_WORDS)
+    order = {t: i for i, t in reversed(list(enumerate(tokens(text))))}
+    words = sorted(ranked, key=lambda t: (-ranked[t], order[t]))[:count]
+    for extra in (*tokens(title), *FALLBACK_WORDS):
+        if len(words) >= 3:
+            break
+        if extra not in words and extra not in ROLE_WORDS:
+            words.append(extra)
+    return words
+
+
+def score_pending(store: MemoryStore, scope: str, limit: int = 100) -> JudgeResult:
+    pending = [folder for folder in store.folders(scope) if not folder.scored][:limit]
+    updates = []
+    for folder in pending:
+        text = store.text(folder.id)
+        updates.append(
+            {"id": folder.id, "alpha": alpha_of(text), "beta": 0.0, "keywords": keywords_of(text, folder.title)}
+        )
+    return judge(store, scope, {"updates": updates}, source="heuristic")
