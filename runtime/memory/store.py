@@ -49,6 +49,11 @@ CREATE TABLE IF NOT EXISTS folder (
     UNIQUE (plan_id, seq)
 );
 CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id);
+CREATE TABLE IF NOT EXISTS recall_state (
+    scope TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    saved_at INTEGER NOT NULL
+);
 """
 
 
@@ -180,6 +185,19 @@ class MemoryStore:
                         s.folder_id,
                     ),
                 )
+
+    def save_recall_state(self, scope: str, state: str) -> None:
+        """A snapshot (JSON) of the scope's recall state: block, lanes, round."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO recall_state (scope, state, saved_at) VALUES (?, ?, ?) ON CONFLICT (scope)"
+                " DO UPDATE SET state = excluded.state, saved_at = excluded.saved_at",
+                (scope, state, now_ms()),
+            )
+
+    def recall_state(self, scope: str) -> str | None:
+        row = self._connection().execute("SELECT state FROM recall_state WHERE scope = ?", (scope,)).fetchone()
+        return row[0] if row else None
 
     def text(self, folder_id: str) -> str:
         row = self._connection().execute("SELECT body FROM folder WHERE id = ?", (folder_id,)).fetchone()

@@ -1,0 +1,120 @@
+"""Recall: which scored folders a buyer's message brings back (SPEC 5, FAIR-DRI).
+
+Candidates come from lexical matching over each folder's full archived text (BM25 with the
+CJK-aware tokenizer), with the model's keywords, the title and the event label as extra
+signal; keywords match both ways (a folder keyword inside the message, a message token inside
+a multi-word keyword). Unscored folders never recall.
+
+Selection is deterministic: priority σ = (alpha desc, created asc, id asc). Each round has a
+quota k (default 10). r = 2 rotation slots are kept for low-alpha matches (alpha < 0.6), taken
+in σ order after a per-scope lane cursor that persists, so a low-alpha memory that keeps
+matching comes back within ⌈L / r⌉ rounds whatever number of high-alpha matches flood in. The
+other k − r slots take high-alpha matches in σ order, so up to k − r matched high-alpha
+memories appear in the same round. Unused slots of one lane go to the other. Folders already
+in the recall block are not picked again. There is no randomness: the same store, state and
+query give the same picks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from runtime.memory.store import Folder, MemoryStore
+from runtime.memory.tokenize import tokens
+
+HIGH_ALPHA = 0.6
+K1, B = 1.2, 0.75
+KEYWORD_BONUS = 2.0
+TITLE_EVENT_BONUS = 0.5
+
+
+def sigma(folder: Folder) -> tuple[float, int, str]:
+    return (-folder.alpha, folder.created_at, folder.id)
+
+
+@dataclass
+class RecallIndex:
+    folders: dict[str, Folder]
+    postings: dict[str, dict[str, int]]  # term -> folder id -> term frequency
+    lengths: dict[str, int]
+    extra: dict[str, set[str]]  # folder id -> title and event tokens
+    average_length: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.average_length = sum(self.lengths.values()) / len(self.lengths) if self.lengths else 0.0
+
+    @classmethod
+    def build(cls, store: MemoryStore, scope: str) -> RecallIndex:
+        folders = {f.id: f for f in store.folders(scope) if f.scored}
+        postings: dict[str, dict[str, int]] = {}
+        lengths: dict[str, int] = {}
+        extra: dict[str, set[str]] = {}
+        for folder_id, folder in folders.items():
+            terms = tokens(store.text(folder_id))
+            lengths[folder_id] = len(terms)
+            for term, count in Counter(terms).items():
+                postings.setdefault(term, {})[folder_id] = count
+            extra[folder_id] = set(tokens(f"{folder.title} {folder.event or ''}"))
+        return cls(folders, postings, lengths, extra)
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Folders matching the query, with their lexical score."""
+        terms = set(tokens(query))
+        lowered = query.lower()
+        n = len(self.folders)
+        found: dict[str, float] = {}
+        for term in terms:
+            posting = self.postings.get(term, {})
+            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
+            for folder_id, tf in posting.items():
+                norm = K1 * (1 - B + B * self.lengths[folder_id] / (self.average_length or 1))
+                found[folder_id] = found.get(folder_id, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
+        for folder_id, folder in self.folders.items():
+            bonus = 0.0
+            for keyword in folder.keywords:
+                if keyword in lowered or (" " in keyword and any(len(t) > 1 and t in keyword for t in terms)):
+                    bonus += KEYWORD_BONUS
+            bonus += TITLE_EVENT_BONUS * len(terms & self.extra[folder_id])
+            if bonus:
+                found[folder_id] = found.get(folder_id, 0.0) + bonus
+        return found
+
+
+class RecallState(BaseModel):
+    """What recall remembers between rounds (snapshotted with the scope)."""
+
+    round: int = 0
+    low_cursor: tuple[float, int, str] | None = None  # σ of the last low-alpha pick
+    block: list[str] = []  # folder ids in the recall block now
+
+
+def save_state(store: MemoryStore, scope: str, state: RecallState) -> None:
+    store.save_recall_state(scope, state.model_dump_json())
+
+
+def load_state(store: MemoryStore, scope: str) -> RecallState:
+    """The scope's recall state as last saved (a fresh one if none), e.g. after a restart."""
+    saved = store.recall_state(scope)
+    return RecallState.model_validate_json(saved) if saved else RecallState()
+
+
+def select(
+    index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
+) -> tuple[list[str], RecallState]:
+    """This round's picks (σ order within each lane: high first, then rotation) and the new state."""
+    matched = [index.folders[i] for i in index.scores(query) if i not in state.block]
+    high = sorted((f for f in matched if f.alpha >= HIGH_ALPHA), key=sigma)
+    low = sorted((f for f in matched if f.alpha < HIGH_ALPHA), key=sigma)
+    rotation = [f for f in low if state.low_cursor is None or sigma(f) > tuple(state.low_cursor)]
+    rotation += [f for f in low if f not in rotation]  # wrap around
+    low_slots = min(r, len(rotation), k)
+    high_picks = high[: k - low_slots]
+    low_picks = rotation[: k - len(high_picks)]
+    cursor = sigma(low_picks[-1]) if low_picks else state.low_cursor
+    picks = [f.id for f in high_picks] + [f.id for f in low_picks]
+    new_state = RecallState(round=state.round + 1, low_cursor=cursor, block=[*state.block, *picks])
+    return picks, new_state
