@@ -17,6 +17,7 @@ query give the same picks.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -106,15 +107,17 @@ def select(
     index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
 ) -> tuple[list[str], RecallState]:
     """This round's picks (σ order within each lane: high first, then rotation) and the new state."""
-    matched = [index.folders[i] for i in index.scores(query) if i not in state.block]
+    in_block = set(state.block)
+    matched = [index.folders[i] for i in index.scores(query) if i not in in_block]
     high = sorted((f for f in matched if f.alpha >= HIGH_ALPHA), key=sigma)
     low = sorted((f for f in matched if f.alpha < HIGH_ALPHA), key=sigma)
-    rotation = [f for f in low if state.low_cursor is None or sigma(f) > tuple(state.low_cursor)]
-    rotation += [f for f in low if f not in rotation]  # wrap around
+    cursor = tuple(state.low_cursor) if state.low_cursor is not None else None
+    start = bisect.bisect_right([sigma(f) for f in low], cursor) if cursor is not None else 0
+    rotation = low[start:] + low[:start]  # after the cursor, wrapping around
     low_slots = min(r, len(rotation), k)
     high_picks = high[: k - low_slots]
     low_picks = rotation[: k - len(high_picks)]
-    cursor = sigma(low_picks[-1]) if low_picks else state.low_cursor
+    cursor = sigma(low_picks[-1]) if low_picks else cursor
     picks = [f.id for f in high_picks] + [f.id for f in low_picks]
     new_state = RecallState(round=state.round + 1, low_cursor=cursor, block=[*state.block, *picks])
     return picks, new_state
