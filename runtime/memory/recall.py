@@ -18,6 +18,7 @@ query give the same picks.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,26 +42,34 @@ def sigma(folder: Folder) -> tuple[float, int, str]:
 class RecallIndex:
     folders: dict[str, Folder]
     postings: dict[str, dict[str, int]]  # term -> folder id -> term frequency
-    lengths: dict[str, int]
-    extra: dict[str, set[str]]  # folder id -> title and event tokens
-    average_length: float = field(init=False)
+    norms: dict[str, float]  # folder id -> BM25 length normaliser
+    keyword_folders: dict[str, list[str]]  # model keyword -> folders carrying it
+    extra_folders: dict[str, list[str]]  # title or event token -> folders
+    sigmas: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # folder id -> σ key
 
     def __post_init__(self) -> None:
-        self.average_length = sum(self.lengths.values()) / len(self.lengths) if self.lengths else 0.0
+        self.sigmas = {folder_id: sigma(folder) for folder_id, folder in self.folders.items()}
 
     @classmethod
     def build(cls, store: MemoryStore, scope: str) -> RecallIndex:
         folders = {f.id: f for f in store.folders(scope) if f.scored}
+        texts = store.texts(scope)
         postings: dict[str, dict[str, int]] = {}
         lengths: dict[str, int] = {}
-        extra: dict[str, set[str]] = {}
+        keyword_folders: dict[str, list[str]] = {}
+        extra_folders: dict[str, list[str]] = {}
         for folder_id, folder in folders.items():
-            terms = tokens(store.text(folder_id))
+            terms = tokens(texts[folder_id])
             lengths[folder_id] = len(terms)
             for term, count in Counter(terms).items():
                 postings.setdefault(term, {})[folder_id] = count
-            extra[folder_id] = set(tokens(f"{folder.title} {folder.event or ''}"))
-        return cls(folders, postings, lengths, extra)
+            for keyword in folder.keywords:
+                keyword_folders.setdefault(keyword, []).append(folder_id)
+            for token in set(tokens(f"{folder.title} {folder.event or ''}")):
+                extra_folders.setdefault(token, []).append(folder_id)
+        average = sum(lengths.values()) / len(lengths) if lengths else 1.0
+        norms = {i: K1 * (1 - B + B * length / (average or 1)) for i, length in lengths.items()}
+        return cls(folders, postings, norms, keyword_folders, extra_folders)
 
     def scores(self, query: str) -> dict[str, float]:
         """Folders matching the query, with their lexical score."""
@@ -72,16 +81,14 @@ class RecallIndex:
             posting = self.postings.get(term, {})
             idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
             for folder_id, tf in posting.items():
-                norm = K1 * (1 - B + B * self.lengths[folder_id] / (self.average_length or 1))
-                found[folder_id] = found.get(folder_id, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
-        for folder_id, folder in self.folders.items():
-            bonus = 0.0
-            for keyword in folder.keywords:
-                if keyword in lowered or (" " in keyword and any(len(t) > 1 and t in keyword for t in terms)):
-                    bonus += KEYWORD_BONUS
-            bonus += TITLE_EVENT_BONUS * len(terms & self.extra[folder_id])
-            if bonus:
-                found[folder_id] = found.get(folder_id, 0.0) + bonus
+                found[folder_id] = found.get(folder_id, 0.0) + idf * tf * (K1 + 1) / (tf + self.norms[folder_id])
+        for keyword, folder_ids in self.keyword_folders.items():
+            if keyword in lowered or (" " in keyword and any(len(t) > 1 and t in keyword for t in terms)):
+                for folder_id in folder_ids:
+                    found[folder_id] = found.get(folder_id, 0.0) + KEYWORD_BONUS
+        for term in terms:
+            for folder_id in self.extra_folders.get(term, ()):
+                found[folder_id] = found.get(folder_id, 0.0) + TITLE_EVENT_BONUS
         return found
 
 
@@ -108,16 +115,18 @@ def select(
 ) -> tuple[list[str], RecallState]:
     """This round's picks (σ order within each lane: high first, then rotation) and the new state."""
     in_block = set(state.block)
-    matched = [index.folders[i] for i in index.scores(query) if i not in in_block]
-    high = sorted((f for f in matched if f.alpha >= HIGH_ALPHA), key=sigma)
-    low = sorted((f for f in matched if f.alpha < HIGH_ALPHA), key=sigma)
+    keys = index.sigmas
+    matched = [keys[i] for i in index.scores(query) if i not in in_block]
+    high = heapq.nsmallest(k, (key for key in matched if -key[0] >= HIGH_ALPHA))
+    low = sorted(key for key in matched if -key[0] < HIGH_ALPHA)
     cursor = tuple(state.low_cursor) if state.low_cursor is not None else None
-    start = bisect.bisect_right([sigma(f) for f in low], cursor) if cursor is not None else 0
-    rotation = low[start:] + low[:start]  # after the cursor, wrapping around
+    start = bisect.bisect_right(low, cursor) if cursor is not None else 0
+    after = low[start : start + k]
+    rotation = after + low[: min(start, k - len(after))]  # after the cursor, then wrapping around
     low_slots = min(r, len(rotation), k)
     high_picks = high[: k - low_slots]
     low_picks = rotation[: k - len(high_picks)]
-    cursor = sigma(low_picks[-1]) if low_picks else cursor
-    picks = [f.id for f in high_picks] + [f.id for f in low_picks]
+    cursor = low_picks[-1] if low_picks else cursor
+    picks = [key[2] for key in high_picks] + [key[2] for key in low_picks]
     new_state = RecallState(round=state.round + 1, low_cursor=cursor, block=[*state.block, *picks])
     return picks, new_state

@@ -199,6 +199,12 @@ class MemoryStore:
         row = self._connection().execute("SELECT state FROM recall_state WHERE scope = ?", (scope,)).fetchone()
         return row[0] if row else None
 
+    def texts(self, scope: str) -> dict[str, str]:
+        """Every folder's archived text in a scope, read in one query."""
+        decompress = zstandard.ZstdDecompressor().decompress
+        rows = self._connection().execute("SELECT id, body FROM folder WHERE scope = ?", (scope,))
+        return {row[0]: decompress(row[1]).decode() for row in rows}
+
     def text(self, folder_id: str) -> str:
         row = self._connection().execute("SELECT body FROM folder WHERE id = ?", (folder_id,)).fetchone()
         if row is None:

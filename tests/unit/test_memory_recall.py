@@ -104,3 +104,16 @@ def test_the_recall_state_survives_a_restart_exactly(tmp_path):
         index, "尺码", state.model_copy(update=fresh)
     )
     assert load_state(restarted, "c2") == RecallState()
+
+
+def test_the_rotation_wraps_around_without_repeating_a_folder(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    high = archive(store, [f"退货政策{n}" for n in range(8)], "p-high")
+    score(store, high, 0.9, ["政策", "说明", "规定"])
+    low = archive(store, ["退货闲聊一", "退货闲聊二", "退货闲聊三"], "p-low")
+    score(store, low, 0.1, ["闲聊", "记录", "其他"])
+    index = RecallIndex.build(store, "c1")
+    first, state = select(index, "退货政策", RecallState())  # 8 high + 2 rotation slots: the cursor stops midway
+    assert set(first) == set(high) | set(low[:2])
+    second, _ = select(index, "闲聊", state.model_copy(update={"block": []}))  # only the low ones match
+    assert second == [low[2], low[0], low[1]]  # after the cursor, then wrapping around, each once
