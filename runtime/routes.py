@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import Connection
 
+from runtime.accounts import require_account
 from runtime.errors import KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
@@ -89,13 +90,7 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
     with store.write() as conn:
 
         def create() -> dict:
-            if (
-                conn.execute(
-                    sql("SELECT 1 FROM account WHERE id = :a AND deleted_at IS NULL"), {"a": spec.account_id}
-                ).first()
-                is None
-            ):
-                raise KefuError("KEFU_ACCOUNT_UNKNOWN", f"no account {spec.account_id!r}", "create the account first")
+            require_account(conn, spec.account_id)
             if load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
             row = Route(**spec.model_dump(), created_at=now_ms())

@@ -42,6 +42,7 @@ def build_provider(settings: Settings) -> ModelProvider:
 class WorkerRuntime:
     settings: Settings
     pid: int = field(default_factory=os.getpid)
+    _platforms: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def store(self) -> DeliveryStore:
@@ -88,9 +89,12 @@ class WorkerRuntime:
             ) from None
 
     def transport_of(self, account_id: str) -> Transport:
-        """The transport of the account's platform."""
-        with self.store.read() as conn:
-            return self.transport(require_account(conn, account_id).platform)
+        """The transport of the account's platform (read once per process: it never changes)."""
+        platform = self._platforms.get(account_id)
+        if platform is None:
+            with self.store.read() as conn:
+                platform = self._platforms[account_id] = require_account(conn, account_id).platform
+        return self.transport(platform)
 
     def check(self) -> None:
         """Fail startup early: open the store (migrate, check PRAGMAs), load the agent.

@@ -26,8 +26,9 @@ def alpha_of(text: str) -> float:
 
 
 def keywords_of(text: str, title: str, count: int = 6) -> list[str]:
-    ranked = Counter(t for t in tokens(text) if t not in ROLE_WORDS)
-    order = {t: i for i, t in reversed(list(enumerate(tokens(text))))}
+    found = [t for t in tokens(text) if t not in ROLE_WORDS]
+    ranked = Counter(found)
+    order = {t: i for i, t in reversed(list(enumerate(found)))}
     words = sorted(ranked, key=lambda t: (-ranked[t], order[t]))[:count]
     for extra in (*tokens(title), *FALLBACK_WORDS):
         if len(words) >= 3:

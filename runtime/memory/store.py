@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import zstandard
 from pydantic import BaseModel
 
 from runtime.memory.folders import PlannedFolder
-from runtime.store import now_ms
+from runtime.store import immediate, now_ms
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_plan (
@@ -107,16 +106,8 @@ class MemoryStore:
             self._local.db = db
         return db
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._connection())
 
     def commit_archive(self, scope: str, plan_id: str, folders: list[PlannedFolder]) -> list[Folder]:
         """All of the plan's folders, or none; the same plan again returns what it made."""

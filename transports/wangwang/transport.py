@@ -64,7 +64,8 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
     """The messages of one answer as a page (None when it has none)."""
     if not page.messages or not page.next_cursor:
         return None
-    groups: dict[str, ConversationGroup] = {}
+    grouped: dict[str, list[InboundMessage]] = {}
+    types: dict[str, str] = {}
     for m in page.messages:
         inbound = InboundMessage(
             platform_message_id=m.message_id,
@@ -78,17 +79,18 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
             direct_peer_id=m.sender_id if m.conversation_type == "direct" and m.sender_role == "buyer" else None,
             outbound_ref=m.client_ref,
         )
-        group = groups.get(m.conversation_id)
-        messages = [*(group.messages if group else []), inbound]
-        groups[m.conversation_id] = ConversationGroup(
-            conversation_id=m.conversation_id, conversation_type=m.conversation_type, messages=messages
-        )
+        grouped.setdefault(m.conversation_id, []).append(inbound)
+        types.setdefault(m.conversation_id, m.conversation_type)
+    groups = [
+        ConversationGroup(conversation_id=c, conversation_type=types[c], messages=messages)  # type: ignore[arg-type]
+        for c, messages in grouped.items()
+    ]
     return InboundPage(
         account_id=account_id,
         stream_id=STREAM_ID,
         cursor=page.next_cursor,
         page_op_id=page_op_id(cursor_before, page.next_cursor),
-        groups=list(groups.values()),
+        groups=groups,
     )
 
 
