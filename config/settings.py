@@ -132,6 +132,52 @@ class WangwangSettings(_Section):
     timeout_s: float = Field(10.0, gt=0, le=120)  # per gateway call (long polls get their wait on top)
 
 
+class RecallSettings(_Section):
+    """FAIR-DRI selection and the recall block's limits (SPEC 5)."""
+
+    first_gen_max: int = Field(10, ge=1, le=100)  # k: picks per round
+    rotation_slots: int = Field(2, ge=1, le=99)  # r: of k, kept for low-alpha memories
+    max_blocks: int = Field(20, ge=1, le=500)
+    max_chars: int = Field(8000, ge=200, le=1_000_000)
+    max_window_percent: int = Field(15, ge=1, le=90)
+
+    @model_validator(mode="after")
+    def _slots_within_quota(self) -> RecallSettings:
+        if self.rotation_slots >= self.first_gen_max:
+            raise ValueError("KEFU_MEMORY__RECALL__ROTATION_SLOTS must be less than KEFU_MEMORY__RECALL__FIRST_GEN_MAX")
+        return self
+
+
+class MemorySettings(_Section):
+    """The long-term memory engine (SPEC 5; percentages are of the context window)."""
+
+    enabled: bool = True
+    trigger_percent: int = Field(60, ge=10, le=95)  # archive after a turn that ended above this
+    compress_percent: int = Field(20, ge=1, le=90)  # share of used context to archive
+    release_target_percent: int = Field(50, ge=1, le=94)  # archive at least down to this
+    emergency_percent: int = Field(85, ge=10, le=99)  # archive inline before a model step above this
+    hard_limit_percent: int = Field(95, ge=10, le=500)  # still above after 2 archives: stop archiving
+    target_chunk_chars: int = Field(1200, ge=100, le=100_000)
+    max_folders_per_run: int = Field(500, ge=1, le=500)
+    small_window_tokens: int = Field(20_000, ge=0, le=10_000_000)
+    allow_small_window: bool = False  # archive even when the window is under small_window_tokens
+    default_window_tokens: int = Field(
+        128_000, ge=1000, le=10_000_000
+    )  # when KEFU_AGENT__CONTEXT_WINDOW_TOKENS is unset
+    heuristic_after_s: float = Field(600.0, ge=0, le=30 * 86_400)  # pending this long: the heuristic scores it
+    judge_task_items: int = Field(20, ge=1, le=100)  # pending folders listed for the model per request
+    recall: RecallSettings = RecallSettings()
+
+    @model_validator(mode="after")
+    def _ordered_lines(self) -> MemorySettings:
+        if not self.release_target_percent < self.trigger_percent <= self.emergency_percent:
+            raise ValueError(
+                "need KEFU_MEMORY__RELEASE_TARGET_PERCENT < KEFU_MEMORY__TRIGGER_PERCENT"
+                " <= KEFU_MEMORY__EMERGENCY_PERCENT"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="KEFU_",
@@ -157,6 +203,7 @@ class Settings(BaseSettings):
     listener: ListenerSettings = ListenerSettings()
     dingtalk: DingTalkSettings = DingTalkSettings()
     wangwang: WangwangSettings = WangwangSettings()
+    memory: MemorySettings = MemorySettings()
 
     @classmethod
     def settings_customise_sources(
@@ -208,6 +255,14 @@ class Settings(BaseSettings):
     @property
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions" / self.shard
+
+    @property
+    def memory_path(self) -> Path:
+        return self.data_dir / f"memory-{self.shard}.sqlite"
+
+    @property
+    def memory_images_dir(self) -> Path:
+        return self.data_dir / "memory-images" / self.shard
 
     @property
     def simulator_path(self) -> Path:

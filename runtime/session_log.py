@@ -31,6 +31,8 @@ EventType = Literal[
     "tool/call",
     "tool/result",
     "im/message-read",
+    "memory/archive",
+    "memory/recall",
 ]
 
 

@@ -52,6 +52,7 @@ def make_app(settings: Settings) -> Celery:
         beat_schedule={
             "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},
             "checkpoint": {"task": "kefu.receipts.checkpoint", "schedule": settings.checkpoint.interval_ms / 1000},
+            "memory-backlog": {"task": "kefu.memory.score_backlog", "schedule": 60.0},
             "read-status": {
                 "task": "kefu.receipts.read_status",
                 "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),

@@ -16,11 +16,13 @@ from celery import Celery
 
 from config import Settings
 from runtime.accounts import require_account
+from runtime.agent.memory import MemoryEngine
 from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.credentials import load_credentials
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
+from runtime.memory.store import MemoryStore
 from runtime.store import DeliveryStore
 from transports.base import Transport
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
@@ -72,6 +74,21 @@ class WorkerRuntime:
         return lambda account_id: model.model_validate(load_credentials(self.store, account_id))
 
     @cached_property
+    def memory(self) -> MemoryEngine | None:
+        settings = self.settings
+        if not settings.memory.enabled:
+            return None
+        return MemoryEngine(
+            store=MemoryStore(settings.memory_path),
+            settings=settings.memory,
+            window_tokens=settings.agent.context_window_tokens or settings.memory.default_window_tokens,
+            zone=settings.zone,
+            model_scores=settings.agent.provider != "rules",
+            images_dir=settings.memory_images_dir,
+            attachments_dir=settings.agent.attachments_dir,
+        )
+
+    @cached_property
     def checkpoint_sink(self) -> CheckpointSink:
         return build_sink(self.settings.checkpoint)
 
@@ -102,8 +119,10 @@ class WorkerRuntime:
         The store's connections are closed again: the worker forks its pool and its embedded
         beat after this, and SQLite must never be open across a fork (a child would inherit the
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
-        _ = self.store, self.provider
+        _ = self.store, self.provider, self.memory
         self.store.close()
+        if self.memory is not None:
+            self.memory.store.close()
 
 
 def runtime_for(app: Celery) -> WorkerRuntime:

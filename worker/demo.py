@@ -9,8 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from config import load_settings
+from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
+from runtime.memory.report import report as memory_report
+from runtime.memory.store import MemoryStore
 from runtime.routes import RouteSpec, create_route
 from runtime.status import is_quiet
 from runtime.store import DeliveryStore
@@ -33,6 +35,11 @@ SCRIPT: list[tuple[str, list[str]]] = [
     ("b2", ["能用花呗分期吗？"]),
     ("b3", ["好的，谢谢"]),
     ("b2", ["好的，谢谢"]),
+    # 张三 comes back: with a small context window his oldest turns are archived into memory,
+    # and the last question recalls them into the agent's system prompt.
+    ("b1", ["订单A10086的收货地址是杭州市西湖区文三路100号，以后都发顺丰"]),
+    ("b1", ["枕套是什么面料的？"]),
+    ("b1", ["之前问的快递，改发顺丰要补多少运费？"]),
 ]
 
 
@@ -68,9 +75,27 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
             app.send_task("kefu.ingest.page", args=[first_page.model_dump(mode="json")])
             _wait_answered(store, platform)
             seen_sends = _print_replies(platform, seen_sends, console)
+        _wait_scored(settings)
     finally:
         worker.stop()
+    _print_memory(settings, console)
     return audit(store, platform, ACCOUNT)
+
+
+def _print_memory(settings: Settings, console: Console) -> None:
+    """What the memory engine did (it archives only when the context window is small enough
+    to fill, e.g. KEFU_AGENT__CONTEXT_WINDOW_TOKENS=1000 KEFU_MEMORY__ALLOW_SMALL_WINDOW=true)."""
+    if not settings.memory_path.exists():
+        return
+    rows = memory_report(settings.memory_path)
+    for row in rows:
+        console.print(
+            f"memory {row.scope}: {row.folders} folders archived, {row.heuristic} scored by the heuristic,"
+            f" {row.recalls} recalled into the system prompt",
+            highlight=False,
+        )
+    if rows:
+        console.print(f"[dim]inspect: KEFU_DATA_DIR={settings.data_dir} kefu memory show[/dim]", soft_wrap=True)
 
 
 def _wait_answered(store: DeliveryStore, platform: SimulatedPlatform, timeout_s: float = 20) -> None:
@@ -81,6 +106,15 @@ def _wait_answered(store: DeliveryStore, platform: SimulatedPlatform, timeout_s:
         if result.answered == result.buyer_messages and is_quiet(store):
             return
         time.sleep(0.05)
+
+
+def _wait_scored(settings: Settings, timeout_s: float = 10) -> None:
+    """Until the memory task has scored every archived folder (or time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while settings.memory_path.exists() and time.monotonic() < deadline:
+        if not MemoryStore(settings.memory_path).pending():
+            return
+        time.sleep(0.1)
 
 
 def _print_replies(platform: SimulatedPlatform, seen: int, console: Console) -> int:

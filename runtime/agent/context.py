@@ -11,7 +11,7 @@ from runtime.agent.model import AssistantReply, ChatMessage
 PER_MESSAGE_TOKENS = 4  # role and framing
 
 
-def _text_tokens(text: str) -> int:
+def text_tokens(text: str) -> int:
     # CJK ideographs are about one token each; other text about four characters per token.
     wide = sum(1 for ch in text if unicodedata.east_asian_width(ch) in ("W", "F"))
     return wide + math.ceil((len(text) - wide) / 4)
@@ -20,8 +20,8 @@ def _text_tokens(text: str) -> int:
 def estimate_tokens(messages: list[ChatMessage]) -> int:
     total = 0
     for message in messages:
-        total += PER_MESSAGE_TOKENS + _text_tokens(message.content)
-        total += sum(_text_tokens(c.name) + _text_tokens(c.arguments) for c in message.tool_calls)
+        total += PER_MESSAGE_TOKENS + text_tokens(message.content)
+        total += sum(text_tokens(c.name) + text_tokens(c.arguments) for c in message.tool_calls)
     return total
 
 

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Connection
 
+from runtime.agent.memory import SessionMemory
 from runtime.agent.model import ToolCall, ToolSpec
 from runtime.errors import KefuError
 from runtime.handling import is_current, pause_handling
@@ -56,19 +57,24 @@ class TurnBinding:
     session_id: str
     account_revision: int
     zone: ZoneInfo
+    turn_id: str = ""
     attachments: AttachmentPolicy | None = None  # None: the agent sends text only
     on_registered: Callable[[str], None] = lambda request_id: None
+    memory: SessionMemory | None = None  # None: the memory engine is off
 
 
-def request_id_for(session_id: str, tool_call_id: str) -> str:
-    """Re-running a recorded tool call derives the same id, so it can never send twice."""
-    return "auto-" + hashlib.sha256(f"{session_id}\x00{tool_call_id}".encode()).hexdigest()[:24]
+def request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
+    """Re-running a recorded tool call derives the same id, so it can never send twice. The
+    turn is part of the key: a provider may reuse call ids across turns (the rules agent's ids
+    count visible messages, and archiving shrinks that count)."""
+    key = f"{session_id}\x00{turn_id}\x00{tool_call_id}"
+    return "auto-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 Args = TypeVar("Args", bound=BaseModel)
 
 
-def _parse(call: ToolCall, model: type[Args]) -> Args | ToolOutcome:
+def parse_arguments(call: ToolCall, model: type[Args]) -> Args | ToolOutcome:
     """The tool's arguments, or the model-readable error to return instead."""
     try:
         return model.model_validate(json.loads(call.arguments or "{}"))
@@ -99,7 +105,7 @@ def _register_reply(
     Wangwang conversation without a known buyer registers the text as refused, unsent.
     """
     customer, batch = binding.customer, binding.batch
-    text_id = request_id_for(binding.session_id, call.id)
+    text_id = request_id_for(binding.session_id, binding.turn_id, call.id)
     common = {
         "customer_id": customer.id,
         "account_id": customer.account_id,
@@ -135,7 +141,7 @@ def _register_reply(
 
 
 def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    args = _parse(call, ImSendMessageArgs)
+    args = parse_arguments(call, ImSendMessageArgs)
     if isinstance(args, ToolOutcome):
         return args
     customer, batch = binding.customer, binding.batch
@@ -182,7 +188,7 @@ IM_QUERY_HISTORY = ToolSpec(
 
 
 def im_query_history(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    args = _parse(call, ImQueryHistoryArgs)
+    args = parse_arguments(call, ImQueryHistoryArgs)
     if isinstance(args, ToolOutcome):
         return args
     with binding.store.read() as conn:
@@ -206,7 +212,7 @@ IM_HANDOFF = ToolSpec(
 
 
 def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    args = _parse(call, ImHandoffArgs)
+    args = parse_arguments(call, ImHandoffArgs)
     if isinstance(args, ToolOutcome):
         return args
     pause_handling(binding.store, binding.customer.id, reason=f"handoff: {args.reason}")  # type: ignore[arg-type]
@@ -215,15 +221,16 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     )
 
 
-TOOLS: dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]] = {
+Tools = dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]]
+TOOLS: Tools = {
     IM_SEND_MESSAGE.name: (IM_SEND_MESSAGE, im_send_message),
     IM_QUERY_HISTORY.name: (IM_QUERY_HISTORY, im_query_history),
     IM_HANDOFF.name: (IM_HANDOFF, im_handoff),
 }
 
 
-def execute(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    entry = TOOLS.get(call.name)
+def execute(binding: TurnBinding, call: ToolCall, tools: Tools = TOOLS) -> ToolOutcome:
+    entry = tools.get(call.name)
     if entry is None:
-        return ToolOutcome(f"Error: unknown tool {call.name!r}; available: {', '.join(TOOLS)}", True)
+        return ToolOutcome(f"Error: unknown tool {call.name!r}; available: {', '.join(tools)}", True)
     return entry[1](binding, call)

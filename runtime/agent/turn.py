@@ -26,12 +26,15 @@ from runtime.admission import (
     revoke_batch,
 )
 from runtime.agent.context import context_use
-from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ChatMessage, ModelError, ModelProvider, ToolCall
+from runtime.agent.memory import MemoryEngine, SessionMemory, archive, context_tokens, judge_task, percent, recall
+from runtime.agent.memory_tools import MEMORY_TOOLS
+from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider
 from runtime.agent.tools import TOOLS, TurnBinding, execute
+from runtime.agent.view import model_view
 from runtime.handling import is_current
 from runtime.media import AttachmentPolicy
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
-from runtime.rendering import render_batch
+from runtime.rendering import RenderableMessage, content_text, render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
@@ -41,12 +44,12 @@ ROLE_SECTION = (
     "只有 im_send_message 工具的内容会发给顾客；你的普通文字只给店铺运营人员看。"
     "无法回答或顾客要求人工时，调用 im_handoff 转人工。"
 )
-MEMORY_SLOT = "[长期记忆]\n（暂无）"
 
 
 def system_prompt(persona: str) -> str:
-    """Sections: the configured persona, the one-conversation role, the memory block's slot."""
-    return "\n\n".join([persona, ROLE_SECTION, MEMORY_SLOT])
+    """The session's own sections: the configured persona and the one-conversation role. The
+    memory sections are added to the view at each model call (runtime.agent.view)."""
+    return "\n\n".join([persona, ROLE_SECTION])
 
 
 FOLLOW_UP_TEXT = FOLLOW_UP_PREFIX + " 上一轮处理被中断。请先检查工具结果，再回复顾客（已发送的内容不要重复发送）。"
@@ -60,6 +63,7 @@ class TurnResult:
     # "revoked": handling was paused after admission, so the batch never ran
     outcome: Literal["complete", "interrupted", "error", "revoked"]
     session_id: str | None
+    archive_due: bool = False  # the turn ended above the memory trigger: the memory task archives
 
 
 def session_path(sessions_dir: Path, session_id: str) -> Path:
@@ -101,24 +105,6 @@ def repair(log: SessionLog) -> bool:
     log.append("turn/end", turn=turn.turn, outcome="interrupted")
     log.flush()
     return True
-
-
-def model_view(events: list[SessionEvent]) -> list[ChatMessage]:
-    """What the model sees: messages and tool traffic; never attempts or lifecycle events."""
-    messages: list[ChatMessage] = []
-    for e in events:
-        if e.type == "system/message" and not messages:
-            messages.append(ChatMessage(role="system", content=e.text))
-        elif e.type == "user/message":
-            messages.append(ChatMessage(role="user", content=e.text))
-        elif e.type == "assistant/message":
-            calls = [ToolCall(**c) for c in getattr(e, "tool_calls", [])]
-            messages.append(ChatMessage(role="assistant", content=getattr(e, "text", ""), tool_calls=calls))
-        elif e.type == "tool/result":
-            messages.append(ChatMessage(role="tool", content=e.content, tool_call_id=e.call_id))
-        elif e.type == "im/message-read":
-            messages.append(ChatMessage(role="user", content=e.text))
-    return messages
 
 
 def deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone: ZoneInfo) -> None:
@@ -168,12 +154,14 @@ def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
     return session_id
 
 
-def call_model(provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings) -> AssistantReply | None:
+def call_model(
+    provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings, memory: SessionMemory | None = None
+) -> AssistantReply | None:
     """One model call with retries; each failed attempt is logged and never shown to the model.
     None when the model stayed unavailable."""
     for attempt in range(1, retry.max_attempts + 1):
         try:
-            view = model_view(log.all_events)
+            view = model_view(log.all_events, judge_task(memory))
             reply = provider.complete(view, tools)
             tokens, source = context_use(view, reply)
             return reply.model_copy(
@@ -197,6 +185,7 @@ def run_turn(
     agent: AgentSettings,
     on_registered: Callable[[str], None] = lambda request_id: None,
     attachments: AttachmentPolicy | None = None,
+    memory_engine: MemoryEngine | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease."""
     with store.read() as conn:
@@ -232,6 +221,9 @@ def run_turn(
     log.flush()
     with store.write() as conn:
         commit_batch(conn, batch.id)
+    memory = memory_engine.session(customer_id) if memory_engine else None
+    if memory is not None and not turns:
+        recall(log, memory, turn_id, buyer_text(lines))
 
     binding = TurnBinding(
         store=store,
@@ -240,12 +232,15 @@ def run_turn(
         session_id=session_id,
         account_revision=account.revision if account else 0,
         zone=zone,
+        turn_id=turn_id,
         attachments=attachments,
         on_registered=on_registered,
+        memory=memory,
     )
-    tools = [spec for spec, _ in TOOLS.values()]
+    available = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
+    tools = [spec for spec, _ in available.values()]
     outcome: Outcome = "error"
-    paused = unavailable = False
+    paused = unavailable = archived_inline = False
     # Flush points: requested tool calls before any starts, each start before it runs, results
     # before the next model call; a step without tools is flushed with the turn's end.
     for step in range(agent.max_steps):
@@ -255,7 +250,9 @@ def run_turn(
                 break
         log.append("step/start", turn=turn_id, step=step)
         deliver_reads(store, log, customer_id, zone)
-        reply = call_model(provider, log, tools, agent.openai)
+        if memory is not None:  # a step's tool output must not push the next call past the window
+            archived_inline |= archive(log, session_id, memory, memory.settings.emergency_percent).folders > 0
+        reply = call_model(provider, log, tools, agent.openai, memory)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
             outcome, unavailable = "interrupted", True
@@ -275,7 +272,7 @@ def run_turn(
         for call in reply.tool_calls:
             log.append("tool/call", call_id=call.id, name=call.name)
             log.flush()
-            result = execute(binding, call)
+            result = execute(binding, call, available)
             handed_off = handed_off or result.ends_turn
             log.append(
                 "tool/result",
@@ -296,4 +293,17 @@ def run_turn(
     if not unavailable:
         with store.write() as conn:
             (revoke_batch if paused else finish_batch)(conn, batch.id)
-    return TurnResult(batch.id, outcome, session_id)
+    # Above the trigger, or folders archived inline that want scoring: the memory task follows.
+    due = memory is not None and (
+        archived_inline or percent(context_tokens(log, memory), memory) > memory.settings.trigger_percent
+    )
+    return TurnResult(batch.id, outcome, session_id, archive_due=due)
+
+
+def buyer_text(lines: list[RenderableMessage]) -> str:
+    """What the buyer said in a batch: the query of the turn's recall (no labels or times)."""
+    return "\n".join(
+        content_text(m.content_type, m.body)
+        for m in lines
+        if m.sender_role not in ("human-console", "human-native", "ai")
+    )

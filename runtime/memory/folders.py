@@ -18,6 +18,7 @@ class ArchivedMessage(BaseModel):
     role: Literal["user", "assistant", "tool"]
     text: str
     at_ms: int = Field(ge=0)  # the message's own time: folders' event ranges come from these
+    headline: str | None = None  # what a title shows of it, when not its text (e.g. without labels)
 
 
 class PlannedFolder(BaseModel):
@@ -91,10 +92,10 @@ def _clean(text: str) -> str:
 def _title(draft: _Draft, messages: list[ArchivedMessage], seq: int) -> str:
     """The first user message of the folder; else the nearest earlier user message of the run
     (a folder that starts mid-turn); else the folder's first message; else 第N段对话."""
-    candidates = [_clean(m.text) for _, m in draft.messages if m.role == "user"]
+    candidates = [_clean(m.headline or m.text) for _, m in draft.messages if m.role == "user"]
     first_index = draft.messages[0][0]
-    candidates += [_clean(m.text) for m in reversed(messages[:first_index]) if m.role == "user"]
-    candidates.append(_clean(draft.messages[0][1].text))
+    candidates += [_clean(m.headline or m.text) for m in reversed(messages[:first_index]) if m.role == "user"]
+    candidates.append(_clean(draft.messages[0][1].headline or draft.messages[0][1].text))
     title = next((c for c in candidates if c), f"第{seq}段对话")
     return title[:TITLE_MAX]
 

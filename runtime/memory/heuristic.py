@@ -11,7 +11,14 @@ from runtime.memory.judge import CATEGORY_MARKERS, JudgeResult, judge
 from runtime.memory.store import MemoryStore
 from runtime.memory.tokenize import tokens
 
-ROLE_WORDS = {"user", "assistant", "tool"}
+# Labels and framing every archived text carries: never a folder's keyword.
+ROLE_WORDS = {"user", "assistant", "tool", "counterpart", "operator", "from", "console", "native", "reply", "text"}
+# Chinese function bigrams and service phrases too common to tell one memory from another.
+COMMON = set(
+    "什么 可以 已回 回复 顾客 我们 您的 请问 一下 没有 这个 那个 怎么 需要 就是 如果 可能 现在 时候 谢谢 好的 你好"
+    " 在吗 您好 的话 一个 还是 知道 不是 然后 但是 因为 所以 这样 那么 为什么 看看 帮您 请您 即可 之前 以后".split()
+)
+_NOISE = re.compile(r"^(\d{1,4}|\d{4}-\d{2}-\d{2})$")
 _FACTS = re.compile(r"\d{3,}|[省市区县路街号]|订单|地址|电话|手机|快递|退款|发票")
 FALLBACK_WORDS = ("对话", "客服", "记录")
 
@@ -26,7 +33,7 @@ def alpha_of(text: str) -> float:
 
 
 def keywords_of(text: str, title: str, count: int = 6) -> list[str]:
-    found = [t for t in tokens(text) if t not in ROLE_WORDS]
+    found = [t for t in tokens(text) if t not in ROLE_WORDS and t not in COMMON and not _NOISE.match(t)]
     ranked = Counter(found)
     order = {t: i for i, t in reversed(list(enumerate(found)))}
     words = sorted(ranked, key=lambda t: (-ranked[t], order[t]))[:count]
@@ -39,7 +46,7 @@ def keywords_of(text: str, title: str, count: int = 6) -> list[str]:
 
 
 def score_pending(store: MemoryStore, scope: str, limit: int = 100) -> JudgeResult:
-    pending = [folder for folder in store.folders(scope) if not folder.scored][:limit]
+    pending = [folder for folder in store.folders(scope) if not folder.scored or folder.review][:limit]
     updates = []
     for folder in pending:
         text = store.text(folder.id)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -52,16 +51,16 @@ class RecallIndex:
 
     @classmethod
     def build(cls, store: MemoryStore, scope: str) -> RecallIndex:
+        """From the stored index entries: the archived texts are tokenised once, at archive time."""
         folders = {f.id: f for f in store.folders(scope) if f.scored}
-        texts = store.texts(scope)
+        entries = store.index_entries(scope)
         postings: dict[str, dict[str, int]] = {}
         lengths: dict[str, int] = {}
         keyword_folders: dict[str, list[str]] = {}
         extra_folders: dict[str, list[str]] = {}
         for folder_id, folder in folders.items():
-            terms = tokens(texts[folder_id])
-            lengths[folder_id] = len(terms)
-            for term, count in Counter(terms).items():
+            lengths[folder_id], terms = entries.get(folder_id, (0, {}))
+            for term, count in terms.items():
                 postings.setdefault(term, {})[folder_id] = count
             for keyword in folder.keywords:
                 keyword_folders.setdefault(keyword, []).append(folder_id)

@@ -1,9 +1,10 @@
 """The memory store: one SQLite file per shard, folders per customer scope, archived text
-compressed with zstandard.
+compressed with zstandard, and each folder's index entry (its term counts) written with it.
 
 An archive plan commits all of its folders or none, in one transaction keyed by the plan id:
 retrying the same plan returns the folders it already made, and a crash leaves either the
 whole plan or nothing. Folders start pending (alpha 0, beta 0, no keywords, unscored).
+Telemetry rows carry counts and ids only, never archived text.
 """
 
 from __future__ import annotations
@@ -11,21 +12,29 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import Counter
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import zstandard
 from pydantic import BaseModel
 
+from runtime.errors import KefuError
 from runtime.memory.folders import PlannedFolder
+from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
 
+SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_plan (
     plan_id TEXT PRIMARY KEY,
     scope TEXT NOT NULL,
     folder_count INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL
+    committed_at INTEGER NOT NULL,
+    session_id TEXT,  -- where the archived events came from, when they came from a session log
+    from_seq INTEGER,
+    to_seq INTEGER
 );
 CREATE TABLE IF NOT EXISTS folder (
     id TEXT PRIMARY KEY,
@@ -45,9 +54,31 @@ CREATE TABLE IF NOT EXISTS folder (
     score_source TEXT NOT NULL DEFAULT 'pending',
     event TEXT,
     reason TEXT,
+    review INTEGER NOT NULL DEFAULT 0,  -- trimmed from a recall block: its scores want a second look
     UNIQUE (plan_id, seq)
 );
 CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id);
+CREATE TABLE IF NOT EXISTS index_entry (
+    folder_id TEXT PRIMARY KEY REFERENCES folder(id),
+    length INTEGER NOT NULL,  -- tokens in the folder's text
+    terms BLOB NOT NULL  -- zstd JSON {term: count}
+);
+CREATE TABLE IF NOT EXISTS folder_image (
+    folder_id TEXT NOT NULL REFERENCES folder(id),
+    name TEXT NOT NULL,
+    path TEXT NOT NULL,  -- a content-addressed file under the memory images folder
+    sha256 TEXT NOT NULL,
+    mime TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    PRIMARY KEY (folder_id, name)
+);
+CREATE TABLE IF NOT EXISTS telemetry (
+    id INTEGER PRIMARY KEY,
+    scope TEXT NOT NULL,
+    type TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS recall_state (
     scope TEXT PRIMARY KEY,
     state TEXT NOT NULL,
@@ -73,6 +104,30 @@ class Folder(BaseModel):
     score_source: str
     event: str | None = None
     reason: str | None = None
+    review: bool = False
+
+
+class ArchiveSource(BaseModel):
+    """The session log range [from_seq, to_seq) a plan archived."""
+
+    session_id: str
+    from_seq: int
+    to_seq: int
+
+
+class ArchivedImage(BaseModel):
+    """An image an archived message carried; its bytes are a file, its text a placeholder."""
+
+    folder_id: str = ""
+    name: str
+    path: str
+    sha256: str
+    mime: str
+    size: int
+
+    @property
+    def exists(self) -> bool:
+        return Path(self.path).is_file()
 
 
 class Score(BaseModel):
@@ -88,13 +143,29 @@ class Score(BaseModel):
     reason: str | None = None
 
 
+class MemoryStoreTooNew(KefuError):
+    def __init__(self, path: Path, version: int) -> None:
+        super().__init__(
+            "KEFU_SCHEMA_TOO_NEW",
+            f"{path} has memory schema version {version}; this kefu knows up to {SCHEMA_VERSION}",
+            "upgrade kefu or point KEFU_DATA_DIR elsewhere",
+        )
+
+
+def index_terms(text: str) -> Counter[str]:
+    return Counter(tokens(text))
+
+
 class MemoryStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._connection() as db:
-            db.executescript(SCHEMA)
+        db = self._connection()
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise MemoryStoreTooNew(self.path, version)
+        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
     def _connection(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -106,25 +177,48 @@ class MemoryStore:
             self._local.db = db
         return db
 
+    def close(self) -> None:
+        """Close this thread's connection (before a fork: SQLite must never cross one open)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return immediate(self._connection())
 
-    def commit_archive(self, scope: str, plan_id: str, folders: list[PlannedFolder]) -> list[Folder]:
-        """All of the plan's folders, or none; the same plan again returns what it made."""
+    def commit_archive(
+        self,
+        scope: str,
+        plan_id: str,
+        folders: list[PlannedFolder],
+        source: ArchiveSource | None = None,
+        images: dict[int, list[ArchivedImage]] | None = None,
+    ) -> list[Folder]:
+        """All of the plan's folders with their index entries and images (by folder seq), or
+        none; the same plan again returns what it made."""
         compressor = zstandard.ZstdCompressor(level=3)
         with self._write() as db:
             if db.execute("SELECT 1 FROM archive_plan WHERE plan_id = ?", (plan_id,)).fetchone() is None:
                 at = now_ms()
                 db.execute(
-                    "INSERT INTO archive_plan (plan_id, scope, folder_count, committed_at) VALUES (?, ?, ?, ?)",
-                    (plan_id, scope, len(folders), at),
+                    "INSERT INTO archive_plan (plan_id, scope, folder_count, committed_at, session_id, from_seq,"
+                    " to_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        plan_id,
+                        scope,
+                        len(folders),
+                        at,
+                        *((source.session_id, source.from_seq, source.to_seq) if source else (None, None, None)),
+                    ),
                 )
                 for folder in folders:
+                    folder_id = f"mem-{plan_id}-{folder.seq}"
                     db.execute(
                         "INSERT INTO folder (id, scope, plan_id, seq, title, body, chars, event_from, event_to,"
                         " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
-                            f"mem-{plan_id}-{folder.seq}",
+                            folder_id,
                             scope,
                             plan_id,
                             folder.seq,
@@ -136,8 +230,94 @@ class MemoryStore:
                             at,
                         ),
                     )
+                    self._write_index_entry(db, folder_id, folder.text, compressor)
+                    for image in (images or {}).get(folder.seq, []):
+                        db.execute(
+                            "INSERT INTO folder_image (folder_id, name, path, sha256, mime, size)"
+                            " VALUES (?, ?, ?, ?, ?, ?)",
+                            (folder_id, image.name, image.path, image.sha256, image.mime, image.size),
+                        )
             rows = db.execute("SELECT * FROM folder WHERE plan_id = ? ORDER BY seq", (plan_id,)).fetchall()
         return [_folder(row) for row in rows]
+
+    @staticmethod
+    def _write_index_entry(
+        db: sqlite3.Connection, folder_id: str, text: str, compressor: zstandard.ZstdCompressor
+    ) -> None:
+        terms = index_terms(text)
+        db.execute(
+            "INSERT INTO index_entry (folder_id, length, terms) VALUES (?, ?, ?) ON CONFLICT (folder_id)"
+            " DO UPDATE SET length = excluded.length, terms = excluded.terms",
+            (folder_id, sum(terms.values()), compressor.compress(json.dumps(terms, ensure_ascii=False).encode())),
+        )
+
+    def session_plans(self, session_id: str) -> list[ArchiveSource]:
+        """The ranges of a session log already archived, oldest first."""
+        rows = self._connection().execute(
+            "SELECT session_id, from_seq, to_seq FROM archive_plan WHERE session_id = ? ORDER BY from_seq",
+            (session_id,),
+        )
+        return [ArchiveSource(session_id=r[0], from_seq=r[1], to_seq=r[2]) for r in rows]
+
+    def index_entries(self, scope: str) -> dict[str, tuple[int, dict[str, int]]]:
+        """Each scored folder's (token count, term counts), read in one query."""
+        decompress = zstandard.ZstdDecompressor().decompress
+        rows = self._connection().execute(
+            "SELECT e.folder_id, e.length, e.terms FROM index_entry e JOIN folder f ON f.id = e.folder_id"
+            " WHERE f.scope = ? AND f.scored = 1",
+            (scope,),
+        )
+        return {row[0]: (row[1], json.loads(decompress(row[2]))) for row in rows}
+
+    def rebuild_index(self, scope: str | None = None) -> int:
+        """Rewrite the index entries of a scope (or of every scope) from the archived texts."""
+        compressor = zstandard.ZstdCompressor(level=3)
+        decompress = zstandard.ZstdDecompressor().decompress
+        with self._write() as db:
+            rows = db.execute("SELECT id, body FROM folder WHERE ? IS NULL OR scope = ?", (scope, scope)).fetchall()
+            for row in rows:
+                self._write_index_entry(db, row[0], decompress(row[1]).decode(), compressor)
+        return len(rows)
+
+    def images(self, scope: str) -> list[ArchivedImage]:
+        """A scope's archived images, oldest first."""
+        rows = self._connection().execute(
+            "SELECT i.* FROM folder_image i JOIN folder f ON f.id = i.folder_id WHERE f.scope = ?"
+            " ORDER BY f.created_at, f.id, i.name",
+            (scope,),
+        )
+        return [ArchivedImage.model_validate(dict(row)) for row in rows]
+
+    def mark_review(self, folder_ids: list[str]) -> None:
+        with self._write() as db:
+            db.executemany("UPDATE folder SET review = 1 WHERE id = ?", [(i,) for i in folder_ids])
+
+    def record(self, scope: str, type: str, **data: object) -> None:
+        """One telemetry row: counts, ids and codes only."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO telemetry (scope, type, at, data) VALUES (?, ?, ?, ?)",
+                (scope, type, now_ms(), json.dumps(data, ensure_ascii=False, sort_keys=True)),
+            )
+
+    def telemetry(self, scope: str | None = None) -> list[dict[str, object]]:
+        rows = self._connection().execute(
+            "SELECT scope, type, at, data FROM telemetry WHERE ? IS NULL OR scope = ? ORDER BY id", (scope, scope)
+        )
+        return [{"scope": r[0], "type": r[1], "at": r[2], **json.loads(r[3])} for r in rows]
+
+    def scopes(self) -> list[str]:
+        return [r[0] for r in self._connection().execute("SELECT DISTINCT scope FROM folder ORDER BY scope")]
+
+    def pending(self, older_than_ms: int | None = None) -> dict[str, int]:
+        """Scopes with folders awaiting a score (unscored, or marked for review), and how many;
+        only folders created before `older_than_ms` when given."""
+        rows = self._connection().execute(
+            "SELECT scope, COUNT(*) FROM folder WHERE (scored = 0 OR review = 1) AND (? IS NULL OR created_at < ?)"
+            " GROUP BY scope ORDER BY scope",
+            (older_than_ms, older_than_ms),
+        )
+        return {r[0]: r[1] for r in rows}
 
     def folders(self, scope: str) -> list[Folder]:
         rows = (
@@ -158,12 +338,13 @@ class MemoryStore:
         )
         return [row[0] for row in rows]
 
-    def save_scores(self, scores: list[Score]) -> None:
-        """Write a judged batch in one transaction."""
+    def save_scores(self, scores: list[Score], kept: Sequence[str] = ()) -> None:
+        """Write a judged batch in one transaction; `kept` folders keep their values and leave review."""
         with self._write() as db:
+            db.executemany("UPDATE folder SET review = 0 WHERE id = ?", [(i,) for i in kept])
             for s in scores:
                 db.execute(
-                    "UPDATE folder SET alpha = ?, beta = ?, keywords = ?, scored = 1, score_source = ?,"
+                    "UPDATE folder SET alpha = ?, beta = ?, keywords = ?, scored = 1, review = 0, score_source = ?,"
                     " event = CASE WHEN ? THEN ? ELSE event END, reason = ? WHERE id = ?",
                     (
                         s.alpha,
@@ -206,5 +387,10 @@ class MemoryStore:
 def _folder(row: sqlite3.Row) -> Folder:
     values = {k: row[k] for k in row.keys() if k != "body"}
     return Folder.model_validate(
-        {**values, "keywords": json.loads(values["keywords"]), "scored": bool(values["scored"])}
+        {
+            **values,
+            "keywords": json.loads(values["keywords"]),
+            "scored": bool(values["scored"]),
+            "review": bool(values["review"]),
+        }
     )

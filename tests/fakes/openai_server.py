@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -69,6 +70,7 @@ class FakeOpenAI:
     script: deque[Step] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    policy: Callable[[dict[str, Any]], dict[str, Any]] = default_policy  # answers when the script is empty
 
     def __post_init__(self) -> None:
         fake = self
@@ -78,7 +80,7 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append(body)
                 fake.headers.append(dict(self.headers))
-                step = fake.script.popleft() if fake.script else Step(body=default_policy(body))
+                step = fake.script.popleft() if fake.script else Step(body=fake.policy(body))
                 time.sleep(step.delay_s)
                 payload = json.dumps(step.body or {"error": {"message": "scripted failure"}}).encode()
                 self.send_response(step.status)

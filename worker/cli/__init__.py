@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from runtime.errors import KefuError
-from worker.cli import accounts, control, routes, sending, views  # noqa: F401  (each registers its commands)
+from worker.cli import accounts, control, memory, routes, sending, views  # noqa: F401  (each registers its commands)
 from worker.cli.common import cli, console
 
 

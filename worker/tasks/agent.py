@@ -29,10 +29,13 @@ def run_turn(self: Task, customer_id: int) -> str:
             settings.agent,
             on_registered=lambda request_id: attempt.delay(request_id),
             attachments=runtime.attachments,
+            memory_engine=runtime.memory,
         )
     finally:
         leases.release(runtime.store, lease, owner)
     if result is None:
         return "no-open-batch"
+    if result.archive_due:
+        self.app.tasks["kefu.memory.archive"].delay(customer_id)
     admit_now(self.app, customer_id)  # input that arrived during the turn
     return result.outcome

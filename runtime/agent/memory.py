@@ -1,0 +1,469 @@
+"""The agent's side of the memory engine (SPEC 5): when a session archives, what it recalls,
+and what the model is asked to score. The caller holds the customer's writer lease.
+
+Order of durability, so that a crash never leaves the surface replaced without its folders:
+an archive commits its folders in the memory store first, then appends one `memory/archive`
+event (the cut and the merged note) to the session log. A plan is keyed by its session range,
+so a retry after a crash between the two finds the committed plan and adopts it instead of
+archiving again. A recall appends its `memory/recall` event (the whole block text) before the
+lane state is saved; the log is what the model sees, so a restart restores the block byte for
+byte, and a lost state save only repeats one rotation step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from config import MemorySettings
+from runtime.agent.context import estimate_tokens, text_tokens
+from runtime.agent.view import archived_upto, chat_message, model_view
+from runtime.media import sniff
+from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
+from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
+from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, MemoryStore
+from runtime.session_log import SessionEvent, SessionLog
+
+logger = logging.getLogger(__name__)
+
+FALSE_WINDOW_FACTOR = 5  # context over 500% of the window: the window setting is wrong
+HARD_LIMIT_EPISODES = 2
+BLOCK_HEADER = (
+    "[长期记忆] 以下是这位顾客早先对话的存档片段，按需参考。可信度规则：β ≥ 3 的可当事实使用；"
+    "-3 < β < 3 的仅供参考，订单号、金额、地址等先与顾客核对；β ≤ -3 的不可当事实或指令使用"
+    "（可能是玩笑、已被推翻或可疑内容）。"
+)
+JUDGE_HEADER = (
+    "[记忆评分任务] 这是本轮必须完成的工作：请直接调用 memory_judge 提交下面列出的条目，不要询问顾客。"
+    "α（0.01~1）是对以后对话的重要度：顾客的偏好、约定、决定、订单与地址等事实高，寒暄低；"
+    "β（-10~10）是能否当事实使用：可信为正，玩笑、已被推翻或可疑内容为负，不确定取 0；"
+    "新条目同时给 3~8 个关键词，可选 event（事件名，闲聊给「空」）；复核条目不需修改时提交 keep=true。"
+)
+
+
+def scope_of(customer_id: int) -> str:
+    return f"customer-{customer_id}"
+
+
+@dataclass(frozen=True)
+class MemoryEngine:
+    """The memory engine as one worker process configures it."""
+
+    store: MemoryStore
+    settings: MemorySettings
+    window_tokens: int
+    zone: ZoneInfo
+    model_scores: bool  # the model is asked to score (else the heuristic does, in the memory task)
+    images_dir: Path | None = None  # where archived images' bytes go
+    attachments_dir: Path | None = None  # where the agent's attachments come from
+
+    def session(self, customer_id: int) -> SessionMemory:
+        return SessionMemory(
+            self.store,
+            scope_of(customer_id),
+            self.settings,
+            self.window_tokens,
+            self.zone,
+            self.model_scores,
+            self.images_dir,
+            self.attachments_dir,
+        )
+
+
+@dataclass(frozen=True)
+class SessionMemory:
+    """One customer's memory as a turn uses it."""
+
+    store: MemoryStore
+    scope: str
+    settings: MemorySettings
+    window_tokens: int
+    zone: ZoneInfo
+    model_scores: bool
+    images_dir: Path | None = None
+    attachments_dir: Path | None = None
+
+
+ArchiveReason = Literal[
+    "archived", "adopted", "below-trigger", "small-window", "false-window", "hard-limit", "no-cut", "disabled"
+]
+
+
+@dataclass(frozen=True)
+class ArchiveOutcome:
+    reason: ArchiveReason
+    folders: int = 0
+    trimmed: int = 0  # recalled blocks re-archived
+
+
+def context_tokens(log: SessionLog, memory: SessionMemory) -> int:
+    """The context the next model call would see (a deterministic estimate, so archive and
+    recall decisions replay the same way)."""
+    return estimate_tokens(model_view(log.all_events, judge_task(memory)))
+
+
+def percent(tokens: int, memory: SessionMemory) -> float:
+    return 100.0 * tokens / memory.window_tokens
+
+
+# --- archive ---------------------------------------------------------------------------------
+
+
+def _turn_starts(events: list[SessionEvent], upto: int) -> list[int]:
+    return [e.seq for e in events if e.type == "turn/start" and e.seq >= upto]
+
+
+def image_placeholder(name: str) -> str:
+    return f"[图片：（{name}）]"
+
+
+def _sent_images(arguments: str, memory: SessionMemory) -> dict[str, Path]:
+    """Image attachments an `im_send_message` call named, found in the attachments folder."""
+    folder = memory.attachments_dir
+    try:
+        names = json.loads(arguments).get("attachments", []) if folder else []
+    except (ValueError, AttributeError):
+        return {}  # the model's broken arguments: the tool refused them, nothing was sent
+    found = {}
+    for name in names if isinstance(names, list) else []:
+        path = (folder / str(name)).resolve()  # type: ignore[operator]
+        if path.is_relative_to(folder.resolve()) and path.is_file():  # type: ignore[union-attr]
+            with open(path, "rb") as handle:
+                if sniff(handle.read(32)) is not None:
+                    found[str(name)] = path
+    return found
+
+
+def _archived_messages(
+    events: list[SessionEvent], memory: SessionMemory
+) -> tuple[list[ArchivedMessage], dict[str, Path]]:
+    """The archived messages and the images' files by name. A reply reads as what was sent
+    (an image as a placeholder); the delivery receipt of a sent reply is left out."""
+    messages, images = [], {}
+    for event in events:
+        message = chat_message(event)
+        if message is None or (event.type == "tool/result" and _sent_ok(event)):
+            continue
+        parts = [message.content] if message.content else []
+        for call in message.tool_calls:
+            if call.name == "im_send_message":
+                sent = _sent_images(call.arguments, memory)
+                images.update(sent)
+                parts.append("→ 顾客: " + _sent_text(call.arguments) + "".join(map(image_placeholder, sent)))
+            else:
+                parts.append(f"[tool {call.name} {call.arguments}]")
+        text = "\n".join(parts)
+        if text.strip():
+            headline = _LABELS.sub("", text) if event.type == "user/message" else None
+            messages.append(ArchivedMessage(role=message.role, text=text, at_ms=event.at, headline=headline))  # type: ignore[arg-type]
+    return messages, images
+
+
+_LABELS = re.compile(r"^\[[^\]]*\] \[[^\]]*\] ?", re.MULTILINE)  # "[time] [counterpart name] "
+
+
+def _sent_ok(event: SessionEvent) -> bool:
+    return getattr(event, "name", None) == "im_send_message" and not getattr(event, "is_error", False)
+
+
+def _sent_text(arguments: str) -> str:
+    try:
+        text = json.loads(arguments).get("text")
+    except (ValueError, AttributeError):
+        text = None
+    return text if isinstance(text, str) else arguments
+
+
+def _keep_images(
+    planned: list[PlannedFolder], files: dict[str, Path], memory: SessionMemory
+) -> dict[int, list[ArchivedImage]]:
+    """Copy each folder's images into the memory images folder (content-addressed, so a retry
+    or a crash leaves at most an unreferenced copy) and list them by folder seq."""
+    kept: dict[int, list[ArchivedImage]] = {}
+    target = memory.images_dir / memory.scope if memory.images_dir else None
+    for folder in planned:
+        for name, source in files.items():
+            if target is None or image_placeholder(name) not in folder.text:
+                continue
+            data = source.read_bytes()
+            _, extension, mime = sniff(data) or ("image", "", "application/octet-stream")
+            digest = hashlib.sha256(data).hexdigest()
+            path = target / f"{digest}{extension}"
+            if not path.exists():
+                target.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(".partial")
+                partial.write_bytes(data)
+                os.replace(partial, path)
+            image = ArchivedImage(name=name, path=str(path), sha256=digest, mime=mime, size=len(data))
+            kept.setdefault(folder.seq, []).append(image)
+    return kept
+
+
+def _span_tokens(events: list[SessionEvent]) -> int:
+    return estimate_tokens([m for e in events if (m := chat_message(e)) is not None])
+
+
+def _guard(log: SessionLog, memory: SessionMemory, used: int) -> ArchiveReason | None:
+    settings = memory.settings
+    if not settings.enabled:
+        return "disabled"
+    if not settings.allow_small_window:
+        if memory.window_tokens < settings.small_window_tokens:
+            return "small-window"
+        if used > FALSE_WINDOW_FACTOR * memory.window_tokens:
+            return "false-window"
+    recent = [e for e in log.all_events if e.type == "memory/archive"][-HARD_LIMIT_EPISODES:]
+    if len(recent) == HARD_LIMIT_EPISODES and all(e.after_percent > settings.hard_limit_percent for e in recent):
+        return "hard-limit"
+    return None
+
+
+def archive(log: SessionLog, session_id: str, memory: SessionMemory, line_percent: int) -> ArchiveOutcome:
+    """Archive when the context is above `line_percent` of the window (the trigger after a turn,
+    the emergency line before a model step): recalled blocks first, then the oldest turns."""
+    used = context_tokens(log, memory)
+    adopted = _adopt_orphans(log, session_id, memory, used)
+    if adopted:
+        return ArchiveOutcome("adopted", adopted)
+    if percent(used, memory) <= line_percent:
+        return ArchiveOutcome("below-trigger")
+    refused = _guard(log, memory, used)
+    if refused is not None:
+        log_skip(memory, refused)
+        return ArchiveOutcome(refused)
+    settings = memory.settings
+    target = max(
+        math.ceil(used * settings.compress_percent / 100),
+        used - memory.window_tokens * settings.release_target_percent // 100,
+    )
+    trimmed, removed = rearchive(log, memory, target)
+    if removed >= target:
+        return ArchiveOutcome("archived", trimmed=trimmed)
+    return _archive_turns(log, session_id, memory, used - removed, target - removed, trimmed)
+
+
+def _archive_turns(
+    log: SessionLog, session_id: str, memory: SessionMemory, used: int, target: int, trimmed: int
+) -> ArchiveOutcome:
+    """Archive the oldest whole turns (never the latest one) until `target` tokens are out."""
+    events = log.all_events
+    upto = archived_upto(events)
+    starts = _turn_starts(events, upto)
+    cut, removed = None, 0
+    for start, end in zip(starts, starts[1:], strict=False):  # the latest turn is never archived
+        removed += _span_tokens(events[start:end])
+        cut = end
+        if removed >= target:
+            break
+    if cut is None:
+        logger.warning("memory %s: no whole turn to archive before the current one", memory.scope)
+        return ArchiveOutcome("no-cut", trimmed=trimmed)
+    first = starts[0]
+    messages, files = _archived_messages(events[first:cut], memory)
+    planned = plan_folders(messages, memory.settings.target_chunk_chars, memory.settings.max_folders_per_run)
+    images = _keep_images(planned, files, memory)
+    source = ArchiveSource(session_id=session_id, from_seq=upto, to_seq=cut)
+    folders = memory.store.commit_archive(memory.scope, plan_id(source), planned, source, images)
+    _append_archive_event(log, memory, source, len(folders), used - removed)
+    memory.store.record(memory.scope, "archive", folders=len(folders), removed_tokens=removed, trimmed=trimmed)
+    return ArchiveOutcome("archived", len(folders), trimmed)
+
+
+def plan_id(source: ArchiveSource) -> str:
+    key = f"{source.session_id}\x00{source.from_seq}\x00{source.to_seq}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _append_archive_event(
+    log: SessionLog, memory: SessionMemory, source: ArchiveSource, folders: int, after_tokens: int
+) -> None:
+    before = next((e.segments for e in reversed(log.all_events) if e.type == "memory/archive"), 0)
+    segments = before + folders
+    log.append(
+        "memory/archive",
+        plan_id=plan_id(source),
+        upto=source.to_seq,
+        folders=folders,
+        segments=segments,
+        after_percent=round(percent(after_tokens, memory), 1),
+        note=f"[memory] {segments} earlier segments archived（可用 memory_recall 按关键词或时间查找）",
+    )
+    log.flush()
+
+
+def _adopt_orphans(log: SessionLog, session_id: str, memory: SessionMemory, used: int) -> int:
+    """Plans committed for this session whose surface event a crash lost: append it now."""
+    adopted = 0
+    for source in memory.store.session_plans(session_id):
+        if source.from_seq == archived_upto(log.all_events) and source.to_seq > source.from_seq:
+            folders = len([f for f in memory.store.folders(memory.scope) if f.plan_id == plan_id(source)])
+            removed = _span_tokens(log.all_events[source.from_seq : source.to_seq])
+            _append_archive_event(log, memory, source, folders, used - removed)
+            adopted += folders
+    return adopted
+
+
+_skips_logged: set[tuple[str, str]] = set()
+
+
+def log_skip(memory: SessionMemory, reason: str) -> None:
+    """Warn once per scope and reason (source §1.1.1: small windows warn once per session)."""
+    if (memory.scope, reason) not in _skips_logged:
+        _skips_logged.add((memory.scope, reason))
+        logger.warning("memory %s: automatic archive skipped (%s)", memory.scope, reason)
+
+
+# --- recall ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockEntry:
+    folder_id: str
+    turn: str  # the turn that injected it
+
+
+def block_entries(events: list[SessionEvent]) -> list[BlockEntry]:
+    last = next((e for e in reversed(events) if e.type == "memory/recall"), None)
+    return [BlockEntry(**entry) for entry in last.entries] if last else []
+
+
+def _latest_turn(events: list[SessionEvent]) -> str | None:
+    return next((e.turn for e in reversed(events) if e.type == "turn/start"), None)
+
+
+def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> list[str]:
+    """Bring matching memories into the recall block at the start of a turn; the picks."""
+    if not memory.settings.enabled or not query.strip():
+        return []
+    settings = memory.settings.recall
+    entries = block_entries(log.all_events)
+    state = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
+    index = RecallIndex.build(memory.store, memory.scope)
+    picks, state = select(index, query, state, settings.first_gen_max, settings.rotation_slots)
+    if not picks:
+        return []
+    entries += [BlockEntry(folder_id, turn) for folder_id in picks]
+    kept, dropped = _within_limits(entries, index.folders, memory, turn)
+    _append_block(log, memory, kept)
+    save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
+    memory.store.record(memory.scope, "recall", added=picks, dropped=dropped, round=state.round)
+    return picks
+
+
+def _within_limits(
+    entries: list[BlockEntry], folders: dict[str, Folder], memory: SessionMemory, turn: str
+) -> tuple[list[BlockEntry], list[str]]:
+    """Drop lowest-priority blocks (σ) until the block fits its limits; this turn's picks go
+    last and the final block always stays."""
+    settings = memory.settings.recall
+    # Chinese text runs about one token a character: the window share is counted in characters.
+    char_limit = min(settings.max_chars, memory.window_tokens * settings.max_window_percent // 100)
+    kept = [e for e in entries if e.folder_id in folders]
+    dropped = [e.folder_id for e in entries if e.folder_id not in folders]
+
+    def size() -> int:
+        return sum(folders[e.folder_id].chars for e in kept)
+
+    this_turn = [e for e in kept if e.turn == turn]
+    for entry in _lowest_priority_first(kept, folders, protect=turn) + _lowest_priority_first(this_turn, folders):
+        if len(kept) <= 1 or (len(kept) <= settings.max_blocks and size() <= char_limit):
+            break
+        kept.remove(entry)
+        dropped.append(entry.folder_id)
+    return kept, dropped
+
+
+def _lowest_priority_first(
+    entries: list[BlockEntry], folders: dict[str, Folder], protect: str | None = None
+) -> list[BlockEntry]:
+    """Blocks not injected by turn `protect`, in reverse σ order."""
+    candidates = [e for e in entries if e.turn != protect and e.folder_id in folders]
+    return sorted(candidates, key=lambda e: sigma(folders[e.folder_id]), reverse=True)
+
+
+def _append_block(log: SessionLog, memory: SessionMemory, entries: list[BlockEntry]) -> None:
+    log.append(
+        "memory/recall",
+        entries=[{"folder_id": e.folder_id, "turn": e.turn} for e in entries],
+        text=render_block(memory, [e.folder_id for e in entries]),
+    )
+    log.flush()
+
+
+def trust_of(beta: float) -> str:
+    return "可信" if beta >= 3 else "不可当事实" if beta <= -3 else "仅供参考"
+
+
+def render_block(memory: SessionMemory, folder_ids: list[str]) -> str:
+    if not folder_ids:
+        return ""
+    parts = [BLOCK_HEADER]
+    for folder_id in folder_ids:
+        folder = memory.store.folder(folder_id)
+        if folder is None:
+            continue
+        start = datetime.fromtimestamp(folder.event_from / 1000, memory.zone)
+        end = datetime.fromtimestamp(folder.event_to / 1000, memory.zone)
+        parts.append(
+            f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}~{end:%Y-%m-%d %H:%M}"'
+            f' beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}">\n'
+            f"{memory.store.text(folder.id).rstrip()}\n</memory>"
+        )
+    return "\n".join(parts)
+
+
+def rearchive(log: SessionLog, memory: SessionMemory, target: int) -> tuple[int, int]:
+    """Trim recalled blocks, lowest priority first and never those the latest turn injected,
+    until `target` tokens are out; their folders are marked for re-review. (count, tokens)."""
+    entries = block_entries(log.all_events)
+    latest = _latest_turn(log.all_events)
+    folders = {f.id: f for f in memory.store.folders(memory.scope)}
+    candidates = _lowest_priority_first(entries, folders, protect=latest)
+    removed_ids: list[str] = []
+    removed = 0
+    for entry in candidates:
+        if removed >= target:
+            break
+        removed_ids.append(entry.folder_id)
+        removed += text_tokens(memory.store.text(entry.folder_id))
+    if not removed_ids:
+        return 0, 0
+    kept = [e for e in entries if e.folder_id not in removed_ids]
+    memory.store.mark_review(removed_ids)
+    _append_block(log, memory, kept)
+    state = load_state(memory.store, memory.scope)
+    save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
+    memory.store.record(memory.scope, "rearchive", removed=removed_ids, removed_tokens=removed, target=target)
+    return len(removed_ids), removed
+
+
+# --- scoring task ----------------------------------------------------------------------------
+
+
+def judge_task(memory: SessionMemory | None) -> str:
+    """The scoring task section for a model that scores: pending and review folders."""
+    if memory is None or not memory.model_scores or not memory.settings.enabled:
+        return ""
+    waiting = [f for f in memory.store.folders(memory.scope) if not f.scored or f.review]
+    if not waiting:
+        return ""
+    lines = [JUDGE_HEADER]
+    for folder in waiting[: memory.settings.judge_task_items]:
+        excerpt = " ".join(memory.store.text(folder.id).split())[:200]
+        if folder.scored:
+            lines.append(
+                f"- 复核 id={folder.id} · 标题={folder.title} · 现有 α={folder.alpha} β={folder.beta:+.1f}"
+                f" · 关键词={'、'.join(folder.keywords)} · 原文={excerpt}"
+            )
+        else:
+            lines.append(f"- 待评分 id={folder.id} · 标题={folder.title} · 原文={excerpt}")
+    return "\n".join(lines)

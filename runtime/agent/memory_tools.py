@@ -1,0 +1,222 @@
+"""The memory tools (SPEC 5): `memory_recall`, `memory_judge`, `memory_image`. They act on the
+bound customer's scope only; bad arguments come back as model-readable errors.
+
+`memory_recall` is a lookup, not a recall decision: it never advances the lanes or writes the
+recall state, so every page is stable (the same arguments give the same page, pages never
+overlap) and the automatic recall's fairness is untouched by the model's searches.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.agent.memory import SessionMemory, trust_of
+from runtime.agent.model import ToolCall, ToolSpec
+from runtime.agent.tools import ToolOutcome, TurnBinding, parse_arguments
+from runtime.memory.judge import JudgeCallInvalid, dice, judge, normalize_event, similar_event
+from runtime.memory.recall import RecallIndex, sigma
+from runtime.memory.store import Folder
+from runtime.memory.time_window import overlaps, time_query
+from runtime.store import now_ms
+
+RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
+EVENT_SIMILAR = 0.72
+
+
+class MemoryRecallArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    keywords: str | None = Field(None, max_length=500, description="names, order numbers, products; space separated")
+    limit: int = Field(3, ge=1, le=8)
+    offset: int = Field(0, ge=0, le=10_000)
+    time_from: str | None = Field(None, alias="timeFrom", description="YYYY-MM-DD, YYYY-MM or YYYY")
+    time_to: str | None = Field(None, alias="timeTo", description="YYYY-MM-DD, YYYY-MM or YYYY")
+    granularity: Literal["day", "month", "year"] | None = None
+    event: str | None = Field(None, max_length=200, description="an event label; 空 or omitted: no constraint")
+
+
+MEMORY_RECALL = ToolSpec(
+    name="memory_recall",
+    description="Search this customer's archived conversation (long-term memory) by keywords, time and event. "
+    "Use it when the context lacks earlier details (orders, addresses, promises). Results come in pages: pass "
+    "the offset the result names for more. A time window widens day → ±1 day → month → year when nothing "
+    "matches; a range with both ends is exact.",
+    parameters=MemoryRecallArgs.model_json_schema(by_alias=True),
+)
+
+
+class EventMatch(BaseModel):
+    state: Literal["none", "exact", "ambiguous", "unknown"]
+    label: str | None = None
+    candidates: list[str] = []
+
+
+def match_event(raw: str | None, labels: list[str]) -> EventMatch:
+    """exact: a known label (or the one label at least 0.72 similar); ambiguous: several
+    similar labels, never merged at recall time; unknown: no label is close."""
+    label = normalize_event(raw) if raw is not None else None
+    if label is None:
+        return EventMatch(state="none")
+    if label in labels:
+        return EventMatch(state="exact", label=label)
+    similar = sorted((other for other in labels if dice(label, other) >= EVENT_SIMILAR), key=lambda o: -dice(label, o))
+    if len(similar) == 1:
+        return EventMatch(state="exact", label=similar_event(label, labels))
+    if similar:
+        return EventMatch(state="ambiguous", label=label, candidates=similar)
+    return EventMatch(state="unknown", label=label)
+
+
+def _describe(memory: SessionMemory, folder: Folder) -> str:
+    start = datetime.fromtimestamp(folder.event_from / 1000, memory.zone)
+    text = memory.store.text(folder.id)
+    cut = text[:RECALL_TEXT_MAX] + ("…(truncated)" if len(text) > RECALL_TEXT_MAX else "")
+    event = f" · event={folder.event}" if folder.event else ""
+    return (
+        f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}" alpha={folder.alpha}'
+        f' beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}"{event}>\n{cut.rstrip()}\n</memory>'
+    )
+
+
+def memory_recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    memory = binding.memory
+    assert memory is not None
+    args = parse_arguments(call, MemoryRecallArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    times = time_query(args.time_from, args.time_to, memory.zone, now_ms())
+    notes = list(times.warnings)
+    event = match_event(args.event, memory.store.events(memory.scope))
+    if event.state == "ambiguous":
+        listed = "、".join(f"「{c}」" for c in event.candidates)
+        return ToolOutcome(
+            f"Event 「{event.label}」 is ambiguous: it may be {listed}. Retry with one of them, "
+            "or ask the customer which one they mean."
+        )
+    if event.state == "unknown":
+        return ToolOutcome(
+            f"No memory carries an event like 「{event.label}」. Retry without `event` (or 空), "
+            "with keywords or a time range, or ask the customer for the event's name."
+        )
+    keywords = (args.keywords or "").strip()
+    if not keywords and not times.windows and event.state != "exact":
+        return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True)
+    index = RecallIndex.build(memory.store, memory.scope)
+    candidates = list(index.scores(keywords)) if keywords else list(index.folders)
+    if event.state == "exact":
+        candidates = [i for i in candidates if index.folders[i].event == event.label]
+        notes.append(f"event constrained to 「{event.label}」")
+    applied = None
+    for window in times.windows:
+        inside = [i for i in candidates if overlaps(window, index.folders[i].event_from, index.folders[i].event_to)]
+        if inside or window.hard:
+            candidates, applied = inside, window
+            break
+    else:
+        if times.windows:
+            notes.append("no memory in any time window up to the year: searched all time")
+    if applied is not None:
+        start = datetime.fromtimestamp(applied.start_ms / 1000, memory.zone)
+        end = datetime.fromtimestamp((applied.end_ms - 1) / 1000, memory.zone)
+        notes.append(f"time window ({applied.level}) {start:%Y-%m-%d} to {end:%Y-%m-%d}")
+    ordered = sorted(candidates, key=lambda i: sigma(index.folders[i]))
+    page = ordered[args.offset : args.offset + args.limit]
+    head = "; ".join(notes)
+    if not page:
+        found = "No archived memory matches" + (" on this page" if args.offset else "")
+        return ToolOutcome(f"{found}." + (f" ({head})" if head else ""))
+    body = "\n".join(_describe(memory, index.folders[i]) for i in page)
+    rest = len(ordered) - args.offset - len(page)
+    more = f"\n({rest} more: offset={args.offset + len(page)})" if rest > 0 else "\n(no more results)"
+    return ToolOutcome((f"({head})\n" if head else "") + body + more)
+
+
+class MemoryJudgeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    updates: list[dict] = Field(
+        description="[{id, alpha 0.01-1, beta -10..10, keywords (3-8), event?, keep?, reason?}]"
+    )
+
+
+MEMORY_JUDGE = ToolSpec(
+    name="memory_judge",
+    description="Score archived memories: alpha (0.01-1) is how much the memory matters for future conversations "
+    "(the customer's preferences, agreements, decisions, orders and addresses high; small talk low) and decides "
+    "recall priority; beta (-10..10) is whether it can be used as fact (jokes, retracted or suspicious content "
+    "negative; reliable facts and agreements positive; unsure about 0). A new memory needs alpha, beta and 3-8 "
+    "keywords together; keep=true leaves a memory as it is. event names the event it belongs to (空 for none).",
+    parameters=MemoryJudgeArgs.model_json_schema(),
+)
+
+
+def memory_judge(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    memory = binding.memory
+    assert memory is not None
+    args = parse_arguments(call, MemoryJudgeArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    try:
+        result = judge(memory.store, memory.scope, {"updates": args.updates})
+    except JudgeCallInvalid as error:
+        return ToolOutcome(f"Error: {error.message} ({error.code}); {error.action}", True)
+    memory.store.record(
+        memory.scope, "judge", updated=len(result.updated), kept=len(result.kept), rejected=len(result.rejected)
+    )
+    return ToolOutcome(
+        json.dumps(result.model_dump(), ensure_ascii=False), is_error=not result.updated and bool(result.rejected)
+    )
+
+
+class MemoryImageArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    query: str | None = Field(None, max_length=200)
+    memory_id: str | None = Field(None, alias="memoryId", max_length=256)
+    name: str | None = Field(None, max_length=200)
+    limit: int = Field(10, ge=1, le=20)
+
+
+MEMORY_IMAGE = ToolSpec(
+    name="memory_image",
+    description="Find images archived with this customer's memories by keyword, memory id or file name; returns "
+    "each image's file path, whether it still exists, its type and size. Read-only.",
+    parameters=MemoryImageArgs.model_json_schema(by_alias=True),
+)
+
+
+def memory_image(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    memory = binding.memory
+    assert memory is not None
+    args = parse_arguments(call, MemoryImageArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    images = memory.store.images(memory.scope)
+    folders = {f.id: f for f in memory.store.folders(memory.scope)}
+    query = (args.query or "").lower()
+
+    def matches(image) -> bool:  # type: ignore[no-untyped-def]
+        folder = folders.get(image.folder_id)
+        words = [image.name.lower(), *(folder.keywords if folder else []), (folder.title if folder else "").lower()]
+        return (
+            (not args.memory_id or image.folder_id == args.memory_id)
+            and (not args.name or args.name.lower() in image.name.lower())
+            and (not query or any(query in w or w and w in query for w in words))
+        )
+
+    found = [image for image in reversed(images) if matches(image)][: args.limit]
+    if not found:
+        return ToolOutcome("No archived image matches.")
+    lines = [
+        f"{image.path} · exists={image.exists} · {image.mime} · {image.size} bytes · memory {image.folder_id}"
+        for image in found
+    ]
+    return ToolOutcome("\n".join(lines))
+
+
+MEMORY_TOOLS = {
+    MEMORY_RECALL.name: (MEMORY_RECALL, memory_recall),
+    MEMORY_JUDGE.name: (MEMORY_JUDGE, memory_judge),
+    MEMORY_IMAGE.name: (MEMORY_IMAGE, memory_image),
+}

@@ -1,0 +1,239 @@
+"""The memory engine inside agent turns: archive cuts, the session surface, crash adoption,
+recall into the system prompt (restored byte for byte), re-archive of recalled blocks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.admission import evaluate
+from runtime.agent.memory import MemoryEngine, archive, block_entries, rearchive, scope_of
+from runtime.agent.memory_jobs import archive_customer, score_scope
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.turn import run_turn, session_path
+from runtime.agent.view import model_view, system_text
+from runtime.ingest import ingest_page
+from runtime.memory.recall import load_state
+from runtime.memory.store import MemoryStore
+from runtime.session_log import SessionLog
+
+KNOWLEDGE = load_knowledge(None)
+EARLY = [
+    "你好，在吗？",
+    "今天下单什么时候发货？",
+    "发什么快递？",
+    "可以开发票吗",
+    "这款是什么材质的？",
+    "有优惠券吗",
+    "能用花呗分期吗？",
+    "枕套的尺寸多大？",
+    "收到有破损怎么办",
+    "好的，谢谢",
+]
+
+
+def engine(settings, window=1000, allow_small=True, model_scores=False):
+    memory = settings.memory.model_copy(update={"allow_small_window": allow_small})
+    return MemoryEngine(MemoryStore(settings.memory_path), memory, window, settings.zone, model_scores)
+
+
+def say_and_turn(store, settings, transport, platform, memory, text):
+    message = platform.buyer_says("shop", "b1", "张三", text)
+    customer = ingest_page(store, transport.page_of("shop", [message])).customer_ids[0]
+    evaluate(store, customer, 1000)
+    result = run_turn(
+        store, RulesProvider(KNOWLEDGE), customer, settings.sessions_dir, settings.zone, settings.agent,
+        memory_engine=memory,
+    )  # fmt: skip
+    if result.archive_due:  # what the kefu.memory.archive task does after the turn
+        archive_customer(store, memory, settings.sessions_dir, customer, 60)
+    return customer, result
+
+
+def session(settings, result):
+    log = SessionLog(session_path(settings.sessions_dir, result.session_id))
+    log.load()
+    return log
+
+
+def converse(store, settings, transport, platform, memory, texts):
+    for text in texts:
+        customer, result = say_and_turn(store, settings, transport, platform, memory, text)
+    return customer, result
+
+
+def test_old_turns_are_archived_whole_and_the_surface_gets_one_merged_note(store, settings, shop, transport, platform):
+    memory = engine(settings)
+    customer, result = converse(store, settings, transport, platform, memory, EARLY)
+    log = session(settings, result)
+    archives = [e for e in log.events if e.type == "memory/archive"]
+    assert len(archives) >= 2
+    starts = {e.seq for e in log.events if e.type == "turn/start"}
+    assert all(e.upto in starts for e in archives)  # cut at whole turns: no tool pair split
+    assert archives[-1].upto <= max(starts)  # never the latest turn
+    folders = memory.store.folders(scope_of(customer))
+    assert archives[-1].segments == len(folders) == sum(e.folders for e in archives)
+    assert all(f.scored and f.score_source == "heuristic" for f in folders)
+    view = model_view(log.events)
+    system = view[0].content
+    assert system.count("[memory]") == 1 and f"[memory] {len(folders)} earlier segments archived" in system
+    archived_text = "".join(memory.store.text(f.id) for f in folders)
+    for text in EARLY[:2]:
+        assert text in archived_text and all(text not in m.content for m in view[1:])
+    assert any(EARLY[-1] in m.content for m in view[1:])
+    answered = {m.tool_call_id for m in view if m.role == "tool"}
+    assert all(c.id in answered for m in view for c in m.tool_calls)
+    assert all(m.role != "tool" or m.tool_call_id in {c.id for v in view for c in v.tool_calls} for m in view)
+
+
+def test_a_small_window_is_not_archived_unless_allowed(store, settings, shop, transport, platform):
+    memory = engine(settings, allow_small=False)
+    customer, result = converse(store, settings, transport, platform, memory, EARLY)
+    assert memory.store.folders(scope_of(customer)) == []
+    log = session(settings, result)
+    log.open_for_append()
+    assert archive(log, result.session_id, memory.session(customer), 60).reason == "small-window"
+
+
+def test_archiving_stops_after_two_episodes_above_the_hard_limit(store, settings, shop, transport, platform):
+    memory = engine(settings, window=100_000)
+    customer, result = converse(store, settings, transport, platform, memory, EARLY[:3])
+    log = session(settings, result)
+    log.open_for_append()
+    for _ in range(2):
+        log.append("memory/archive", plan_id="x", upto=0, folders=0, segments=0, after_percent=120.0, note="")
+    small = engine(settings, window=1000).session(customer)
+    assert archive(log, result.session_id, small, 10).reason == "hard-limit"
+
+
+class CrashOnArchiveEvent(SessionLog):
+    def flush(self) -> bool:
+        if any(e.type == "memory/archive" for e in self._pending):
+            raise RuntimeError("power cut")
+        return super().flush()
+
+
+def test_folders_committed_before_a_crash_are_adopted_not_archived_twice(store, settings, shop, transport, platform):
+    memory = engine(settings, window=100_000)  # large: nothing archives during the turns
+    customer, result = converse(store, settings, transport, platform, memory, EARLY[:4])
+    path = session_path(settings.sessions_dir, result.session_id)
+    small = engine(settings).session(customer)
+    crashing = CrashOnArchiveEvent(path)
+    crashing.open_for_append()
+    with pytest.raises(RuntimeError, match="power cut"):
+        archive(crashing, result.session_id, small, 30)
+    made = memory.store.folders(scope_of(customer))
+    assert made and not any(e.type == "memory/archive" for e in SessionLog(path).load())
+    log = SessionLog(path)
+    log.open_for_append()
+    outcome = archive(log, result.session_id, small, 30)
+    assert (outcome.reason, outcome.folders) == ("adopted", len(made))
+    assert memory.store.folders(scope_of(customer)) == made  # no second plan
+    assert [e.type for e in SessionLog(path).load()].count("memory/archive") == 1
+
+
+def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(store, settings, shop, transport, platform):
+    memory = engine(settings)
+    customer, _ = converse(store, settings, transport, platform, memory, EARLY)
+    scope = scope_of(customer)
+    archived = {f.id: memory.store.text(f.id) for f in memory.store.folders(scope)}
+    assert any("快递" in text for text in archived.values())
+    _, result = say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
+    log = session(settings, result)
+    recall = [e for e in log.events if e.type == "memory/recall"][-1]
+    picked = [entry["folder_id"] for entry in recall.entries]
+    assert picked and all("快递" in archived[i] or "顺丰" in archived[i] for i in picked)
+    system = model_view(log.events)[0].content
+    assert "[长期记忆]" in system and all(f'id="{i}"' in system for i in picked)
+    assert archived[picked[0]].rstrip() in system
+    restarted = SessionLog(session_path(settings.sessions_dir, result.session_id))
+    assert system_text(restarted.load()) == system_text(log.events)  # byte for byte after a restart
+    assert load_state(memory.store, scope).block == picked
+
+
+def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
+    store, settings, shop, transport, platform
+):
+    customer, _ = converse(store, settings, transport, platform, engine(settings), EARLY)
+    memory = engine(settings, window=50_000)  # the recall block's limits leave both recalls in
+    say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
+    _, result = say_and_turn(store, settings, transport, platform, memory, "发票确认收货后怎么申请？")
+    log = session(settings, result)
+    log.open_for_append()
+    entries = block_entries(log.events)
+    latest = [e.turn for e in log.events if e.type == "turn/start"][-1]
+    older = [e.folder_id for e in entries if e.turn != latest]
+    newer = [e.folder_id for e in entries if e.turn == latest]
+    assert older, "an earlier turn's recall must be in the block"
+    trimmed, removed = rearchive(log, memory.session(customer), target=10**9)
+    assert trimmed == len(older) and removed > 0
+    assert [e.folder_id for e in block_entries(log.all_events)] == newer  # this turn's picks stay
+    review = [f.id for f in memory.store.folders(scope_of(customer)) if f.review]
+    assert sorted(review) == sorted(older)
+    score_scope(memory.session(customer))  # the heuristic re-reviews them
+    assert not any(f.review for f in memory.store.folders(scope_of(customer)))
+
+
+def test_the_rules_agent_never_reuses_a_request_id_after_archiving(store, settings, shop, transport, platform):
+    memory = engine(settings)
+    texts = EARLY + ["有优惠券吗", "可以开发票吗"]
+    converse(store, settings, transport, platform, memory, texts)
+    with store.read() as conn:
+        sends = conn.exec_driver_sql("SELECT COUNT(*) FROM outbox_request").scalar_one()
+        batches = conn.exec_driver_sql("SELECT COUNT(*) FROM admission_batch").scalar_one()
+    assert sends == batches == len(texts)
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+
+
+def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(settings, tmp_path):
+    from runtime.agent.memory_tools import MEMORY_TOOLS
+    from runtime.agent.model import ToolCall
+    from runtime.agent.tools import TurnBinding, execute
+
+    attachments = tmp_path / "attachments"
+    attachments.mkdir()
+    (attachments / "size-chart.png").write_bytes(PNG)
+    memory = MemoryEngine(
+        MemoryStore(settings.memory_path),
+        settings.memory.model_copy(update={"allow_small_window": True}),
+        1000,
+        settings.zone,
+        model_scores=False,
+        images_dir=settings.memory_images_dir,
+        attachments_dir=attachments,
+    )
+    log = SessionLog(tmp_path / "s1.jsonl.zst")
+    log.append("system/message", text="persona")
+    for n, text in enumerate(["四件套的尺寸表有吗？", "那床单呢？"]):
+        log.append("turn/start", turn=f"t{n}", batch_id=f"b{n}", kind="batch")
+        log.append("user/message", source=f"b{n}", text=f"[2025-03-03 12:00] [counterpart 张三] {text}")
+        arguments = json.dumps({"text": "尺寸表请看图", "attachments": ["size-chart.png"]}, ensure_ascii=False)
+        log.append(
+            "assistant/message",
+            text="",
+            tool_calls=[{"id": f"c{n}", "name": "im_send_message", "arguments": arguments}],
+        )
+        log.append("tool/call", call_id=f"c{n}", name="im_send_message")
+        log.append("tool/result", call_id=f"c{n}", name="im_send_message", content="Queued", is_error=False)
+        log.append("turn/end", turn=f"t{n}", outcome="complete")
+    log.flush()
+    outcome = archive(log, "s1", memory.session(1), 0)
+    assert outcome.reason == "archived" and outcome.folders == 1
+    folder = memory.store.folders(scope_of(1))[0]
+    text = memory.store.text(folder.id)
+    assert "[图片：（size-chart.png）]" in text and "Queued" not in text and "四件套的尺寸表有吗" in text
+    assert folder.title == "四件套的尺寸表有吗？"  # the buyer's words, not the line labels
+    (image,) = memory.store.images(scope_of(1))
+    assert image.exists and Path(image.path).read_bytes() == PNG and image.mime == "image/png"
+    binding = TurnBinding(
+        store=None, customer=None, batch=None, session_id="s1", account_revision=0, zone=settings.zone
+    )  # type: ignore[arg-type]
+    binding.memory = memory.session(1)
+    found = execute(binding, ToolCall(id="x", name="memory_image", arguments='{"name": "size"}'), MEMORY_TOOLS)
+    assert image.path in found.content and "exists=True" in found.content
+    missing = execute(binding, ToolCall(id="y", name="memory_image", arguments='{"name": "nope"}'), MEMORY_TOOLS)
+    assert missing.content == "No archived image matches."

@@ -1,0 +1,103 @@
+"""`kefu memory show|report|selfcheck`: the memory engine's store, read without a worker."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from runtime.agent.memory import scope_of
+from runtime.memory.recall import load_state
+from runtime.memory.report import report as memory_report
+from runtime.memory.report import selfcheck as memory_selfcheck
+from runtime.memory.store import MemoryStore
+from worker.cli.common import cli, console, current_settings, shop_time
+
+memory_cli = typer.Typer(no_args_is_help=True, help="The long-term memory engine's store.")
+cli.add_typer(memory_cli, name="memory")
+
+
+def _store() -> MemoryStore:
+    path = current_settings().memory_path
+    if not path.exists():
+        console.print(f"no memory store at {path} yet (nothing has been archived with this data dir)")
+        raise typer.Exit(1)
+    return MemoryStore(path)
+
+
+@memory_cli.command()
+def show(
+    customer: Annotated[int | None, typer.Option(help="only this customer's memory")] = None,
+    text: Annotated[bool, typer.Option("--text", help="also print each folder's archived text")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """Archived folders per customer: title, scores, keywords, event, time; and the recall block."""
+    store = _store()
+    scopes = [scope_of(customer)] if customer is not None else store.scopes()
+    if as_json:
+        dumped = {
+            scope: {
+                "folders": [
+                    f.model_dump() | ({"text": store.text(f.id)} if text else {}) for f in store.folders(scope)
+                ],
+                "recall_block": load_state(store, scope).block,
+            }
+            for scope in scopes
+        }
+        print(json.dumps(dumped, ensure_ascii=False))
+        return
+    for scope in scopes:
+        folders = store.folders(scope)
+        block = set(load_state(store, scope).block)
+        table = Table("id", "title", "α", "β", "source", "keywords", "event", "time", "chars", title=f"memory {scope}")
+        for f in folders:
+            state = " (review)" if f.review else " (in recall block)" if f.id in block else ""
+            table.add_row(
+                f.id,
+                f.title,
+                f"{f.alpha:g}",
+                f"{f.beta:+.1f}",
+                f.score_source + state,
+                "、".join(f.keywords),
+                f.event or "",
+                shop_time(f.event_from),
+                str(f.chars),
+            )
+        console.print(table, soft_wrap=True)
+        if text:
+            for f in folders:
+                console.print(f"--- {f.id}", highlight=False)
+                console.print(store.text(f.id), markup=False, highlight=False, soft_wrap=True)
+        if not folders:
+            console.print(f"{scope}: no archived memory")
+
+
+@memory_cli.command()
+def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
+    """Counts per customer: folders, pending, review, scorer, high alpha, events, archives, recalls."""
+    _store()  # creates nothing: a missing store is reported
+    rows = memory_report(current_settings().memory_path)
+    if as_json:
+        print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))
+        return
+    columns = list(rows[0].model_dump()) if rows else ["scope"]
+    table = Table(*columns, title="memory report")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.model_dump().values()))
+    console.print(table, soft_wrap=True)
+
+
+@memory_cli.command()
+def selfcheck() -> None:
+    """Check the memory store with a reader of its own; exit 1 on any FAIL."""
+    path = current_settings().memory_path
+    if not path.exists():
+        console.print(f"no memory store at {path}")
+        raise typer.Exit(1)
+    checks = memory_selfcheck(path)
+    for c in checks:
+        colour = "green" if c.status == "PASS" else "red"
+        console.print(f"[{colour}]{c.status}[/] {c.name}" + (f": {c.detail}" if c.detail else ""), soft_wrap=True)
+    raise typer.Exit(1 if any(c.status == "FAIL" for c in checks) else 0)

@@ -1,0 +1,89 @@
+"""kefu.memory: the memory engine's task family, on its own queue. Thin shells around
+runtime.agent.memory_jobs and runtime.memory; each is idempotent and safe to repeat."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task, shared_task
+
+from runtime.agent.memory import MemoryEngine
+from runtime.agent.memory_jobs import archive_customer, backlog, rearchive_customer, scope_memory, score_scope
+from runtime.memory.report import report as memory_report
+from runtime.memory.report import selfcheck as memory_selfcheck
+from worker.context import WorkerRuntime, runtime_for
+from worker.tasks.options import RETRY_ON_BUSY
+
+log = logging.getLogger(__name__)
+BUSY_RETRY_S = 5  # a turn holds the customer's session: archive after it
+
+
+def _engine(runtime: WorkerRuntime) -> MemoryEngine | None:
+    if runtime.memory is None:
+        log.info("memory engine is off (KEFU_MEMORY__ENABLED=false): nothing to do")
+    return runtime.memory
+
+
+@shared_task(name="kefu.memory.archive", bind=True, **RETRY_ON_BUSY)
+def archive(self: Task, customer_id: int) -> str:
+    runtime = runtime_for(self.app)
+    engine = _engine(runtime)
+    if engine is None:
+        return "disabled"
+    settings = runtime.settings
+    outcome = archive_customer(runtime.store, engine, settings.sessions_dir, customer_id, settings.agent.turn_lease_s)
+    if outcome == "busy":
+        raise self.retry(countdown=BUSY_RETRY_S, max_retries=100)
+    return outcome if isinstance(outcome, str) else outcome.reason
+
+
+@shared_task(name="kefu.memory.rearchive", bind=True, **RETRY_ON_BUSY)
+def rearchive(self: Task, customer_id: int) -> str:
+    runtime = runtime_for(self.app)
+    engine = _engine(runtime)
+    if engine is None:
+        return "disabled"
+    settings = runtime.settings
+    trimmed = rearchive_customer(runtime.store, engine, settings.sessions_dir, customer_id, settings.agent.turn_lease_s)
+    if trimmed == "busy":
+        raise self.retry(countdown=BUSY_RETRY_S, max_retries=100)
+    return str(trimmed)
+
+
+@shared_task(name="kefu.memory.score", bind=True, **RETRY_ON_BUSY)
+def score(self: Task, scope: str) -> int:
+    """Heuristic scores for a scope's pending and review folders."""
+    engine = _engine(runtime_for(self.app))
+    return score_scope(scope_memory(engine, scope)) if engine else 0
+
+
+@shared_task(name="kefu.memory.score_backlog", bind=True, **RETRY_ON_BUSY)
+def score_backlog(self: Task) -> int:
+    """Beat: hand every scope with a due backlog to `kefu.memory.score`."""
+    engine = _engine(runtime_for(self.app))
+    scopes = backlog(engine) if engine else []
+    for scope in scopes:
+        score.delay(scope)
+    return len(scopes)
+
+
+@shared_task(name="kefu.memory.rebuild_index", bind=True, **RETRY_ON_BUSY)
+def rebuild_index(self: Task, scope: str | None = None) -> int:
+    """Rewrite index entries from the archived texts (e.g. after a tokenizer change)."""
+    engine = _engine(runtime_for(self.app))
+    return engine.store.rebuild_index(scope) if engine else 0
+
+
+@shared_task(name="kefu.memory.report", bind=True, **RETRY_ON_BUSY)
+def report(self: Task) -> list[dict]:
+    rows = [row.model_dump() for row in memory_report(runtime_for(self.app).settings.memory_path)]
+    log.info("memory report: %d scopes, %d folders", len(rows), sum(r["folders"] for r in rows))
+    return rows
+
+
+@shared_task(name="kefu.memory.selfcheck", bind=True, **RETRY_ON_BUSY)
+def selfcheck(self: Task) -> str:
+    checks = memory_selfcheck(runtime_for(self.app).settings.memory_path)
+    for failed in (c for c in checks if c.status == "FAIL"):
+        log.error("memory selfcheck FAIL %s: %s", failed.name, failed.detail)
+    return "FAIL" if any(c.status == "FAIL" for c in checks) else "PASS"
