@@ -17,7 +17,7 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 
-from config import OpenAISettings, load_settings
+from config import OpenAISettings
 from runtime.agent.turn import session_path
 from runtime.agent.view import model_view
 from runtime.memory.store import MemoryStore
