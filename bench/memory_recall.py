@@ -62,7 +62,8 @@ def raw_floor(path: Path, scope: str) -> float:
     db = sqlite3.connect(path)
     started = time.perf_counter()
     decompress = zstandard.ZstdDecompressor().decompress
-    for (body,) in db.execute("SELECT body FROM folder WHERE scope = ?", (scope,)):
+    query = "SELECT t.body FROM folder f JOIN folder_text t ON t.folder_id = f.id WHERE f.scope = ?"
+    for (body,) in db.execute(query, (scope,)):
         decompress(body)
     elapsed = time.perf_counter() - started
     db.close()

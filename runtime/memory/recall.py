@@ -5,8 +5,11 @@ CJK-aware tokenizer), with the model's keywords, the title and the event label a
 signal; keywords match both ways (a folder keyword inside the message, a message token inside
 a multi-word keyword). Unscored folders never recall.
 
-Selection is deterministic: priority σ = (alpha desc, created asc, id asc). Each round has a
-quota k (default 10). r = 2 rotation slots are kept for low-alpha matches (alpha < 0.6), taken
+Selection is deterministic: priority σ = (alpha desc, created asc, id asc). Candidates are the
+folders scoring at least 35% of the best match. Each round has a quota k (default 10). First,
+a rare-term lane (source §1.3) takes up to k − r folders holding a query term found in at most
+τ = max(8, ⌈0.002 N⌉) folders (an order number, a name), most relevant first, so an exact
+reference is never crowded out by σ. r = 2 rotation slots are kept for low-alpha matches (alpha < 0.6), taken
 in σ order after a per-scope lane cursor that persists, so a low-alpha memory that keeps
 matching comes back within ⌈L / r⌉ rounds whatever number of high-alpha matches flood in. The
 other k − r slots take high-alpha matches in σ order, so up to k − r matched high-alpha
@@ -20,55 +23,68 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from dataclasses import dataclass, field
+from array import array
 
 from pydantic import BaseModel
 
-from runtime.memory.store import Folder, MemoryStore
+from runtime.memory.store import Folder, IndexedFolder, MemoryStore
 from runtime.memory.tokenize import tokens
 
 HIGH_ALPHA = 0.6
 K1, B = 1.2, 0.75
 KEYWORD_BONUS = 2.0
 TITLE_EVENT_BONUS = 0.5
+RELEVANCE_FLOOR = 0.35
+RARE_MIN_POSTING, RARE_RATIO = 8, 0.002  # source §1.3's rare-term lane
 
 
-def sigma(folder: Folder) -> tuple[float, int, str]:
+def sigma(folder: Folder | IndexedFolder) -> tuple[float, int, str]:
     return (-folder.alpha, folder.created_at, folder.id)
 
 
-@dataclass
 class RecallIndex:
-    folders: dict[str, Folder]
-    postings: dict[str, dict[str, int]]  # term -> folder id -> term frequency
-    norms: dict[str, float]  # folder id -> BM25 length normaliser
-    keyword_folders: dict[str, list[str]]  # model keyword -> folders carrying it
-    extra_folders: dict[str, list[str]]  # title or event token -> folders
-    sigmas: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # folder id -> σ key
+    """One scope's scored folders and their postings, read from the store's snapshot; a term's
+    posting list is unpacked the first time a query names it."""
 
-    def __post_init__(self) -> None:
-        self.sigmas = {folder_id: sigma(folder) for folder_id, folder in self.folders.items()}
+    def __init__(
+        self, folders: list[IndexedFolder], packed: tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes]]
+    ) -> None:
+        self.folders = {f.id: f for f in folders}
+        self._ids = {f.rowid: f.id for f in folders}
+        self._packed, keywords, extras = packed
+        self._postings: dict[str, dict[str, int]] = {}
+        average = sum(f.length for f in folders) / len(folders) if folders else 1.0
+        scale = K1 * B / (average or 1)
+        self.norms = {f.id: K1 * (1 - B) + scale * f.length for f in folders}
+        self.sigmas = {f.id: (-f.alpha, f.created_at, f.id) for f in folders}  # σ, see sigma()
+        self.keyword_folders = self._unpack(keywords)  # model keyword -> folders carrying it
+        self.extra_folders = self._unpack(extras)  # title or event token -> folders
+
+    def _unpack(self, packed: dict[str, bytes]) -> dict[str, list[str]]:
+        ids = self._ids
+        unpacked = {}
+        for term, rows in packed.items():
+            found = array("I")
+            found.frombytes(rows)
+            unpacked[term] = [ids[row] for row in found if row in ids]
+        return unpacked
 
     @classmethod
     def build(cls, store: MemoryStore, scope: str) -> RecallIndex:
-        """From the stored index entries: the archived texts are tokenised once, at archive time."""
-        folders = {f.id: f for f in store.folders(scope) if f.scored}
-        entries = store.index_entries(scope)
-        postings: dict[str, dict[str, int]] = {}
-        lengths: dict[str, int] = {}
-        keyword_folders: dict[str, list[str]] = {}
-        extra_folders: dict[str, list[str]] = {}
-        for folder_id, folder in folders.items():
-            lengths[folder_id], terms = entries.get(folder_id, (0, {}))
-            for term, count in terms.items():
-                postings.setdefault(term, {})[folder_id] = count
-            for keyword in folder.keywords:
-                keyword_folders.setdefault(keyword, []).append(folder_id)
-            for token in set(tokens(f"{folder.title} {folder.event or ''}")):
-                extra_folders.setdefault(token, []).append(folder_id)
-        average = sum(lengths.values()) / len(lengths) if lengths else 1.0
-        norms = {i: K1 * (1 - B + B * length / (average or 1)) for i, length in lengths.items()}
-        return cls(folders, postings, norms, keyword_folders, extra_folders)
+        """From the stored snapshots: texts are tokenised once, when they are archived, and
+        keywords indexed when they are judged."""
+        return cls(store.index_folders(scope), store.postings(scope))
+
+    def posting(self, term: str) -> dict[str, int]:
+        """Scored folders holding the term -> its count there."""
+        found = self._postings.get(term)
+        if found is None:
+            pairs = array("I")
+            pairs.frombytes(self._packed.get(term, b""))
+            ids = self._ids
+            found = {ids[row]: count for row, count in zip(pairs[::2], pairs[1::2], strict=True) if row in ids}
+            self._postings[term] = found
+        return found
 
     def scores(self, query: str) -> dict[str, float]:
         """Folders matching the query, with their lexical score."""
@@ -77,7 +93,7 @@ class RecallIndex:
         n = len(self.folders)
         found: dict[str, float] = {}
         for term in terms:
-            posting = self.postings.get(term, {})
+            posting = self.posting(term)
             idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
             for folder_id, tf in posting.items():
                 found[folder_id] = found.get(folder_id, 0.0) + idf * tf * (K1 + 1) / (tf + self.norms[folder_id])
@@ -89,6 +105,24 @@ class RecallIndex:
             for folder_id in self.extra_folders.get(term, ()):
                 found[folder_id] = found.get(folder_id, 0.0) + TITLE_EVENT_BONUS
         return found
+
+    def candidates(self, query: str, found: dict[str, float] | None = None) -> list[str]:
+        """The folders the query matches well enough to be recalled: at least RELEVANCE_FLOOR of
+        the best lexical score. Full-text matching makes nearly every folder match some common
+        bigram; the floor keeps FAIR-DRI's σ order among the relevant ones."""
+        found = self.scores(query) if found is None else found
+        floor = max(found.values(), default=0.0) * RELEVANCE_FLOOR
+        return [i for i, s in found.items() if s >= floor]
+
+    def rare_matches(self, query: str, found: dict[str, float] | None = None) -> list[str]:
+        """Folders holding a rare query term (an order number, a name: in at most
+        τ = max(8, ⌈0.002 N⌉) folders), most relevant first, then σ."""
+        tau = max(RARE_MIN_POSTING, math.ceil(RARE_RATIO * len(self.folders)))
+        rare = {i for t in set(tokens(query)) if len(p := self.posting(t)) <= tau for i in p}
+        if not rare:
+            return []
+        found = self.scores(query) if found is None else found
+        return sorted(rare, key=lambda i: (-found[i], self.sigmas[i]))
 
 
 class RecallState(BaseModel):
@@ -112,20 +146,24 @@ def load_state(store: MemoryStore, scope: str) -> RecallState:
 def select(
     index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
 ) -> tuple[list[str], RecallState]:
-    """This round's picks (σ order within each lane: high first, then rotation) and the new state."""
+    """This round's picks (rare-term lane, then high σ, then rotation) and the new state."""
     in_block = set(state.block)
     keys = index.sigmas
-    matched = [keys[i] for i in index.scores(query) if i not in in_block]
+    found = index.scores(query)
+    rare = [i for i in index.rare_matches(query, found) if i not in in_block][: k - r]
+    taken = in_block | set(rare)
+    k -= len(rare)
+    matched = [keys[i] for i in index.candidates(query, found) if i not in taken]
     high = heapq.nsmallest(k, (key for key in matched if -key[0] >= HIGH_ALPHA))
     low = sorted(key for key in matched if -key[0] < HIGH_ALPHA)
     cursor = tuple(state.low_cursor) if state.low_cursor is not None else None
     start = bisect.bisect_right(low, cursor) if cursor is not None else 0
     after = low[start : start + k]
     rotation = after + low[: min(start, k - len(after))]  # after the cursor, then wrapping around
-    low_slots = min(r, len(rotation), k)
+    low_slots = min(r, len(rotation), k)  # k: what the rare lane left
     high_picks = high[: k - low_slots]
     low_picks = rotation[: k - len(high_picks)]
     cursor = low_picks[-1] if low_picks else cursor
-    picks = [key[2] for key in high_picks] + [key[2] for key in low_picks]
+    picks = rare + [key[2] for key in high_picks] + [key[2] for key in low_picks]
     new_state = RecallState(round=state.round + 1, low_cursor=cursor, block=[*state.block, *picks])
     return picks, new_state

@@ -9,8 +9,11 @@ plans against their folders, recall states against the folders they name, and im
 from __future__ import annotations
 
 import json
+import marshal
 import sqlite3
-from collections import Counter
+from array import array
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -68,6 +71,39 @@ class Check(BaseModel):
     detail: str = ""
 
 
+def _pairs(packed: bytes, width: int) -> list[tuple[int, ...]]:
+    values = array("I")
+    values.frombytes(packed)
+    return sorted(tuple(values[i : i + width]) for i in range(0, len(values), width))
+
+
+def _postings_problems(db: sqlite3.Connection, decompress: Callable[[bytes], bytes]) -> list[str]:
+    """Each scope's stored postings against what its index entries and scores say."""
+    problems = []
+    for scope, data, keywords in db.execute("SELECT scope, data, keywords FROM scope_postings"):
+        text: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+        words: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+        rows = db.execute(
+            "SELECT f.rowid, e.terms, f.scored, f.keywords FROM folder f JOIN index_entry e ON e.folder_id = f.id"
+            " WHERE f.scope = ?",
+            (scope,),
+        )
+        for rowid, terms, scored, folder_keywords in rows:
+            for term, count in json.loads(decompress(terms)).items():
+                text[term].append((rowid, count))
+            for word in json.loads(folder_keywords) if scored else []:
+                words[word].append((rowid,))
+        stored = {term: _pairs(packed, 2) for term, packed in marshal.loads(data).items()}
+        if stored != {term: sorted(pairs) for term, pairs in text.items()}:
+            problems.append(f"{scope}: text postings differ from the index entries")
+        stored_words = {
+            word: _pairs(packed, 1) for word, packed in marshal.loads(keywords or marshal.dumps({})).items()
+        }
+        if stored_words != {word: sorted(rows) for word, rows in words.items()}:
+            problems.append(f"{scope}: keyword postings differ from the folders' keywords")
+    return problems
+
+
 class _reader:
     """A read-only connection of the self-check's own."""
 
@@ -100,14 +136,17 @@ def _selfcheck(path: Path) -> list[Check]:
 
     with _reader(path) as db:
         folders = db.execute(
-            "SELECT id, scope, plan_id, body, chars, alpha, beta, keywords, scored, score_source, review,"
-            " event_from, event_to FROM folder"
+            "SELECT f.id, f.scope, f.plan_id, t.body, f.chars, f.alpha, f.beta, f.keywords, f.scored, f.score_source,"
+            " f.review, f.event_from, f.event_to FROM folder f LEFT JOIN folder_text t ON t.folder_id = f.id"
         ).fetchall()
         entries = {r[0]: (r[1], r[2]) for r in db.execute("SELECT folder_id, length, terms FROM index_entry")}
         ids = {f[0] for f in folders}
         index_problems = [f"{i}: no folder" for i in entries if i not in ids]
         state_problems, range_problems = [], []
         for fid, _, _, body, chars, alpha, beta, keywords, scored, source, review, start, end in folders:
+            if body is None:
+                index_problems.append(f"{fid}: no archived text")
+                continue
             text = decompress(body).decode()
             terms = Counter(tokens(text))
             entry = entries.get(fid)
@@ -127,6 +166,7 @@ def _selfcheck(path: Path) -> list[Check]:
             if start > end:
                 range_problems.append(f"{fid}: event range reversed")
         check("index entries match folders", index_problems)
+        check("postings match index entries", _postings_problems(db, decompress))
         check("folder states", state_problems)
         check("value ranges", range_problems)
         plan_problems = [

@@ -10,12 +10,15 @@ Telemetry rows carry counts and ids only, never archived text.
 from __future__ import annotations
 
 import json
+import marshal
 import sqlite3
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import NamedTuple
 
 import zstandard
 from pydantic import BaseModel
@@ -42,7 +45,6 @@ CREATE TABLE IF NOT EXISTS folder (
     plan_id TEXT NOT NULL REFERENCES archive_plan(plan_id),
     seq INTEGER NOT NULL,
     title TEXT NOT NULL,
-    body BLOB NOT NULL,
     chars INTEGER NOT NULL,
     event_from INTEGER NOT NULL,
     event_to INTEGER NOT NULL,
@@ -55,13 +57,24 @@ CREATE TABLE IF NOT EXISTS folder (
     event TEXT,
     reason TEXT,
     review INTEGER NOT NULL DEFAULT 0,  -- trimmed from a recall block: its scores want a second look
+    extra_terms TEXT NOT NULL DEFAULT '[]',  -- tokens of the title and the event label
     UNIQUE (plan_id, seq)
 );
 CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id);
+CREATE TABLE IF NOT EXISTS folder_text (  -- apart from the folder rows, so recall scans no text
+    folder_id TEXT PRIMARY KEY REFERENCES folder(id),
+    body BLOB NOT NULL  -- zstd of the archived text
+);
 CREATE TABLE IF NOT EXISTS index_entry (
     folder_id TEXT PRIMARY KEY REFERENCES folder(id),
     length INTEGER NOT NULL,  -- tokens in the folder's text
     terms BLOB NOT NULL  -- zstd JSON {term: count}
+);
+CREATE TABLE IF NOT EXISTS scope_postings (
+    scope TEXT PRIMARY KEY,
+    data BLOB NOT NULL,  -- marshal {term: array('I') bytes of (folder rowid, count) pairs}, every folder
+    keywords BLOB,  -- marshal {model keyword: array('I') bytes of scored folder rowids}
+    extras BLOB  -- marshal {title or event token: array('I') bytes of scored folder rowids}
 );
 CREATE TABLE IF NOT EXISTS folder_image (
     folder_id TEXT NOT NULL REFERENCES folder(id),
@@ -113,6 +126,22 @@ class ArchiveSource(BaseModel):
     session_id: str
     from_seq: int
     to_seq: int
+
+
+class IndexedFolder(NamedTuple):
+    """What recall needs of a scored folder, read for thousands at once (no validation cost)."""
+
+    rowid: int
+    id: str
+    alpha: float
+    beta: float
+    created_at: int
+    chars: int
+    title: str
+    event: str | None
+    event_from: int
+    event_to: int
+    length: int  # tokens in the text
 
 
 class ArchivedImage(BaseModel):
@@ -201,6 +230,7 @@ class MemoryStore:
         with self._write() as db:
             if db.execute("SELECT 1 FROM archive_plan WHERE plan_id = ?", (plan_id,)).fetchone() is None:
                 at = now_ms()
+                new_terms: list[tuple[int, Counter[str]]] = []
                 db.execute(
                     "INSERT INTO archive_plan (plan_id, scope, folder_count, committed_at, session_id, from_seq,"
                     " to_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -214,42 +244,49 @@ class MemoryStore:
                 )
                 for folder in folders:
                     folder_id = f"mem-{plan_id}-{folder.seq}"
-                    db.execute(
-                        "INSERT INTO folder (id, scope, plan_id, seq, title, body, chars, event_from, event_to,"
-                        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    inserted = db.execute(
+                        "INSERT INTO folder (id, scope, plan_id, seq, title, chars, event_from, event_to,"
+                        " created_at, extra_terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             folder_id,
                             scope,
                             plan_id,
                             folder.seq,
                             folder.title,
-                            compressor.compress(folder.text.encode()),
                             len(folder.text),
                             folder.event_from,
                             folder.event_to,
                             at,
+                            json.dumps(sorted(set(tokens(folder.title))), ensure_ascii=False),
                         ),
                     )
-                    self._write_index_entry(db, folder_id, folder.text, compressor)
+                    db.execute(
+                        "INSERT INTO folder_text (folder_id, body) VALUES (?, ?)",
+                        (folder_id, compressor.compress(folder.text.encode())),
+                    )
+                    terms = self._write_index_entry(db, folder_id, folder.text, compressor)
+                    new_terms.append((inserted.lastrowid, terms))
                     for image in (images or {}).get(folder.seq, []):
                         db.execute(
                             "INSERT INTO folder_image (folder_id, name, path, sha256, mime, size)"
                             " VALUES (?, ?, ?, ?, ?, ?)",
                             (folder_id, image.name, image.path, image.sha256, image.mime, image.size),
                         )
+                _merge_postings(db, scope, new_terms)
             rows = db.execute("SELECT * FROM folder WHERE plan_id = ? ORDER BY seq", (plan_id,)).fetchall()
         return [_folder(row) for row in rows]
 
     @staticmethod
     def _write_index_entry(
         db: sqlite3.Connection, folder_id: str, text: str, compressor: zstandard.ZstdCompressor
-    ) -> None:
+    ) -> Counter[str]:
         terms = index_terms(text)
         db.execute(
             "INSERT INTO index_entry (folder_id, length, terms) VALUES (?, ?, ?) ON CONFLICT (folder_id)"
             " DO UPDATE SET length = excluded.length, terms = excluded.terms",
             (folder_id, sum(terms.values()), compressor.compress(json.dumps(terms, ensure_ascii=False).encode())),
         )
+        return terms
 
     def session_plans(self, session_id: str) -> list[ArchiveSource]:
         """The ranges of a session log already archived, oldest first."""
@@ -259,24 +296,47 @@ class MemoryStore:
         )
         return [ArchiveSource(session_id=r[0], from_seq=r[1], to_seq=r[2]) for r in rows]
 
-    def index_entries(self, scope: str) -> dict[str, tuple[int, dict[str, int]]]:
-        """Each scored folder's (token count, term counts), read in one query."""
-        decompress = zstandard.ZstdDecompressor().decompress
-        rows = self._connection().execute(
-            "SELECT e.folder_id, e.length, e.terms FROM index_entry e JOIN folder f ON f.id = e.folder_id"
+    def index_folders(self, scope: str) -> list[IndexedFolder]:
+        """The scope's scored folders as recall reads them, in one query."""
+        cursor = self._connection().cursor()
+        cursor.row_factory = None  # plain tuples: thousands of rows
+        rows = cursor.execute(
+            "SELECT f.rowid, f.id, f.alpha, f.beta, f.created_at, f.chars, f.title, f.event, f.event_from,"
+            " f.event_to, e.length FROM folder f JOIN index_entry e ON e.folder_id = f.id"
             " WHERE f.scope = ? AND f.scored = 1",
             (scope,),
         )
-        return {row[0]: (row[1], json.loads(decompress(row[2]))) for row in rows}
+        return list(map(IndexedFolder._make, rows))
+
+    def postings(self, scope: str) -> tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes]]:
+        """The scope's inverted indexes: text term -> packed (rowid, count) pairs of every
+        folder; model keyword and title/event token -> packed rowids of scored folders."""
+        row = (
+            self._connection()
+            .execute("SELECT data, keywords, extras FROM scope_postings WHERE scope = ?", (scope,))
+            .fetchone()
+        )
+        return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})  # type: ignore[return-value]
 
     def rebuild_index(self, scope: str | None = None) -> int:
-        """Rewrite the index entries of a scope (or of every scope) from the archived texts."""
+        """Rewrite the index entries and postings of a scope (or of every scope) from the
+        archived texts."""
         compressor = zstandard.ZstdCompressor(level=3)
         decompress = zstandard.ZstdDecompressor().decompress
         with self._write() as db:
-            rows = db.execute("SELECT id, body FROM folder WHERE ? IS NULL OR scope = ?", (scope, scope)).fetchall()
-            for row in rows:
-                self._write_index_entry(db, row[0], decompress(row[1]).decode(), compressor)
+            rows = db.execute(
+                "SELECT f.rowid, f.id, f.scope, t.body FROM folder f JOIN folder_text t ON t.folder_id = f.id"
+                " WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
+                (scope, scope),
+            ).fetchall()
+            db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
+            by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
+            for rowid, folder_id, folder_scope, body in rows:
+                terms = self._write_index_entry(db, folder_id, decompress(body).decode(), compressor)
+                by_scope.setdefault(folder_scope, []).append((rowid, terms))
+            for folder_scope, entries in by_scope.items():
+                _merge_postings(db, folder_scope, entries)
+                _refresh_signals(db, folder_scope)
         return len(rows)
 
     def images(self, scope: str) -> list[ArchivedImage]:
@@ -357,6 +417,18 @@ class MemoryStore:
                         s.folder_id,
                     ),
                 )
+                if s.event_given:
+                    (title,) = db.execute("SELECT title FROM folder WHERE id = ?", (s.folder_id,)).fetchone()
+                    extra = sorted(set(tokens(f"{title} {s.event or ''}")))
+                    db.execute(
+                        "UPDATE folder SET extra_terms = ? WHERE id = ?",
+                        (json.dumps(extra, ensure_ascii=False), s.folder_id),
+                    )
+            scopes = {
+                row[0] for s in scores for row in db.execute("SELECT scope FROM folder WHERE id = ?", (s.folder_id,))
+            }
+            for scope in scopes:
+                _refresh_signals(db, scope)
 
     def save_recall_state(self, scope: str, state: str) -> None:
         """A snapshot (JSON) of the scope's recall state: block, lanes, round."""
@@ -374,18 +446,58 @@ class MemoryStore:
     def texts(self, scope: str) -> dict[str, str]:
         """Every folder's archived text in a scope, read in one query."""
         decompress = zstandard.ZstdDecompressor().decompress
-        rows = self._connection().execute("SELECT id, body FROM folder WHERE scope = ?", (scope,))
+        rows = self._connection().execute(
+            "SELECT f.id, t.body FROM folder f JOIN folder_text t ON t.folder_id = f.id WHERE f.scope = ?", (scope,)
+        )
         return {row[0]: decompress(row[1]).decode() for row in rows}
 
     def text(self, folder_id: str) -> str:
-        row = self._connection().execute("SELECT body FROM folder WHERE id = ?", (folder_id,)).fetchone()
+        row = self._connection().execute("SELECT body FROM folder_text WHERE folder_id = ?", (folder_id,)).fetchone()
         if row is None:
             raise KeyError(folder_id)
         return zstandard.ZstdDecompressor().decompress(row["body"]).decode()
 
 
+def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int, Counter[str]]]) -> None:
+    """Add folders' term counts to the scope's postings snapshot (inside the caller's transaction)."""
+    row = db.execute("SELECT data FROM scope_postings WHERE scope = ?", (scope,)).fetchone()
+    postings: dict[str, bytes] = marshal.loads(row[0]) if row else {}
+    grown: dict[str, array] = {}
+    for rowid, terms in entries:
+        for term, count in terms.items():
+            packed = grown.get(term)
+            if packed is None:
+                packed = grown[term] = array("I")
+                packed.frombytes(postings.get(term, b""))
+            packed.extend((rowid, count))
+    postings.update({term: packed.tobytes() for term, packed in grown.items()})
+    db.execute(
+        "INSERT INTO scope_postings (scope, data) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET data = excluded.data",
+        (scope, marshal.dumps(postings)),
+    )
+
+
+def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
+    """Rewrite the scope's keyword and title/event postings from its scored folders (judging is
+    rare and off the recall path; reading them back is one unmarshal)."""
+    keywords: dict[str, array] = {}
+    extras: dict[str, array] = {}
+    rows = db.execute("SELECT rowid, keywords, extra_terms FROM folder WHERE scope = ? AND scored = 1", (scope,))
+    for rowid, words, extra in rows:
+        for word in json.loads(words):
+            keywords.setdefault(word, array("I")).append(rowid)
+        for token in json.loads(extra):
+            extras.setdefault(token, array("I")).append(rowid)
+    packed = [marshal.dumps({k: v.tobytes() for k, v in m.items()}) for m in (keywords, extras)]
+    db.execute(
+        "INSERT INTO scope_postings (scope, data, keywords, extras) VALUES (?, ?, ?, ?) ON CONFLICT (scope)"
+        " DO UPDATE SET keywords = excluded.keywords, extras = excluded.extras",
+        (scope, marshal.dumps({}), *packed),
+    )
+
+
 def _folder(row: sqlite3.Row) -> Folder:
-    values = {k: row[k] for k in row.keys() if k != "body"}
+    values = {k: row[k] for k in row.keys() if k != "extra_terms"}
     return Folder.model_validate(
         {
             **values,

@@ -66,6 +66,15 @@ def test_a_matched_high_alpha_memory_appears_in_the_same_round_and_low_alpha_is_
     assert seen_low == set(low)
 
 
+def test_a_weak_match_is_not_a_candidate(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    [policy, chat] = archive(store, ["退货政策：七天无理由，运费险赔付", "退货闲聊"], "p1")
+    score(store, [policy, chat], 0.5, ["记录", "客服", "其他"])
+    index = RecallIndex.build(store, "c1")
+    assert set(index.scores("运费险赔付的退货政策")) == {policy, chat}  # both share 退货
+    assert index.candidates("运费险赔付的退货政策") == [policy]  # under 35% of the best is noise
+
+
 def test_folders_in_the_block_are_not_picked_again(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
     ids = archive(store, ["地址改到杭州", "地址改到北京"], "p1")
@@ -110,10 +119,21 @@ def test_the_rotation_wraps_around_without_repeating_a_folder(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
     high = archive(store, [f"退货政策{n}" for n in range(8)], "p-high")
     score(store, high, 0.9, ["政策", "说明", "规定"])
-    low = archive(store, ["退货闲聊一", "退货闲聊二", "退货闲聊三"], "p-low")
+    low = archive(store, [f"退货闲聊{n}" for n in range(9)], "p-low")  # 9 > τ = 8: 闲聊 is not rare
     score(store, low, 0.1, ["闲聊", "记录", "其他"])
     index = RecallIndex.build(store, "c1")
-    first, state = select(index, "退货政策", RecallState())  # 8 high + 2 rotation slots: the cursor stops midway
+    first, state = select(index, "退货", RecallState())  # 8 high + 2 rotation slots: the cursor stops midway
     assert set(first) == set(high) | set(low[:2])
     second, _ = select(index, "闲聊", state.model_copy(update={"block": []}))  # only the low ones match
-    assert second == [low[2], low[0], low[1]]  # after the cursor, then wrapping around, each once
+    assert second == low[2:] + low[:2]  # after the cursor, then wrapping around, each once
+
+
+def test_a_rare_term_is_recalled_at_once_whatever_its_alpha(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    crowd = archive(store, [f"订单A{n:05d}什么时候发货" for n in range(30)], "p-crowd")
+    score(store, crowd, 0.9, ["订单", "发货", "时间"])
+    [exact] = archive(store, ["订单A77777改地址到杭州"], "p-exact")
+    score(store, [exact], 0.1, ["改址", "杭州", "记录"])
+    picks, _ = select(index := RecallIndex.build(store, "c1"), "订单A77777发货了吗", RecallState(), k=1, r=0)
+    assert picks == [exact]  # one slot: the exact order number wins over 30 high-alpha σ picks
+    assert exact in select(index, "订单A77777发货了吗", RecallState())[0]

@@ -4,6 +4,7 @@ states; `memory_judge` through the tool boundary; `memory_image`; and the self-c
 from __future__ import annotations
 
 import json
+import marshal
 import sqlite3
 import subprocess
 import sys
@@ -131,9 +132,16 @@ def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory, tmp_pa
     with db:
         db.execute("UPDATE index_entry SET length = length + 1 WHERE rowid = 1")
         db.execute("UPDATE folder SET alpha = 0 WHERE rowid = 2")
-    db.close()
     failed = {c.name for c in selfcheck(memory.store.path) if c.status == "FAIL"}
     assert failed == {"index entries match folders", "value ranges"}
+    with db:
+        db.execute("UPDATE scope_postings SET keywords = ?", (marshal.dumps({}),))
+    failed = {c.name for c in selfcheck(memory.store.path) if c.status == "FAIL"}
+    assert "postings match index entries" in failed
+    db.close()
+    assert memory.store.rebuild_index(SCOPE) == len(FOLDERS)  # what kefu.memory.rebuild_index runs
+    failed = {c.name for c in selfcheck(memory.store.path) if c.status == "FAIL"}
+    assert failed == {"value ranges"}  # the index is whole again; a bad score is not its business
     env = {"KEFU_DATA_DIR": str(tmp_path / "var"), "PATH": str(Path(sys.executable).parent)}
     run = subprocess.run(
         [str(Path(sys.executable).parent / "kefu"), "memory", "selfcheck"],
@@ -142,4 +150,4 @@ def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory, tmp_pa
         text=True,
         timeout=60,
     )
-    assert run.returncode == 1 and "FAIL index entries match folders" in run.stdout
+    assert run.returncode == 1 and "FAIL value ranges: mem-plan-1-2" in run.stdout
