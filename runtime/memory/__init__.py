@@ -1,8 +1,9 @@
 """The long-term memory engine (SPEC 5): archive old conversation into folders, score them,
-recall them. Self-contained: no Celery, no network; the worker's `kefu.memory` tasks and the
-`kefu memory` CLI are to be thin shells around it.
+recall them. Self-contained: no Celery, no network, no agent; usable as a library.
 
-Built so far: chunking and folder planning (`chunking`, `folders`), the tokenizer, the folder
-store with all-or-none archive commits, `memory_judge` and the heuristic scorer, recall time windows, and recall
-(lexical index and FAIR-DRI selection with a persisted state). Not yet wired into agent turns.
+`folders` and `chunking` plan an archive, `store` keeps folders with their index entries and
+postings, `judge` and `heuristic` score, `recall` matches and selects (FAIR-DRI), `time_window`
+reads `memory_recall`'s time arguments, `report` counts and self-checks. The agent's side
+(when to archive, the recall block, the tools) is `runtime.agent.memory*`; the `kefu.memory`
+tasks and `kefu memory` commands are thin shells around both.
 """

@@ -151,6 +151,33 @@ def test_kefu_config_masks_secrets_and_reads_kefu_toml(tmp_path):
     assert "Europe/Berlin" in run.stdout and "KEFU_ADMISSION__BATCH_SIZE" in run.stdout and " 50 " in run.stdout
 
 
+def test_the_demo_with_a_small_window_archives_scores_and_recalls_into_the_prompt(tmp_path):
+    from runtime.agent.view import model_view
+    from runtime.memory.store import MemoryStore
+    from runtime.session_log import SessionLog
+
+    small = {"KEFU_AGENT__CONTEXT_WINDOW_TOKENS": "1000", "KEFU_MEMORY__ALLOW_SMALL_WINDOW": "true"}
+    run = _kefu(tmp_path, "demo", **small)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "demo: 14 buyer messages, 14 answered, 0 duplicate replies, 0 lost"
+    demo_dir = next((tmp_path / "var").glob("demo-*"))
+    shown = _kefu(tmp_path, "memory", "show", "--json", KEFU_DATA_DIR=str(demo_dir))
+    assert shown.returncode == 0, shown.stderr
+    memory = json.loads(shown.stdout)
+    folders = [f for scope in memory.values() for f in scope["folders"]]
+    assert folders and all(f["scored"] and f["score_source"] == "heuristic" for f in folders)
+    # 张三's last question (about the courier) recalled his archived first turns into the prompt.
+    recalled = {scope: v["recall_block"] for scope, v in memory.items() if v["recall_block"]}
+    assert list(recalled) == ["customer-1"]
+    events = SessionLog(demo_dir / "sessions" / "default" / "s1-1.jsonl.zst").load()
+    system = model_view(events)[0].content
+    store = MemoryStore(demo_dir / "memory-default.sqlite")
+    texts = [store.text(i) for i in recalled["customer-1"]]
+    assert any("快递" in t for t in texts) and all(t.rstrip() in system for t in texts)
+    check = _kefu(tmp_path, "memory", "selfcheck", KEFU_DATA_DIR=str(demo_dir))
+    assert check.returncode == 0 and "FAIL" not in check.stdout
+
+
 def test_kefu_config_rejects_a_bad_zone(tmp_path):
     run = _kefu(tmp_path, "config", KEFU_TIMEZONE="Asia/Shanghia")
     assert run.returncode == 2
@@ -161,7 +188,7 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     run = _kefu(tmp_path, "demo")
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
-    assert last == "demo: 11 buyer messages, 11 answered, 0 duplicate replies, 0 lost"
+    assert last == "demo: 14 buyer messages, 14 answered, 0 duplicate replies, 0 lost"
     status = _kefu(tmp_path, "status", KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))))
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout
 
