@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -28,13 +28,14 @@ from config import MemorySettings
 from runtime.agent.context import estimate_tokens, text_tokens
 from runtime.agent.view import archived_upto, chat_message, model_view
 from runtime.media import sniff
-from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
+from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
 from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, MemoryStore
 from runtime.session_log import SessionEvent, SessionLog
 
 logger = logging.getLogger(__name__)
 
+JUDGE_WINDOW_PERCENT = 15
 FALSE_WINDOW_FACTOR = 5  # context over 500% of the window: the window setting is wrong
 HARD_LIMIT_EPISODES = 2
 BLOCK_HEADER = (
@@ -67,30 +68,15 @@ class MemoryEngine:
     attachments_dir: Path | None = None  # where the agent's attachments come from
 
     def session(self, customer_id: int) -> SessionMemory:
-        return SessionMemory(
-            self.store,
-            scope_of(customer_id),
-            self.settings,
-            self.window_tokens,
-            self.zone,
-            self.model_scores,
-            self.images_dir,
-            self.attachments_dir,
-        )
+        own = {f.name: getattr(self, f.name) for f in fields(MemoryEngine)}
+        return SessionMemory(**own, scope=scope_of(customer_id))
 
 
 @dataclass(frozen=True)
-class SessionMemory:
+class SessionMemory(MemoryEngine):
     """One customer's memory as a turn uses it."""
 
-    store: MemoryStore
-    scope: str
-    settings: MemorySettings
-    window_tokens: int
-    zone: ZoneInfo
-    model_scores: bool
-    images_dir: Path | None = None
-    attachments_dir: Path | None = None
+    scope: str = ""
 
 
 ArchiveReason = Literal[
@@ -258,18 +244,25 @@ def _archive_turns(
     events = log.all_events
     upto = archived_upto(events)
     starts = _turn_starts(events, upto)
-    cut, removed = None, 0
+    cuts: list[tuple[int, int]] = []  # (cut, tokens removed up to it)
+    removed = 0
     for start, end in zip(starts, starts[1:], strict=False):  # the latest turn is never archived
         removed += _span_tokens(events[start:end])
-        cut = end
+        cuts.append((end, removed))
         if removed >= target:
             break
-    if cut is None:
-        logger.warning("memory %s: no whole turn to archive before the current one", memory.scope)
+    first = starts[0] if starts else upto
+    while cuts:  # one run makes at most max_folders_per_run folders: archive fewer turns if need be
+        cut, removed = cuts[-1]
+        messages, files = _archived_messages(events[first:cut], memory)
+        try:
+            planned = plan_folders(messages, memory.settings.target_chunk_chars, memory.settings.max_folders_per_run)
+            break
+        except TooManyFolders:
+            cuts.pop()
+    else:
+        log_skip(memory, "no-cut")
         return ArchiveOutcome("no-cut", trimmed=trimmed)
-    first = starts[0]
-    messages, files = _archived_messages(events[first:cut], memory)
-    planned = plan_folders(messages, memory.settings.target_chunk_chars, memory.settings.max_folders_per_run)
     images = _keep_images(planned, files, memory)
     source = ArchiveSource(session_id=session_id, from_seq=upto, to_seq=cut)
     folders = memory.store.commit_archive(memory.scope, plan_id(source), planned, source, images)
@@ -457,7 +450,12 @@ def judge_task(memory: SessionMemory | None) -> str:
     if not waiting:
         return ""
     lines = [JUDGE_HEADER]
+    # The task must not fill the window it is meant to relieve: items get a share of it (source
+    # §1.2: 15% of the window), at least one item.
+    budget = memory.window_tokens * JUDGE_WINDOW_PERCENT // 100
     for folder in waiting[: memory.settings.judge_task_items]:
+        if len(lines) > 1 and sum(map(text_tokens, lines[1:])) >= budget:
+            break
         excerpt = " ".join(memory.store.text(folder.id).split())[:200]
         if folder.scored:
             lines.append(

@@ -32,8 +32,8 @@ class MemoryRecallArgs(BaseModel):
     keywords: str | None = Field(None, max_length=500, description="names, order numbers, products; space separated")
     limit: int = Field(3, ge=1, le=8)
     offset: int = Field(0, ge=0, le=10_000)
-    time_from: str | None = Field(None, alias="timeFrom", description="YYYY-MM-DD, YYYY-MM or YYYY")
-    time_to: str | None = Field(None, alias="timeTo", description="YYYY-MM-DD, YYYY-MM or YYYY")
+    time_from: str | None = Field(None, alias="timeFrom", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")
+    time_to: str | None = Field(None, alias="timeTo", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")
     granularity: Literal["day", "month", "year"] | None = None
     event: str | None = Field(None, max_length=200, description="an event label; 空 or omitted: no constraint")
 
@@ -87,7 +87,7 @@ def memory_recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = parse_arguments(call, MemoryRecallArgs)
     if isinstance(args, ToolOutcome):
         return args
-    times = time_query(args.time_from, args.time_to, memory.zone, now_ms())
+    times = time_query(args.time_from, args.time_to, memory.zone, now_ms(), args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
     if event.state == "ambiguous":

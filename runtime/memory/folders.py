@@ -30,6 +30,10 @@ class PlannedFolder(BaseModel):
     event_to: int
 
 
+class TooManyFolders(ValueError):
+    """One archive run would make more folders than allowed."""
+
+
 class _Draft:
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -71,7 +75,7 @@ def plan_folders(
     if current.parts:
         drafts.append(current)
     if len(drafts) > max_folders:
-        raise ValueError(f"the archive would make {len(drafts)} folders; at most {max_folders} per run")
+        raise TooManyFolders(f"the archive would make {len(drafts)} folders; at most {max_folders} per run")
     titles = _unique([_title(draft, messages, seq) for seq, draft in enumerate(drafts, start=1)])
     return [
         PlannedFolder(

@@ -72,13 +72,37 @@ def _window(first: date, last_exclusive: date, zone: ZoneInfo, level: str, now_m
     return Window(start_ms=min(start, now_ms), end_ms=min(end, now_ms + 1), level=level, hard=hard)
 
 
-def time_query(time_from: str | None, time_to: str | None, zone: ZoneInfo, now_ms: int) -> TimeQuery:
+_UNITS: tuple[Unit, ...] = ("day", "month", "year")
+
+
+def _point(text: str, zone: ZoneInfo, granularity: Unit | None) -> tuple[date, Unit] | None:
+    """A written point, or epoch milliseconds (its civil day in the zone); a coarser
+    granularity than the writing widens it (2025-03-05 as a month is March 2025)."""
+    text = text.strip()
+    if text.isdigit() and len(text) >= 10:
+        try:
+            text = datetime.fromtimestamp(int(text) / 1000, tz=zone).date().isoformat()
+        except (OverflowError, OSError, ValueError):
+            return None
+    point = parse_point(text)
+    if point is None or granularity is None:
+        return point
+    day, unit = point
+    return day, max(unit, granularity, key=_UNITS.index)
+
+
+def time_query(
+    time_from: str | None, time_to: str | None, zone: ZoneInfo, now_ms: int, granularity: Unit | None = None
+) -> TimeQuery:
     given = [t for t in (time_from, time_to) if t is not None and t.strip()]
     if not given:
         return TimeQuery(windows=[])
-    points = [parse_point(t) for t in given]
+    points = [_point(t, zone, granularity) for t in given]
     if any(p is None for p in points):
-        return TimeQuery(windows=[], warnings=["time: use YYYY, YYYY-MM or YYYY-MM-DD; no time constraint applied"])
+        return TimeQuery(
+            windows=[],
+            warnings=["time: use YYYY, YYYY-MM, YYYY-MM-DD or epoch milliseconds; no time constraint applied"],
+        )
     today = datetime.fromtimestamp(now_ms / 1000, tz=zone).date()
     if len(points) == 1:
         day, unit = points[0]  # type: ignore[misc]

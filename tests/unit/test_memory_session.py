@@ -237,3 +237,23 @@ def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(s
     assert image.path in found.content and "exists=True" in found.content
     missing = execute(binding, ToolCall(id="y", name="memory_image", arguments='{"name": "nope"}'), MEMORY_TOOLS)
     assert missing.content == "No archived image matches."
+
+
+def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(store, settings, shop, transport, platform):
+    memory = engine(settings, window=100_000)
+    customer, result = converse(store, settings, transport, platform, memory, EARLY)
+    log = session(settings, result)
+    log.open_for_append()
+    capped = MemoryEngine(
+        memory.store,
+        settings.memory.model_copy(
+            update={"allow_small_window": True, "target_chunk_chars": 100, "max_folders_per_run": 3}
+        ),
+        1000,
+        settings.zone,
+        model_scores=False,
+    )
+    outcome = archive(log, result.session_id, capped.session(customer), 10)
+    assert outcome.reason == "archived" and 1 <= outcome.folders <= 3
+    (event,) = [e for e in log.all_events if e.type == "memory/archive"]
+    assert event.upto in {e.seq for e in log.all_events if e.type == "turn/start"}

@@ -55,3 +55,16 @@ def test_the_future_is_clamped_and_bad_input_means_no_constraint_with_a_warning(
         query = time_query(bad, None, SHANGHAI, NOW)
         assert query.windows == [] and query.warnings
     assert time_query(None, "  ", SHANGHAI, NOW).windows == []
+
+
+def test_epoch_milliseconds_are_the_civil_day_in_the_zone_and_granularity_widens():
+    zone = ZoneInfo("Asia/Shanghai")
+    now = int(datetime(2025, 12, 31, tzinfo=zone).timestamp() * 1000)
+    late_evening_utc = int(
+        datetime(2025, 3, 4, 17, 30, tzinfo=ZoneInfo("UTC")).timestamp() * 1000
+    )  # 03-05 01:30 in Shanghai
+    by_epoch = time_query(str(late_evening_utc), None, zone, now)
+    assert by_epoch.windows == time_query("2025-03-05", None, zone, now).windows
+    monthly = time_query("2025-03-05", None, zone, now, granularity="month")
+    assert [w.level for w in monthly.windows] == ["month", "year"]
+    assert time_query("2025-03", None, zone, now, granularity="day").windows[0].level == "month"  # never finer

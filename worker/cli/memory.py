@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -13,7 +16,7 @@ from runtime.memory.recall import load_state
 from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
 from runtime.memory.store import MemoryStore
-from worker.cli.common import cli, console, current_settings, shop_time
+from worker.cli.common import cli, console, current_settings, operator_errors, shop_time
 
 memory_cli = typer.Typer(no_args_is_help=True, help="The long-term memory engine's store.")
 cli.add_typer(memory_cli, name="memory")
@@ -24,7 +27,19 @@ def _store() -> MemoryStore:
     if not path.exists():
         console.print(f"no memory store at {path} yet (nothing has been archived with this data dir)")
         raise typer.Exit(1)
-    return MemoryStore(path)
+    with _readable(), operator_errors():  # a newer schema is a KefuError, a damaged file a DatabaseError
+        return MemoryStore(path)
+
+
+@contextmanager
+def _readable() -> Iterator[None]:
+    """A damaged file is the operator's answer, not a traceback."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        path = current_settings().memory_path
+        console.print(f"[red]kefu: KEFU_MEMORY_STORE_UNREADABLE: {path}: {error}; run `kefu memory selfcheck`[/red]")
+        raise typer.Exit(2) from None
 
 
 @memory_cli.command()
@@ -36,6 +51,8 @@ def show(
     """Archived folders per customer: title, scores, keywords, event, time; and the recall block."""
     store = _store()
     scopes = [scope_of(customer)] if customer is not None else store.scopes()
+    if not scopes and not as_json:
+        console.print("no archived memory yet")
     if as_json:
         dumped = {
             scope: {
@@ -77,8 +94,9 @@ def show(
 @memory_cli.command()
 def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
     """Counts per customer: folders, pending, review, scorer, high alpha, events, archives, recalls."""
-    _store()  # creates nothing: a missing store is reported
-    rows = memory_report(current_settings().memory_path)
+    _store()  # a missing store is reported
+    with _readable():
+        rows = memory_report(current_settings().memory_path)
     if as_json:
         print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))
         return
