@@ -68,6 +68,16 @@ def judged(settings) -> list:
     return folders if any(f.score_source == "llm" for f in folders) else []
 
 
+def memory_queue_empty(settings) -> bool:
+    return redis.Redis.from_url(settings.broker_url).llen("kefu.memory.default") == 0
+
+
+def recall_block(settings) -> list[str]:
+    events = session_events(settings)
+    last = [e for e in events if e.type == "memory/recall"]
+    return [entry["folder_id"] for entry in last[-1].entries] if last else []
+
+
 def session_events(settings, customer_session="s1-1"):
     return SessionLog(session_path(settings.sessions_dir, customer_session)).load()
 
@@ -81,6 +91,15 @@ def test_rules_agent_archives_scores_heuristically_and_recalls_into_the_prompt(
         talk(app, shop, platform, transport, EARLY)
         wait_for(lambda: memory_settled(settings), 30, "archived folders, all scored")
         talk(app, shop, platform, transport, [LATER])
+        recalled_before = recall_block(settings)
+        # The index rebuilt through the worker and broker leaves the store whole.
+        app.send_task("kefu.memory.rebuild_index", args=["customer-1"])
+        app.send_task("kefu.memory.score_backlog")
+        app.send_task("kefu.memory.selfcheck")
+        wait_for(lambda: memory_queue_empty(settings), 30, "the memory queue to drain")
+    assert app.tasks["kefu.memory.selfcheck"].apply().get() == "PASS"
+    [row] = app.tasks["kefu.memory.report"].apply().get()
+    assert row["scope"] == "customer-1" and row["pending"] == 0 and row["recalls"] == 1
     shown = subprocess.run(
         [str(Path(sys.executable).parent / "kefu"), "memory", "show", "--json"],
         env={**os.environ, "KEFU_DATA_DIR": str(settings.data_dir)},
@@ -94,7 +113,7 @@ def test_rules_agent_archives_scores_heuristically_and_recalls_into_the_prompt(
     assert folders and all(f["scored"] and f["score_source"] == "heuristic" for f in folders.values())
     assert all(3 <= len(f["keywords"]) <= 8 and 0.01 <= f["alpha"] <= 1 for f in folders.values())
     events = session_events(settings)
-    recalled = [entry["folder_id"] for entry in [e for e in events if e.type == "memory/recall"][-1].entries]
+    recalled = recalled_before
     assert recalled and set(recalled) <= set(folders) and scope["recall_block"] == recalled
     system = model_view(events)[0].content
     texts = {i: MemoryStore(settings.memory_path).text(i) for i in recalled}

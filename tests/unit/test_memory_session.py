@@ -176,6 +176,28 @@ def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
     assert not any(f.review for f in memory.store.folders(scope_of(customer)))
 
 
+def test_the_rearchive_task_trims_through_the_worker_shell(store, settings, shop, transport, platform):
+    from worker.celery_app import make_app
+
+    customer, _ = converse(store, settings, transport, platform, engine(settings), EARLY)
+    memory = engine(settings, window=50_000)
+    say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
+    _, result = say_and_turn(store, settings, transport, platform, memory, "发票确认收货后怎么申请？")
+    before = block_entries(session(settings, result).events)
+    configured = settings.model_copy(
+        update={
+            "agent": settings.agent.model_copy(update={"context_window_tokens": 50_000}),
+            "memory": settings.memory.model_copy(update={"allow_small_window": True}),
+        }
+    )
+    trimmed = int(make_app(configured).tasks["kefu.memory.rearchive"].apply(args=[customer]).get())
+    after = block_entries(session(settings, result).events)
+    assert trimmed >= 1 and len(after) == len(before) - trimmed
+    latest = [e.turn for e in session(settings, result).events if e.type == "turn/start"][-1]
+    assert all(e in after for e in before if e.turn == latest)  # this turn's picks stay
+    assert all(f.scored and not f.review for f in memory.store.folders(scope_of(customer)))  # rescored
+
+
 def test_the_rules_agent_never_reuses_a_request_id_after_archiving(store, settings, shop, transport, platform):
     memory = engine(settings)
     texts = EARLY + ["有优惠券吗", "可以开发票吗"]
