@@ -11,20 +11,20 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.agent.memory import SessionMemory, trust_of
 from runtime.agent.model import ToolCall, ToolSpec
 from runtime.agent.tools import ToolOutcome, TurnBinding, parse_arguments
-from runtime.memory.judge import JudgeCallInvalid, dice, judge, normalize_event, similar_event
-from runtime.memory.recall import RecallIndex, sigma
-from runtime.memory.store import Folder
-from runtime.memory.time_window import overlaps, time_query
+from runtime.memory.judge import EVENT_SIMILAR, JudgeCallInvalid, dice, judge, normalize_event, similar_event
+from runtime.memory.recall import RecallIndex
+from runtime.memory.store import IndexedFolder
+from runtime.memory.time_window import Window, overlaps, time_query
 from runtime.store import now_ms
 
 RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
-EVENT_SIMILAR = 0.72
 
 
 class MemoryRecallArgs(BaseModel):
@@ -70,7 +70,7 @@ def match_event(raw: str | None, labels: list[str]) -> EventMatch:
     return EventMatch(state="unknown", label=label)
 
 
-def _describe(memory: SessionMemory, folder: Folder) -> str:
+def _describe(memory: SessionMemory, folder: IndexedFolder) -> str:
     start = datetime.fromtimestamp(folder.event_from / 1000, memory.zone)
     text = memory.store.text(folder.id)
     cut = text[:RECALL_TEXT_MAX] + ("…(truncated)" if len(text) > RECALL_TEXT_MAX else "")
@@ -79,6 +79,24 @@ def _describe(memory: SessionMemory, folder: Folder) -> str:
         f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}" alpha={folder.alpha}'
         f' beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}"{event}>\n{cut.rstrip()}\n</memory>'
     )
+
+
+def _within_time(
+    candidates: list[str], windows: list[Window], index: RecallIndex, zone: ZoneInfo, notes: list[str]
+) -> list[str]:
+    """The candidates inside the first window of the ladder that holds any (a hard window holds
+    the answer even when empty); the window applied goes into `notes`."""
+    for window in windows:
+        folders = index.folders
+        inside = [i for i in candidates if overlaps(window, folders[i].event_from, folders[i].event_to)]
+        if inside or window.hard:
+            start = datetime.fromtimestamp(window.start_ms / 1000, zone)
+            end = datetime.fromtimestamp((window.end_ms - 1) / 1000, zone)
+            notes.append(f"time window ({window.level}) {start:%Y-%m-%d} to {end:%Y-%m-%d}")
+            return inside
+    if windows:
+        notes.append("no memory in any time window up to the year: searched all time")
+    return candidates
 
 
 def memory_recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
@@ -105,31 +123,18 @@ def memory_recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     if not keywords and not times.windows and event.state != "exact":
         return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True)
     index = RecallIndex.build(memory.store, memory.scope)
-    candidates = list(index.scores(keywords)) if keywords else list(index.folders)
+    candidates = index.ranked(keywords) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
     if event.state == "exact":
         candidates = [i for i in candidates if index.folders[i].event == event.label]
         notes.append(f"event constrained to 「{event.label}」")
-    applied = None
-    for window in times.windows:
-        inside = [i for i in candidates if overlaps(window, index.folders[i].event_from, index.folders[i].event_to)]
-        if inside or window.hard:
-            candidates, applied = inside, window
-            break
-    else:
-        if times.windows:
-            notes.append("no memory in any time window up to the year: searched all time")
-    if applied is not None:
-        start = datetime.fromtimestamp(applied.start_ms / 1000, memory.zone)
-        end = datetime.fromtimestamp((applied.end_ms - 1) / 1000, memory.zone)
-        notes.append(f"time window ({applied.level}) {start:%Y-%m-%d} to {end:%Y-%m-%d}")
-    ordered = sorted(candidates, key=lambda i: sigma(index.folders[i]))
-    page = ordered[args.offset : args.offset + args.limit]
+    candidates = _within_time(candidates, times.windows, index, memory.zone, notes)
+    page = candidates[args.offset : args.offset + args.limit]
     head = "; ".join(notes)
     if not page:
         found = "No archived memory matches" + (" on this page" if args.offset else "")
         return ToolOutcome(f"{found}." + (f" ({head})" if head else ""))
     body = "\n".join(_describe(memory, index.folders[i]) for i in page)
-    rest = len(ordered) - args.offset - len(page)
+    rest = len(candidates) - args.offset - len(page)
     more = f"\n({rest} more: offset={args.offset + len(page)})" if rest > 0 else "\n(no more results)"
     return ToolOutcome((f"({head})\n" if head else "") + body + more)
 

@@ -124,6 +124,14 @@ class RecallIndex:
         found = self.scores(query) if found is None else found
         return sorted(rare, key=lambda i: (-found[i], self.sigmas[i]))
 
+    def ranked(self, query: str) -> list[str]:
+        """Every candidate in a stable order: rare-term matches by relevance, then the rest by σ
+        (what `memory_recall` pages through)."""
+        found = self.scores(query)
+        rare = self.rare_matches(query, found)
+        taken = set(rare)
+        return rare + sorted((i for i in self.candidates(query, found) if i not in taken), key=self.sigmas.__getitem__)
+
 
 class RecallState(BaseModel):
     """What recall remembers between rounds (snapshotted with the scope)."""
