@@ -39,6 +39,8 @@ def test_sources_env_over_dotenv_over_toml(tmp_path, monkeypatch):
         ("KEFU_SHARD", "Bad Shard", "must be 1-32 characters"),
         ("KEFU_BROKER_URL", "kafka://x", "must be 'embedded' or a redis://"),
         ("KEFU_DELIVERY__BUSY_TIMEOUT", "5", "Extra inputs are not permitted"),
+        ("KEFU_MEMORY__TRIGGER_PERCENT", "99", "Input should be less than or equal to 95"),
+        ("KEFU_MEMORY__RECALL__FIRST_GEN_MAX", "0", "Input should be greater than or equal to 1"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_its_bound(monkeypatch, variable, value, expected):
@@ -62,3 +64,26 @@ def test_errors_never_echo_a_secret(monkeypatch):
     settings = load_settings()
     assert settings.agent.openai.api_key.get_secret_value() == "sk-live-do-not-print"
     assert "sk-live-do-not-print" not in repr(settings) and "sk-live" not in settings.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "KEFU_MEMORY__RELEASE_TARGET_PERCENT",
+            "70",
+            "KEFU_MEMORY__RELEASE_TARGET_PERCENT < KEFU_MEMORY__TRIGGER_PERCENT",
+        ),
+        ("KEFU_MEMORY__EMERGENCY_PERCENT", "55", "<= KEFU_MEMORY__EMERGENCY_PERCENT"),
+        (
+            "KEFU_MEMORY__RECALL__ROTATION_SLOTS",
+            "10",
+            "ROTATION_SLOTS must be less than KEFU_MEMORY__RECALL__FIRST_GEN_MAX",
+        ),
+    ],
+)
+def test_memory_lines_must_be_ordered(monkeypatch, variable, value, expected):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match="KEFU_MEMORY") as raised:
+        load_settings()
+    assert expected in str(raised.value)
