@@ -181,10 +181,6 @@ class MemoryStoreTooNew(KefuError):
         )
 
 
-def index_terms(text: str) -> Counter[str]:
-    return Counter(tokens(text))
-
-
 class MemoryStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -280,7 +276,7 @@ class MemoryStore:
     def _write_index_entry(
         db: sqlite3.Connection, folder_id: str, text: str, compressor: zstandard.ZstdCompressor
     ) -> Counter[str]:
-        terms = index_terms(text)
+        terms = Counter(tokens(text))
         db.execute(
             "INSERT INTO index_entry (folder_id, length, terms) VALUES (?, ?, ?) ON CONFLICT (folder_id)"
             " DO UPDATE SET length = excluded.length, terms = excluded.terms",
@@ -360,12 +356,6 @@ class MemoryStore:
                 (scope, type, now_ms(), json.dumps(data, ensure_ascii=False, sort_keys=True)),
             )
 
-    def telemetry(self, scope: str | None = None) -> list[dict[str, object]]:
-        rows = self._connection().execute(
-            "SELECT scope, type, at, data FROM telemetry WHERE ? IS NULL OR scope = ? ORDER BY id", (scope, scope)
-        )
-        return [{"scope": r[0], "type": r[1], "at": r[2], **json.loads(r[3])} for r in rows]
-
     def scopes(self) -> list[str]:
         return [r[0] for r in self._connection().execute("SELECT DISTINCT scope FROM folder ORDER BY scope")]
 
@@ -442,14 +432,6 @@ class MemoryStore:
     def recall_state(self, scope: str) -> str | None:
         row = self._connection().execute("SELECT state FROM recall_state WHERE scope = ?", (scope,)).fetchone()
         return row[0] if row else None
-
-    def texts(self, scope: str) -> dict[str, str]:
-        """Every folder's archived text in a scope, read in one query."""
-        decompress = zstandard.ZstdDecompressor().decompress
-        rows = self._connection().execute(
-            "SELECT f.id, t.body FROM folder f JOIN folder_text t ON t.folder_id = f.id WHERE f.scope = ?", (scope,)
-        )
-        return {row[0]: decompress(row[1]).decode() for row in rows}
 
     def text(self, folder_id: str) -> str:
         row = self._connection().execute("SELECT body FROM folder_text WHERE folder_id = ?", (folder_id,)).fetchone()
