@@ -136,7 +136,7 @@ def generate(rng: random.Random, sessions: int) -> Customer:
         Question("我现在的收货地址是哪里？", [placed["address2"]], "address"),
         Question(f"我以前在{first_city.split('市')[0]}的地址还记得吗", [placed["address1"]], "old-address"),
         Question("我之前改过几次收货地址？两次地址分别是哪", [placed["address1"], placed["address2"]], "all-hit"),
-        Question("我的喜好你还记得吗？", [placed["preference"]], "abstract"),
+        Question("我的偏好你还记得吗？", [placed["preference"]], "abstract"),
         Question("我说过喜欢什么面料？", [placed["preference"]], "preference"),
         Question("你们之前答应送我什么来着？", [placed["promise"]], "promise"),
         Question(f"{other}和{product}两个订单都发了吗", [placed["order"], placed["order2"]], "all-hit"),

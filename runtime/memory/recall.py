@@ -36,6 +36,14 @@ KEYWORD_BONUS = 2.0
 TITLE_EVENT_BONUS = 0.5
 RELEVANCE_FLOOR = 0.35
 RARE_MIN_POSTING, RARE_RATIO = 8, 0.002  # source §1.3's rare-term lane
+# Closed synonym classes (source §1.3 categoryMatch): a question naming a class ("我的偏好是什么")
+# finds the high-alpha memories whose keywords name it in other words ("喜好").
+CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
+    "preference": ("喜好", "偏好", "喜欢", "爱好", "口味", "习惯", "讨厌"),
+    "agreement": ("约定", "说好", "承诺", "答应", "保证"),
+    "decision": ("决定", "定了", "决策"),
+    "rule": ("规则", "要求", "必须", "禁忌"),
+}
 
 
 def sigma(folder: Folder | IndexedFolder) -> tuple[float, int, str]:
@@ -59,6 +67,12 @@ class RecallIndex:
         self.sigmas = {f.id: (-f.alpha, f.created_at, f.id) for f in folders}  # σ, see sigma()
         self.keyword_folders = self._unpack(keywords)  # model keyword -> folders carrying it
         self.extra_folders = self._unpack(extras)  # title or event token -> folders
+        self.category_folders = {  # class -> high-alpha folders whose keywords name it
+            name: sorted(
+                {i for word in words for i in self.keyword_folders.get(word, ()) if -self.sigmas[i][0] >= HIGH_ALPHA}
+            )
+            for name, words in CATEGORY_CLASSES.items()
+        }
 
     def _unpack(self, packed: dict[str, bytes]) -> dict[str, list[str]]:
         ids = self._ids
@@ -104,6 +118,10 @@ class RecallIndex:
         for term in terms:
             for folder_id in self.extra_folders.get(term, ()):
                 found[folder_id] = found.get(folder_id, 0.0) + TITLE_EVENT_BONUS
+        for name, words in CATEGORY_CLASSES.items():
+            if any(word in lowered for word in words):
+                for folder_id in self.category_folders[name]:
+                    found[folder_id] = found.get(folder_id, 0.0) + KEYWORD_BONUS
         return found
 
     def candidates(self, query: str, found: dict[str, float] | None = None) -> list[str]:

@@ -137,3 +137,13 @@ def test_a_rare_term_is_recalled_at_once_whatever_its_alpha(tmp_path):
     picks, _ = select(index := RecallIndex.build(store, "c1"), "订单A77777发货了吗", RecallState(), k=1, r=0)
     assert picks == [exact]  # one slot: the exact order number wins over 30 high-alpha σ picks
     assert exact in select(index, "订单A77777发货了吗", RecallState())[0]
+
+
+def test_a_question_naming_a_category_finds_high_alpha_memories_of_that_class(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    [liked, chat] = archive(store, ["我最爱纯棉面料，深色的别发", "聊聊天气"], "p1")
+    score(store, [liked], 0.8, ["纯棉", "面料", "喜好"])
+    score(store, [chat], 0.2, ["天气", "闲聊", "喜好"])  # low alpha: a class never floods recall
+    index = RecallIndex.build(store, "c1")
+    assert set(index.scores("还记得我的偏好吗")) == {liked}  # 偏好 and 喜好 are one class
+    assert index.scores("我们约定过什么") == {}
