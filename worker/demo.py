@@ -110,10 +110,11 @@ def _wait_answered(store: DeliveryStore, platform: SimulatedPlatform, timeout_s:
 
 def _wait_scored(settings: Settings, timeout_s: float = 10) -> None:
     """Until the memory task has scored every archived folder (or time is up)."""
+    if not settings.memory_path.exists():
+        return  # nothing was archived
+    store = MemoryStore(settings.memory_path)
     deadline = time.monotonic() + timeout_s
-    while settings.memory_path.exists() and time.monotonic() < deadline:
-        if not MemoryStore(settings.memory_path).pending():
-            return
+    while store.pending() and time.monotonic() < deadline:
         time.sleep(0.1)
 
 

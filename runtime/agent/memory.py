@@ -30,7 +30,7 @@ from runtime.agent.view import archived_upto, chat_message, model_view
 from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
-from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, MemoryStore
+from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, IndexedFolder, MemoryStore
 from runtime.session_log import SessionEvent, SessionLog
 
 logger = logging.getLogger(__name__)
@@ -91,10 +91,10 @@ class ArchiveOutcome:
     trimmed: int = 0  # recalled blocks re-archived
 
 
-def context_tokens(log: SessionLog, memory: SessionMemory) -> int:
-    """The context the next model call would see (a deterministic estimate, so archive and
-    recall decisions replay the same way)."""
-    return estimate_tokens(model_view(log.all_events, judge_task(memory)))
+def context_tokens(log: SessionLog, memory: SessionMemory, task: str) -> int:
+    """The context the next model call would see, with its scoring `task` (a deterministic
+    estimate, so archive and recall decisions replay the same way)."""
+    return estimate_tokens(model_view(log.all_events, task))
 
 
 def percent(tokens: int, memory: SessionMemory) -> float:
@@ -213,15 +213,18 @@ def _guard(log: SessionLog, memory: SessionMemory, used: int) -> ArchiveReason |
     return None
 
 
-def archive(log: SessionLog, session_id: str, memory: SessionMemory, line_percent: int) -> ArchiveOutcome:
+def archive(
+    log: SessionLog, session_id: str, memory: SessionMemory, line_percent: int, task: str | None = None
+) -> ArchiveOutcome:
     """Archive when the context is above `line_percent` of the window (the trigger after a turn,
-    the emergency line before a model step): recalled blocks first, then the oldest turns."""
-    used = context_tokens(log, memory)
-    adopted = _adopt_orphans(log, session_id, memory, used)
-    if adopted:
-        return ArchiveOutcome("adopted", adopted)
+    the emergency line before a model step): recalled blocks first, then the oldest turns.
+    `task` is the scoring task the next call carries, when the caller has it already."""
+    used = context_tokens(log, memory, judge_task(memory) if task is None else task)
     if percent(used, memory) <= line_percent:
         return ArchiveOutcome("below-trigger")
+    adopted = _adopt_orphans(log, session_id, memory, used)  # before any new plan: never twice
+    if adopted:
+        return ArchiveOutcome("adopted", adopted)
     refused = _guard(log, memory, used)
     if refused is not None:
         log_skip(memory, refused)
@@ -298,7 +301,7 @@ def _adopt_orphans(log: SessionLog, session_id: str, memory: SessionMemory, used
     adopted = 0
     for source in memory.store.session_plans(session_id):
         if source.from_seq == archived_upto(log.all_events) and source.to_seq > source.from_seq:
-            folders = len([f for f in memory.store.folders(memory.scope) if f.plan_id == plan_id(source)])
+            folders = memory.store.plan_size(plan_id(source))
             removed = _span_tokens(log.all_events[source.from_seq : source.to_seq])
             _append_archive_event(log, memory, source, folders, used - removed)
             adopted += folders
@@ -396,22 +399,22 @@ def trust_of(beta: float) -> str:
     return "可信" if beta >= 3 else "不可当事实" if beta <= -3 else "仅供参考"
 
 
+def render_memory(folder: Folder | IndexedFolder, text: str, zone: ZoneInfo, details: str = "") -> str:
+    """One memory as the model reads it, in the recall block and in `memory_recall` results."""
+    start = datetime.fromtimestamp(folder.event_from / 1000, zone)
+    end = datetime.fromtimestamp(folder.event_to / 1000, zone)
+    return (
+        f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}~{end:%Y-%m-%d %H:%M}"'
+        f'{details} beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}">\n{text.rstrip()}\n</memory>'
+    )
+
+
 def render_block(memory: SessionMemory, folder_ids: list[str]) -> str:
-    if not folder_ids:
+    folders = [f for f in map(memory.store.folder, folder_ids) if f is not None]
+    if not folders:
         return ""
-    parts = [BLOCK_HEADER]
-    for folder_id in folder_ids:
-        folder = memory.store.folder(folder_id)
-        if folder is None:
-            continue
-        start = datetime.fromtimestamp(folder.event_from / 1000, memory.zone)
-        end = datetime.fromtimestamp(folder.event_to / 1000, memory.zone)
-        parts.append(
-            f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}~{end:%Y-%m-%d %H:%M}"'
-            f' beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}">\n'
-            f"{memory.store.text(folder.id).rstrip()}\n</memory>"
-        )
-    return "\n".join(parts)
+    blocks = [render_memory(f, memory.store.text(f.id), memory.zone) for f in folders]
+    return "\n".join([BLOCK_HEADER, *blocks])
 
 
 def rearchive(log: SessionLog, memory: SessionMemory, target: int) -> tuple[int, int]:

@@ -9,16 +9,19 @@ turn holds, so a session never has two writers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from runtime import leases
+from runtime.admission import load_customer
 from runtime.agent.memory import (
-    ArchiveOutcome,
     MemoryEngine,
     SessionMemory,
     archive,
     context_tokens,
+    judge_task,
     rearchive,
     scope_of,
 )
@@ -27,67 +30,54 @@ from runtime.memory.heuristic import score_pending
 from runtime.memory.judge import MAX_UPDATES
 from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
 
 Busy = Literal["busy", "no-session"]
+Result = TypeVar("Result")
 
 
-def _session_of(store: DeliveryStore, customer_id: int) -> str | None:
-    with store.read() as conn:
-        return conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+@dataclass(frozen=True)
+class SessionJobs:
+    """Where session jobs run: the delivery store (customers, leases), the sessions folder, the
+    memory engine, and how long a job may hold the customer's lease."""
+
+    store: DeliveryStore
+    sessions_dir: Path
+    engine: MemoryEngine
+    lease_s: float
+
+    def run(self, customer_id: int, job: Callable[[SessionLog, str, SessionMemory], Result]) -> Result | Busy:
+        """Run `job` on the customer's session under its writer lease; then, when no model
+        scores, score what the job left pending with the heuristic."""
+        with self.store.read() as conn:
+            customer = load_customer(conn, customer_id)
+        session_id = customer.session_id if customer else None
+        if session_id is None or not session_path(self.sessions_dir, session_id).exists():
+            return "no-session"
+        lease, owner = f"customer:{customer_id}", leases.new_owner()
+        if not leases.acquire(self.store, lease, owner, self.lease_s):
+            return "busy"
+        memory = self.engine.session(customer_id)
+        try:
+            log = SessionLog(session_path(self.sessions_dir, session_id))
+            log.open_for_append()
+            repair(log)  # a turn that crashed mid-way is closed the same way its next turn would
+            result = job(log, session_id, memory)
+        finally:
+            leases.release(self.store, lease, owner)
+        if not self.engine.model_scores:
+            score_scope(memory)
+        return result
 
 
-def _with_session(
-    store: DeliveryStore, sessions_dir: Path, customer_id: int, lease_s: float
-) -> tuple[SessionLog, str, str] | Busy:
-    session_id = _session_of(store, customer_id)
-    if session_id is None or not session_path(sessions_dir, session_id).exists():
-        return "no-session"
-    owner = leases.new_owner()
-    if not leases.acquire(store, f"customer:{customer_id}", owner, lease_s):
-        return "busy"
-    log = SessionLog(session_path(sessions_dir, session_id))
-    log.open_for_append()
-    repair(log)  # a turn that crashed mid-way is closed the same way its next turn would
-    return log, session_id, owner
+def archive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> str:
+    """Archive the session if it is above the trigger: why it did or did not."""
+    return archive(log, session_id, memory, memory.settings.trigger_percent).reason
 
 
-def archive_customer(
-    store: DeliveryStore, engine: MemoryEngine, sessions_dir: Path, customer_id: int, lease_s: float
-) -> ArchiveOutcome | Busy:
-    """Archive the customer's session if it is above the trigger; score under the heuristic
-    when no model scores."""
-    held = _with_session(store, sessions_dir, customer_id, lease_s)
-    if isinstance(held, str):
-        return held
-    log, session_id, owner = held
-    memory = engine.session(customer_id)
-    try:
-        outcome = archive(log, session_id, memory, memory.settings.trigger_percent)
-    finally:
-        leases.release(store, f"customer:{customer_id}", owner)
-    if not engine.model_scores:
-        score_scope(memory)
-    return outcome
-
-
-def rearchive_customer(
-    store: DeliveryStore, engine: MemoryEngine, sessions_dir: Path, customer_id: int, lease_s: float
-) -> int | Busy:
+def rearchive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> str:
     """Trim the recall block by the compress share of the context: how many blocks went."""
-    held = _with_session(store, sessions_dir, customer_id, lease_s)
-    if isinstance(held, str):
-        return held
-    log, _, owner = held
-    memory = engine.session(customer_id)
-    try:
-        target = math.ceil(context_tokens(log, memory) * memory.settings.compress_percent / 100)
-        trimmed, _ = rearchive(log, memory, target)
-    finally:
-        leases.release(store, f"customer:{customer_id}", owner)
-    if not engine.model_scores:
-        score_scope(memory)
-    return trimmed
+    target = math.ceil(context_tokens(log, memory, judge_task(memory)) * memory.settings.compress_percent / 100)
+    return str(rearchive(log, memory, target)[0])
 
 
 def score_scope(memory: SessionMemory) -> int:

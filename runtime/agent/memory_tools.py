@@ -9,15 +9,16 @@ overlap) and the automatic recall's fairness is untouched by the model's searche
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.agent.memory import SessionMemory, trust_of
+from runtime.agent.memory import SessionMemory, render_memory
 from runtime.agent.model import ToolCall, ToolSpec
-from runtime.agent.tools import ToolOutcome, TurnBinding, parse_arguments
+from runtime.agent.tools import Args, Tool, ToolOutcome, Tools, TurnBinding, parse_arguments
 from runtime.memory.judge import EVENT_SIMILAR, JudgeCallInvalid, dice, judge, normalize_event, similar_event
 from runtime.memory.recall import RecallIndex
 from runtime.memory.store import IndexedFolder
@@ -71,14 +72,10 @@ def match_event(raw: str | None, labels: list[str]) -> EventMatch:
 
 
 def _describe(memory: SessionMemory, folder: IndexedFolder) -> str:
-    start = datetime.fromtimestamp(folder.event_from / 1000, memory.zone)
     text = memory.store.text(folder.id)
     cut = text[:RECALL_TEXT_MAX] + ("…(truncated)" if len(text) > RECALL_TEXT_MAX else "")
-    event = f" · event={folder.event}" if folder.event else ""
-    return (
-        f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}" alpha={folder.alpha}'
-        f' beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}"{event}>\n{cut.rstrip()}\n</memory>'
-    )
+    event = f' event="{folder.event}"' if folder.event else ""
+    return render_memory(folder, cut, memory.zone, f" alpha={folder.alpha}{event}")
 
 
 def _within_time(
@@ -99,12 +96,7 @@ def _within_time(
     return candidates
 
 
-def memory_recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    memory = binding.memory
-    assert memory is not None
-    args = parse_arguments(call, MemoryRecallArgs)
-    if isinstance(args, ToolOutcome):
-        return args
+def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
     times = time_query(args.time_from, args.time_to, memory.zone, now_ms(), args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
@@ -157,12 +149,7 @@ MEMORY_JUDGE = ToolSpec(
 )
 
 
-def memory_judge(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    memory = binding.memory
-    assert memory is not None
-    args = parse_arguments(call, MemoryJudgeArgs)
-    if isinstance(args, ToolOutcome):
-        return args
+def memory_judge(memory: SessionMemory, args: MemoryJudgeArgs) -> ToolOutcome:
     try:
         result = judge(memory.store, memory.scope, {"updates": args.updates})
     except JudgeCallInvalid as error:
@@ -191,12 +178,7 @@ MEMORY_IMAGE = ToolSpec(
 )
 
 
-def memory_image(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
-    memory = binding.memory
-    assert memory is not None
-    args = parse_arguments(call, MemoryImageArgs)
-    if isinstance(args, ToolOutcome):
-        return args
+def memory_image(memory: SessionMemory, args: MemoryImageArgs) -> ToolOutcome:
     images = memory.store.images(memory.scope)
     folders = {f.id: f for f in memory.store.folders(memory.scope)}
     query = (args.query or "").lower()
@@ -220,8 +202,20 @@ def memory_image(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     return ToolOutcome("\n".join(lines))
 
 
-MEMORY_TOOLS = {
-    MEMORY_RECALL.name: (MEMORY_RECALL, memory_recall),
-    MEMORY_JUDGE.name: (MEMORY_JUDGE, memory_judge),
-    MEMORY_IMAGE.name: (MEMORY_IMAGE, memory_image),
+def _bound(model: type[Args], run: Callable[[SessionMemory, Args], ToolOutcome]) -> Tool:
+    """A memory tool as the turn calls it: the bound customer's memory and checked arguments."""
+
+    def tool(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+        if binding.memory is None:
+            return ToolOutcome("Error: the memory engine is off (KEFU_MEMORY__ENABLED=false)", True)
+        args = parse_arguments(call, model)
+        return args if isinstance(args, ToolOutcome) else run(binding.memory, args)
+
+    return tool
+
+
+MEMORY_TOOLS: Tools = {
+    MEMORY_RECALL.name: (MEMORY_RECALL, _bound(MemoryRecallArgs, memory_recall)),
+    MEMORY_JUDGE.name: (MEMORY_JUDGE, _bound(MemoryJudgeArgs, memory_judge)),
+    MEMORY_IMAGE.name: (MEMORY_IMAGE, _bound(MemoryImageArgs, memory_image)),
 }

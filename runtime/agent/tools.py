@@ -221,7 +221,8 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     )
 
 
-Tools = dict[str, tuple[ToolSpec, Callable[[TurnBinding, ToolCall], ToolOutcome]]]
+Tool = Callable[[TurnBinding, ToolCall], ToolOutcome]
+Tools = dict[str, tuple[ToolSpec, Tool]]
 TOOLS: Tools = {
     IM_SEND_MESSAGE.name: (IM_SEND_MESSAGE, im_send_message),
     IM_QUERY_HISTORY.name: (IM_QUERY_HISTORY, im_query_history),

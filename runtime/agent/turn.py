@@ -26,7 +26,7 @@ from runtime.admission import (
     revoke_batch,
 )
 from runtime.agent.context import context_use
-from runtime.agent.memory import MemoryEngine, SessionMemory, archive, context_tokens, judge_task, percent, recall
+from runtime.agent.memory import MemoryEngine, archive, context_tokens, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider
 from runtime.agent.tools import TOOLS, TurnBinding, execute
@@ -155,13 +155,14 @@ def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
 
 
 def call_model(
-    provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings, memory: SessionMemory | None = None
+    provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings, task: str = ""
 ) -> AssistantReply | None:
     """One model call with retries; each failed attempt is logged and never shown to the model.
-    None when the model stayed unavailable."""
+    `task` is the memory scoring task of the system message. None when the model stayed
+    unavailable."""
     for attempt in range(1, retry.max_attempts + 1):
         try:
-            view = model_view(log.all_events, judge_task(memory))
+            view = model_view(log.all_events, task)
             reply = provider.complete(view, tools)
             tokens, source = context_use(view, reply)
             return reply.model_copy(
@@ -250,9 +251,12 @@ def run_turn(
                 break
         log.append("step/start", turn=turn_id, step=step)
         deliver_reads(store, log, customer_id, zone)
+        task = judge_task(memory)
         if memory is not None:  # a step's tool output must not push the next call past the window
-            archived_inline |= archive(log, session_id, memory, memory.settings.emergency_percent).folders > 0
-        reply = call_model(provider, log, tools, agent.openai, memory)
+            inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
+            if inline.folders or inline.trimmed:  # new pending or review folders: a new task
+                archived_inline, task = True, judge_task(memory)
+        reply = call_model(provider, log, tools, agent.openai, task)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
             outcome, unavailable = "interrupted", True
@@ -295,7 +299,8 @@ def run_turn(
             (revoke_batch if paused else finish_batch)(conn, batch.id)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
-        archived_inline or percent(context_tokens(log, memory), memory) > memory.settings.trigger_percent
+        archived_inline
+        or percent(context_tokens(log, memory, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
     return TurnResult(batch.id, outcome, session_id, archive_due=due)
 

@@ -118,7 +118,7 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
             score = score.model_copy(update={"event_given": True, "event": label})
         scores.append(score)
         result.updated.append(update.id)
-    store.save_scores(scores, kept=result.kept)
+    store.save_scores(scope, scores, kept=result.kept)
     return result
 
 

@@ -14,12 +14,14 @@ import sqlite3
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
 import zstandard
 from pydantic import BaseModel
 
+from runtime.memory.store import MemoryStoreUnreadable
 from runtime.memory.tokenize import tokens
 
 SOURCES = {"pending", "llm", "heuristic"}
@@ -40,13 +42,16 @@ class ScopeReport(BaseModel):
 
 
 def report(path: Path) -> list[ScopeReport]:
-    with _reader(path) as db:
-        rows = db.execute(
-            "SELECT scope, COUNT(*), SUM(scored = 0), SUM(review), SUM(score_source = 'heuristic'),"
-            " SUM(score_source = 'llm'), SUM(scored = 1 AND alpha >= 0.6), COUNT(DISTINCT event), SUM(chars)"
-            " FROM folder GROUP BY scope ORDER BY scope"
-        ).fetchall()
-        counts = Counter((scope, type) for scope, type in db.execute("SELECT scope, type FROM telemetry").fetchall())
+    try:
+        with _read_only(path) as db:
+            rows = db.execute(
+                "SELECT scope, COUNT(*), SUM(scored = 0), SUM(review), SUM(score_source = 'heuristic'),"
+                " SUM(score_source = 'llm'), SUM(scored = 1 AND alpha >= 0.6), COUNT(DISTINCT event), SUM(chars)"
+                " FROM folder GROUP BY scope ORDER BY scope"
+            ).fetchall()
+            counts = Counter((scope, type) for scope, type in db.execute("SELECT scope, type FROM telemetry"))
+    except sqlite3.DatabaseError as error:
+        raise MemoryStoreUnreadable(path, error) from None
     return [
         ScopeReport(
             scope=r[0],
@@ -104,19 +109,11 @@ def _postings_problems(db: sqlite3.Connection, decompress: Callable[[bytes], byt
     return problems
 
 
-class _reader:
-    """A read-only connection of the self-check's own."""
-
-    def __init__(self, path: Path) -> None:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"no memory store at {path}")
-        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.db
-
-    def __exit__(self, *_: object) -> None:
-        self.db.close()
+def _read_only(path: Path) -> closing[sqlite3.Connection]:
+    """A read-only connection of the report's and self-check's own."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no memory store at {path}")
+    return closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
 
 
 def selfcheck(path: Path) -> list[Check]:
@@ -134,7 +131,7 @@ def _selfcheck(path: Path) -> list[Check]:
         shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
         checks.append(Check(name=name, status="FAIL" if problems else "PASS", detail=shown))
 
-    with _reader(path) as db:
+    with _read_only(path) as db:
         folders = db.execute(
             "SELECT f.id, f.scope, f.plan_id, t.body, f.chars, f.alpha, f.beta, f.keywords, f.scored, f.score_source,"
             " f.review, f.event_from, f.event_to FROM folder f LEFT JOIN folder_text t ON t.folder_id = f.id"

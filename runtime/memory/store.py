@@ -181,16 +181,27 @@ class MemoryStoreTooNew(KefuError):
         )
 
 
+class MemoryStoreUnreadable(KefuError):
+    def __init__(self, path: Path, error: Exception) -> None:
+        super().__init__(
+            "KEFU_MEMORY_STORE_UNREADABLE", f"{path}: {error}", "run `kefu memory selfcheck`; restore it from a backup"
+        )
+
+
 class MemoryStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        db = self._connection()
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise MemoryStoreTooNew(self.path, version)
-        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        try:
+            db = self._connection()
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise MemoryStoreTooNew(self.path, version)
+            if version < SCHEMA_VERSION:  # a new file: no write lock for every reader that opens it
+                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        except sqlite3.DatabaseError as error:
+            raise MemoryStoreUnreadable(self.path, error) from None
 
     def _connection(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -292,6 +303,10 @@ class MemoryStore:
         )
         return [ArchiveSource(session_id=r[0], from_seq=r[1], to_seq=r[2]) for r in rows]
 
+    def plan_size(self, plan_id: str) -> int:
+        row = self._connection().execute("SELECT folder_count FROM archive_plan WHERE plan_id = ?", (plan_id,))
+        return row.fetchone()[0]
+
     def index_folders(self, scope: str) -> list[IndexedFolder]:
         """The scope's scored folders as recall reads them, in one query."""
         cursor = self._connection().cursor()
@@ -388,8 +403,9 @@ class MemoryStore:
         )
         return [row[0] for row in rows]
 
-    def save_scores(self, scores: list[Score], kept: Sequence[str] = ()) -> None:
-        """Write a judged batch in one transaction; `kept` folders keep their values and leave review."""
+    def save_scores(self, scope: str, scores: list[Score], kept: Sequence[str] = ()) -> None:
+        """Write a judged batch of a scope in one transaction; `kept` folders keep their values and
+        leave review."""
         with self._write() as db:
             db.executemany("UPDATE folder SET review = 0 WHERE id = ?", [(i,) for i in kept])
             for s in scores:
@@ -414,10 +430,7 @@ class MemoryStore:
                         "UPDATE folder SET extra_terms = ? WHERE id = ?",
                         (json.dumps(extra, ensure_ascii=False), s.folder_id),
                     )
-            scopes = {
-                row[0] for s in scores for row in db.execute("SELECT scope FROM folder WHERE id = ?", (s.folder_id,))
-            }
-            for scope in scopes:
+            if scores:
                 _refresh_signals(db, scope)
 
     def save_recall_state(self, scope: str, state: str) -> None:

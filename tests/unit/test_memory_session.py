@@ -10,7 +10,7 @@ import pytest
 
 from runtime.admission import evaluate
 from runtime.agent.memory import MemoryEngine, archive, block_entries, rearchive, scope_of
-from runtime.agent.memory_jobs import archive_customer, score_scope
+from runtime.agent.memory_jobs import SessionJobs, archive_job, score_scope
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn, session_path
 from runtime.agent.view import model_view, system_text
@@ -48,7 +48,7 @@ def say_and_turn(store, settings, transport, platform, memory, text):
         memory_engine=memory,
     )  # fmt: skip
     if result.archive_due:  # what the kefu.memory.archive task does after the turn
-        archive_customer(store, memory, settings.sessions_dir, customer, 60)
+        SessionJobs(store, settings.sessions_dir, memory, 60).run(customer, archive_job)
     return customer, result
 
 

@@ -27,6 +27,7 @@ SecretEnv = Annotated[
 ]
 OpId = Annotated[str | None, typer.Option(help="operation id: replaying it returns the same account")]
 Yes = Annotated[bool, typer.Option("--yes", help="confirm without asking")]
+AccountId = Annotated[str, typer.Option("--id", help="kefu's name for the account")]
 
 
 def _secret(env_name: str, prompt: str) -> str:
@@ -35,7 +36,7 @@ def _secret(env_name: str, prompt: str) -> str:
 
 @add.command("dingtalk")
 def add_dingtalk(
-    account: Annotated[str, typer.Option("--id", help="kefu's name for the account")],
+    account: AccountId,
     client_id: Annotated[str, typer.Option(help="the DingTalk app's ClientID (AppKey)")],
     robot_code: Annotated[str, typer.Option(help="the robot's code")],
     secret_env: SecretEnv = "KEFU_SETUP_SECRET",
@@ -66,7 +67,7 @@ def add_dingtalk(
 
 @add.command("wangwang")
 def add_wangwang(
-    account: Annotated[str, typer.Option("--id", help="kefu's name for the account")],
+    account: AccountId,
     gateway_url: Annotated[str, typer.Option(help="the shop's bridge (docs/wangwang-gateway.md)")],
     app_key: Annotated[str, typer.Option(help="the bridge's app key for kefu")],
     seller_id: Annotated[str, typer.Option(help="the shop's seller id (cntaobao…)")],

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -27,19 +24,8 @@ def _store() -> MemoryStore:
     if not path.exists():
         console.print(f"no memory store at {path} yet (nothing has been archived with this data dir)")
         raise typer.Exit(1)
-    with _readable(), operator_errors():  # a newer schema is a KefuError, a damaged file a DatabaseError
+    with operator_errors():
         return MemoryStore(path)
-
-
-@contextmanager
-def _readable() -> Iterator[None]:
-    """A damaged file is the operator's answer, not a traceback."""
-    try:
-        yield
-    except sqlite3.DatabaseError as error:
-        path = current_settings().memory_path
-        console.print(f"[red]kefu: KEFU_MEMORY_STORE_UNREADABLE: {path}: {error}; run `kefu memory selfcheck`[/red]")
-        raise typer.Exit(2) from None
 
 
 @memory_cli.command()
@@ -95,7 +81,7 @@ def show(
 def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
     """Counts per customer: folders, pending, review, scorer, high alpha, events, archives, recalls."""
     _store()  # a missing store is reported
-    with _readable():
+    with operator_errors():
         rows = memory_report(current_settings().memory_path)
     if as_json:
         print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))

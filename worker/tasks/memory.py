@@ -4,13 +4,15 @@ runtime.agent.memory_jobs and runtime.memory; each is idempotent and safe to rep
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery import Task, shared_task
 
-from runtime.agent.memory import MemoryEngine
-from runtime.agent.memory_jobs import archive_customer, backlog, rearchive_customer, scope_memory, score_scope
+from runtime.agent.memory import MemoryEngine, SessionMemory
+from runtime.agent.memory_jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
 from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
+from runtime.session_log import SessionLog
 from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.options import RETRY_ON_BUSY
 
@@ -24,30 +26,27 @@ def _engine(runtime: WorkerRuntime) -> MemoryEngine | None:
     return runtime.memory
 
 
-@shared_task(name="kefu.memory.archive", bind=True, **RETRY_ON_BUSY)
-def archive(self: Task, customer_id: int) -> str:
-    runtime = runtime_for(self.app)
+def _session_job(task: Task, customer_id: int, job: Callable[[SessionLog, str, SessionMemory], str]) -> str:
+    runtime = runtime_for(task.app)
     engine = _engine(runtime)
     if engine is None:
         return "disabled"
     settings = runtime.settings
-    outcome = archive_customer(runtime.store, engine, settings.sessions_dir, customer_id, settings.agent.turn_lease_s)
-    if outcome == "busy":
-        raise self.retry(countdown=BUSY_RETRY_S, max_retries=100)
-    return outcome if isinstance(outcome, str) else outcome.reason
+    jobs = SessionJobs(runtime.store, settings.sessions_dir, engine, settings.agent.turn_lease_s)
+    result = jobs.run(customer_id, job)
+    if result == "busy":
+        raise task.retry(countdown=BUSY_RETRY_S, max_retries=100)
+    return result
+
+
+@shared_task(name="kefu.memory.archive", bind=True, **RETRY_ON_BUSY)
+def archive(self: Task, customer_id: int) -> str:
+    return _session_job(self, customer_id, archive_job)
 
 
 @shared_task(name="kefu.memory.rearchive", bind=True, **RETRY_ON_BUSY)
 def rearchive(self: Task, customer_id: int) -> str:
-    runtime = runtime_for(self.app)
-    engine = _engine(runtime)
-    if engine is None:
-        return "disabled"
-    settings = runtime.settings
-    trimmed = rearchive_customer(runtime.store, engine, settings.sessions_dir, customer_id, settings.agent.turn_lease_s)
-    if trimmed == "busy":
-        raise self.retry(countdown=BUSY_RETRY_S, max_retries=100)
-    return str(trimmed)
+    return _session_job(self, customer_id, rearchive_job)
 
 
 @shared_task(name="kefu.memory.score", bind=True, **RETRY_ON_BUSY)
