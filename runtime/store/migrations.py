@@ -313,5 +313,39 @@ V11 = Migration(
     ("ALTER TABLE account ADD COLUMN deleted_at INTEGER",),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11)
+V12 = Migration(
+    12,
+    "fenced leases; received pages kept until ingested; damaged session logs kept aside",
+    (
+        # Increases on every grant of a lease (never on a renewal): a holder that lost its lease
+        # finds another token there and writes nothing.
+        "ALTER TABLE lease ADD COLUMN token INTEGER NOT NULL DEFAULT 0",
+        # Every page a receiver got, recorded before the platform is ACKed: the broker is never the
+        # only place a page lives. `id` is the receive order the committed cursor follows.
+        """CREATE TABLE received_page (
+            id INTEGER PRIMARY KEY,
+            account_id TEXT NOT NULL,
+            stream_id TEXT NOT NULL,
+            page_op_id TEXT NOT NULL,
+            page TEXT NOT NULL,
+            received_at INTEGER NOT NULL,
+            published_at INTEGER NOT NULL,
+            publishes INTEGER NOT NULL DEFAULT 1,
+            ingested_at INTEGER,
+            outcome TEXT,
+            UNIQUE (account_id, stream_id, page_op_id)
+        )""",
+        "CREATE INDEX received_page_pending ON received_page (published_at) WHERE ingested_at IS NULL",
+        "ALTER TABLE provider_cursor ADD COLUMN received_id INTEGER",
+        """CREATE TABLE damaged_session (
+            session_id TEXT PRIMARY KEY,
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            kept_path TEXT NOT NULL,
+            problem TEXT NOT NULL,
+            detected_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12)
 LATEST_VERSION = MIGRATIONS[-1].version

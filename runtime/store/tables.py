@@ -172,6 +172,7 @@ class Lease(SQLModel, table=True):
     name: str = Field(primary_key=True)
     owner: str
     expires_at: int
+    token: int = 0
 
 
 class Media(SQLModel, table=True):
