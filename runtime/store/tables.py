@@ -104,6 +104,30 @@ class ProviderCursor(SQLModel, table=True):
     cursor: str = Field(repr=False)
     page_op_id: str
     updated_at: int
+    received_id: int | None = None  # the received page whose cursor this is
+
+
+class ReceivedPage(SQLModel, table=True):
+    __tablename__ = "received_page"
+    id: int | None = Field(default=None, primary_key=True)
+    account_id: str
+    stream_id: str
+    page_op_id: str
+    page: str = Field(repr=False)  # the page's JSON: bodies and the provider cursor
+    received_at: int
+    published_at: int
+    publishes: int = 1
+    ingested_at: int | None = None
+    outcome: str | None = None  # 'ingested' or why the page can never be ingested
+
+
+class DamagedSession(SQLModel, table=True):
+    __tablename__ = "damaged_session"
+    session_id: str = Field(primary_key=True)
+    customer_id: int
+    kept_path: str
+    problem: str
+    detected_at: int
 
 
 class AdmissionBatch(SQLModel, table=True):
