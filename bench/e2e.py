@@ -26,6 +26,7 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
+from worker.receiving import receive_page
 
 ACCOUNT = "bench-shop"
 
@@ -72,9 +73,7 @@ class Rig:
             buyer = f"buyer{self.buyers}"
             message = self.platform.buyer_says(ACCOUNT, buyer, buyer, "请问什么时候发货？")
             sent[buyer] = time.time()
-            self.app.send_task(
-                "kefu.ingest.page", args=[self.transport.page_of(ACCOUNT, [message]).model_dump(mode="json")]
-            )
+            receive_page(self.app, self.transport.page_of(ACCOUNT, [message]))
         deadline = time.time() + drain_s
         while time.time() < deadline:
             replies = [s for s in self.platform.received(ACCOUNT, after_id=after) if s.recipient_id in sent]

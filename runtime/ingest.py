@@ -1,9 +1,10 @@
 """Durable ingestion of inbound pages (SPEC 3.3).
 
-Each conversation group commits in its own transaction with a group receipt; the provider
-cursor commits with the page receipt only once every group receipt exists. A crash anywhere
-leaves the old cursor, and replay is safe because messages dedupe on
-(account, conversation, platform message id).
+Each conversation group commits in its own transaction with a group receipt; the page receipt
+commits only once every group receipt exists, together with the page's received record and the
+provider cursor (which follows the receive order, runtime.inbox). A crash anywhere leaves the
+old cursor, and replay is safe because messages dedupe on (account, conversation, platform
+message id).
 
 This is the hottest write path, so it runs plain SQL on the pooled DBAPI connection.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
+from runtime.inbox import advance_cursor, mark_ingested
 from runtime.input_pause import check_not_paused, release_held
 from runtime.outbox import adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
@@ -49,6 +51,8 @@ _INSERT_GROUP_RECEIPT = (
     "INSERT OR IGNORE INTO group_receipt (account_id, stream_id, page_op_id, conversation_id, committed_at)"
     " VALUES (?, ?, ?, ?, ?)"
 )
+# Errors no replay can cure: a page that meets one is refused for good instead of republished.
+NEVER_INGESTED = frozenset({"KEFU_ACCOUNT_UNKNOWN"})
 _PAGE_COMMITTED = "SELECT 1 FROM page_receipt WHERE account_id = ? AND stream_id = ? AND page_op_id = ?"
 _CUSTOMER_ID = "SELECT id FROM customer WHERE account_id = ? AND conversation_id = ?"
 
@@ -83,6 +87,8 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
                 "create the account before its transport publishes pages",
             )
         if db.execute(_PAGE_COMMITTED, (page.account_id, page.stream_id, page.page_op_id)).fetchone():
+            with immediate(db):  # a redelivery recorded again by its receiver is done too
+                mark_ingested(db, page)
             customers = (
                 []
                 if origin != "live"
@@ -187,12 +193,8 @@ def _commit_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
             " VALUES (?, ?, ?, ?, ?)",
             (*key, page.message_count, at),
         )
-        db.execute(
-            "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id) DO UPDATE SET"
-            " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at",
-            (page.account_id, page.stream_id, page.cursor, page.page_op_id, at),
-        )
+        mark_ingested(db, page)
+        advance_cursor(db, page.account_id, page.stream_id)
         release_held(db, page)
 
 

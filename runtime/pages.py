@@ -65,6 +65,17 @@ class ConversationGroup(_Model):
     title: str | None = Field(None, max_length=256)
     messages: list[InboundMessage] = Field(min_length=1, max_length=1000)
 
+    @model_validator(mode="after")
+    def _one_content_per_message_id(self) -> ConversationGroup:
+        """A platform repeating a message in one page is deduped; one id with two different
+        contents is a broken page, and which one is true cannot be told: reject it whole."""
+        seen: dict[str, InboundMessage] = {}
+        for index, message in enumerate(self.messages):
+            first = seen.setdefault(message.platform_message_id, message)
+            if first != message:
+                raise ValueError(f"messages.{index}.platform_message_id: repeats an earlier message with other content")
+        return self
+
 
 class InboundPage(_Model):
     account_id: Id

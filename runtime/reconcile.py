@@ -3,7 +3,6 @@ duplicated broker message never loses or repeats work."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from runtime.store import DeliveryStore, now_ms
@@ -18,7 +17,6 @@ class PendingWork:
     turns: list[int] = field(default_factory=list)  # customer ids with an open batch
     attempts: list[str] = field(default_factory=list)  # outbox requests to attempt
     settlements: list[str] = field(default_factory=list)  # result-unknown requests to query
-    held_pages: list[dict] = field(default_factory=list)  # pages held by an input pause since lifted
 
 
 def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float, receipt_query_limit: int) -> PendingWork:
@@ -51,12 +49,4 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float, r
                 " LIMIT :n",
                 q=receipt_query_limit,
             ),
-            held_pages=[
-                json.loads(page)
-                for page in ids(
-                    "SELECT page FROM held_page h WHERE held_at < :t AND NOT EXISTS"
-                    " (SELECT 1 FROM input_pause WHERE scope IN ('*', h.account_id)) ORDER BY held_at LIMIT :n",
-                    t=quiet,
-                )
-            ],
         )

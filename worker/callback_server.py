@@ -20,7 +20,7 @@ from runtime.store import DeliveryStore, now_ms
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.callback import CallbackRejected, verify_callback
 from transports.dingtalk.robot import robot_page
-from worker.listeners import Publish
+from worker.receiving import Publish
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.audit import Audit, audit
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
+from worker.receiving import receive_page
 
 ACCOUNT = "demo-shop"
 BUYERS = {"b1": "张三", "b2": "李四", "b3": "王五"}
@@ -72,7 +73,7 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
                 first_page = first_page or transport.page_of(ACCOUNT, [message])
                 console.print(f"[bold cyan]{BUYERS[buyer_id]}[/] ▸ {text}", soft_wrap=True)
             # The platform redelivers the first message (a late ACK): it must not be answered again.
-            app.send_task("kefu.ingest.page", args=[first_page.model_dump(mode="json")])
+            receive_page(app, first_page)
             _wait_answered(store, platform)
             seen_sends = _print_replies(platform, seen_sends, console)
         _wait_scored(settings)

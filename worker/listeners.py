@@ -7,8 +7,9 @@ processes never both listen) and stops it when the account is disconnected, dele
 changed, and at shutdown. Stopping cancels a pending retry and closes the connection, and
 nothing a closed connection received is published.
 
-Everything received is published to the broker first and acknowledged to the platform right
-after, never later: a late ACK is what makes platforms redeliver.
+Everything received is recorded in the delivery store and published to the broker first
+(worker.receiving), and acknowledged to the platform right after, never later: a late ACK is
+what makes platforms redeliver.
 """
 
 from __future__ import annotations
@@ -32,16 +33,13 @@ from runtime.listener_policy import (
     committed_since,
     record_listener_state,
 )
-from runtime.pages import InboundPage
-from runtime.read_receipts import BuyerReadReceipt
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import Account
 from transports.base import ListenerConnection, Received, Transport
 from worker.context import runtime_for
+from worker.receiving import Publish, broker_publisher
 
 log = logging.getLogger(__name__)
-
-Publish = Callable[[InboundPage | BuyerReadReceipt], None]
 
 RECEIVE_WAIT_S = 0.25  # how long one receive may block: bounds how late a stop or heartbeat check is
 COMMIT_CHECK_MS = 1000  # how often a listener with a spent budget looks for a committed page
@@ -276,16 +274,6 @@ class ListenerSupervisor:
     @staticmethod
     def _lease(account_id: str) -> str:
         return f"listener:{account_id}"
-
-
-def broker_publisher(app: Celery) -> Publish:
-    """Publish what a listener received to the ingest and receipts queues."""
-
-    def publish(item: InboundPage | BuyerReadReceipt) -> None:
-        task = "kefu.ingest.page" if isinstance(item, InboundPage) else "kefu.receipts.buyer_read"
-        app.send_task(task, args=[item.model_dump(mode="json")])
-
-    return publish
 
 
 def build_supervisor(app: Celery, observe: Observe = _ignore) -> ListenerSupervisor:

@@ -335,7 +335,8 @@ V12 = Migration(
             outcome TEXT,
             UNIQUE (account_id, stream_id, page_op_id)
         )""",
-        "CREATE INDEX received_page_pending ON received_page (published_at) WHERE ingested_at IS NULL",
+        "CREATE INDEX received_page_order ON received_page (account_id, stream_id, id)",
+        "CREATE INDEX received_page_pending ON received_page (account_id, stream_id, id) WHERE ingested_at IS NULL",
         "ALTER TABLE provider_cursor ADD COLUMN received_id INTEGER",
         """CREATE TABLE damaged_session (
             session_id TEXT PRIMARY KEY,

@@ -7,8 +7,9 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from runtime.errors import PageRejected
-from runtime.ingest import ingest_page
+from runtime.errors import KefuError, PageRejected
+from runtime.inbox import refuse_page
+from runtime.ingest import NEVER_INGESTED, ingest_page
 from runtime.input_pause import InputPaused, hold_page
 from runtime.pages import InboundPage, parse_page
 from worker.context import WorkerRuntime, runtime_for
@@ -33,6 +34,12 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
     except InputPaused:  # kept whole, published again on resume; the cursor did not move
         hold_page(store, parsed)
         return {"page": parsed.page_op_id, "held": True}
+    except KefuError as error:
+        if error.code not in NEVER_INGESTED:
+            raise  # e.g. a store that cannot be opened: the page stays pending for the reconciler
+        log.error("page %s refused: %s", parsed.page_op_id, error.code)
+        refuse_page(store, parsed, error.code)
+        return {"page": parsed.page_op_id, "refused": error.code}
     _confirm(runtime, parsed)
     for customer_id in result.customer_ids:
         admit_now(self.app, customer_id)

@@ -1,7 +1,8 @@
 """kefu.ingest.reconcile (beat): re-enqueue whatever SQLite says is pending and overdue.
 
-It also catches transports up from the committed cursor (a page lost with its broker message
-is fetched again) and prunes consumed messages of the embedded broker.
+It publishes received pages that are still not ingested after the grace (their broker message
+was lost), catches transports up from the committed cursor (a page the platform served while
+no listener ran is fetched), and prunes consumed messages of the embedded broker.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ import logging
 import time
 from pathlib import Path
 
-from celery import Task, shared_task
+from celery import Celery, Task, shared_task
 
+from runtime.inbox import overdue_pages, prune_ingested
 from runtime.ingest import committed_cursor
 from runtime.reconcile import pending_work
 from runtime.store import now_ms
 from runtime.store.sql import sql
 from worker.broker import embedded_folders
-from worker.context import WorkerRuntime, runtime_for
+from worker.context import runtime_for
+from worker.receiving import publish_recorded, receive_page
 from worker.tasks.options import RETRY_ON_BUSY
 
 log = logging.getLogger(__name__)
@@ -25,8 +28,9 @@ log = logging.getLogger(__name__)
 PROCESSED_KEEP_S = 3600
 
 
-def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
-    """Publish the page after each account's committed cursor when it is overdue."""
+def catch_up(app: Celery) -> int:
+    """Receive the page after each account's committed cursor when it is overdue."""
+    runtime = runtime_for(app)
     with runtime.store.read() as conn:
         accounts = conn.execute(sql("SELECT id, platform FROM account WHERE connection_intent = 'connected'")).all()
     overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
@@ -43,8 +47,7 @@ def catch_up(runtime: WorkerRuntime, app_tasks: dict) -> int:
         if page is None:
             continue
         oldest = min(m.occurred_at for g in page.groups for m in g.messages)
-        if oldest.timestamp() * 1000 < overdue_before:
-            app_tasks["kefu.ingest.page"].delay(page.model_dump(mode="json"))
+        if oldest.timestamp() * 1000 < overdue_before and receive_page(app, page):
             published += 1
     return published
 
@@ -70,9 +73,12 @@ def reconcile(self: Task) -> dict[str, int]:
         self.app.tasks["kefu.outbox.attempt"].delay(request_id)
     for request_id in work.settlements:
         self.app.tasks["kefu.outbox.settle"].delay(request_id)
-    for page in work.held_pages:  # in case a resume could not publish them
-        self.app.tasks["kefu.ingest.page"].delay(page)
-    pages = catch_up(runtime, self.app.tasks)
+    grace_ms = int(settings.reconcile.grace_s * 1000)
+    recorded = overdue_pages(runtime.store, grace_ms)
+    for page in recorded:  # received, and their broker message lost or still stuck
+        publish_recorded(self.app, page)
+    prune_ingested(runtime.store)
+    pages = catch_up(self.app)
     if settings.embedded_broker:
         prune_processed(embedded_folders(settings.data_dir)["processed_folder"])
     return {
@@ -80,6 +86,6 @@ def reconcile(self: Task) -> dict[str, int]:
         "turns": len(work.turns),
         "attempts": len(work.attempts),
         "settlements": len(work.settlements),
-        "held pages": len(work.held_pages),
+        "received pages": len(recorded),
         "pages": pages,
     }

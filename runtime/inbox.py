@@ -1,0 +1,144 @@
+"""Received pages, kept in SQLite from the moment a receiver has them until ingest commits them
+(SPEC 3.3, durability before acknowledgement).
+
+A receiver (a listener, the HTTP callback, the reconciler's catch-up, any code that publishes
+pages) records each page here before it ACKs or confirms the platform, and only then publishes
+it. Ingest marks the record in the transaction that commits the page's cursor; the reconciler
+publishes records still pending after a grace again. So a page the broker loses (a worker
+killed in kombu's at-most-once window, a Redis restart) is never gone: the broker is only the
+channel.
+
+The record's id is the receive order. The committed provider cursor follows it: it is the
+cursor of the newest ingested page that no pending page was received before, so it never moves
+backwards and never past a page that was not committed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from sqlalchemy import Connection
+
+from runtime.pages import InboundPage
+from runtime.store import DeliveryStore, immediate, now_ms
+from runtime.store.sql import sql
+
+INGESTED = "ingested"
+KEEP_INGESTED_MS = 3_600_000  # a redelivery within this is ACKed without a broker round trip
+REPUBLISH_LIMIT = 500  # per reconciler pass
+BACKOFF_CAP = 32  # the longest wait before publishing again: 32 graces
+
+_KEY = "account_id = ? AND stream_id = ? AND page_op_id = ?"
+
+
+def record_received(store: DeliveryStore, page: InboundPage) -> bool:
+    """Keep the page until it is ingested. True when it is to be published: it is new, or it is
+    still pending (a platform redelivery of a page whose broker message may be lost). False when
+    it was committed already: the receiver only ACKs."""
+    at = now_ms()
+    key = (page.account_id, page.stream_id, page.page_op_id)
+    with store.raw() as db, immediate(db):
+        if db.execute(f"SELECT 1 FROM page_receipt WHERE {_KEY}", key).fetchone():
+            return False
+        inserted = db.execute(
+            "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
+            " published_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (*key, page.model_dump_json(), at, at),
+        ).rowcount
+        if inserted:
+            return True
+        return bool(
+            db.execute(
+                f"UPDATE received_page SET published_at = ?, publishes = publishes + 1 WHERE {_KEY}"
+                " AND ingested_at IS NULL",
+                (at, *key),
+            ).rowcount
+        )
+
+
+def mark_ingested(db: sqlite3.Connection, page: InboundPage, outcome: str = INGESTED) -> int:
+    """Inside the caller's transaction: the page is done (`outcome` says how). A page that never
+    went through a receiver is recorded here, so its place in the receive order exists. Returns
+    the record's id."""
+    at = now_ms()
+    key = (page.account_id, page.stream_id, page.page_op_id)
+    db.execute(
+        "INSERT INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at,"
+        " ingested_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id, page_op_id)"
+        " DO UPDATE SET ingested_at = excluded.ingested_at, outcome = excluded.outcome"
+        " WHERE received_page.ingested_at IS NULL",
+        (*key, page.model_dump_json(), at, at, at, outcome),
+    )
+    return db.execute(f"SELECT id FROM received_page WHERE {_KEY}", key).fetchone()[0]
+
+
+def refuse_page(store: DeliveryStore, page: InboundPage, code: str) -> None:
+    """The page can never be ingested (its account is gone): done, so it is not published again."""
+    with store.raw() as db, immediate(db):
+        mark_ingested(db, page, outcome=code)
+
+
+def advance_cursor(db: sqlite3.Connection, account_id: str, stream_id: str) -> None:
+    """Inside the caller's transaction: move the committed cursor up to the newest ingested page
+    that no pending page precedes, never backwards."""
+    target = db.execute(
+        "SELECT id, page_op_id, json_extract(page, '$.cursor') FROM received_page"
+        " WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3 AND id < coalesce("
+        "  (SELECT min(id) FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND ingested_at IS NULL),"
+        "  9223372036854775807)"
+        " ORDER BY id DESC LIMIT 1",
+        (account_id, stream_id, INGESTED),
+    ).fetchone()
+    if target is None:
+        return
+    received_id, page_op_id, cursor = target
+    db.execute(
+        "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at, received_id)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id) DO UPDATE SET"
+        " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at,"
+        " received_id = excluded.received_id"
+        " WHERE provider_cursor.received_id IS NULL OR provider_cursor.received_id < excluded.received_id",
+        (account_id, stream_id, cursor, page_op_id, now_ms(), received_id),
+    )
+
+
+def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict]:
+    """Pages still not ingested, published more than a grace ago (doubling with each publish,
+    so a backlog in the broker is not multiplied), oldest first, marked as published again.
+    Pages held by an input pause wait for the resume instead."""
+    at = now_ms()
+    with store.write() as conn:
+        rows = conn.execute(
+            sql(
+                "SELECT id, page FROM received_page r WHERE ingested_at IS NULL"
+                " AND published_at <= :at - :grace * min(1 << (publishes - 1), :cap)"
+                " AND NOT EXISTS (SELECT 1 FROM input_pause WHERE scope IN ('*', r.account_id))"
+                " ORDER BY id LIMIT :n"
+            ),
+            {"at": at, "grace": grace_ms, "cap": BACKOFF_CAP, "n": REPUBLISH_LIMIT},
+        ).all()
+        conn.execute(
+            sql(
+                "UPDATE received_page SET published_at = :at, publishes = publishes + 1"
+                " WHERE id IN (SELECT value FROM json_each(:ids))"
+            ),
+            {"at": at, "ids": json.dumps([row[0] for row in rows])},
+        )
+    return [json.loads(row[1]) for row in rows]
+
+
+def pending_count(conn: Connection) -> int:
+    return conn.execute(sql("SELECT count(*) FROM received_page WHERE ingested_at IS NULL")).scalar_one()
+
+
+def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int:
+    """Forget pages ingested long ago, except each stream's newest (the cursor's own page)."""
+    with store.write() as conn:
+        return conn.execute(
+            sql(
+                "DELETE FROM received_page WHERE ingested_at < :t AND id NOT IN"
+                " (SELECT received_id FROM provider_cursor WHERE received_id IS NOT NULL)"
+            ),
+            {"t": now_ms() - keep_ms},
+        ).rowcount
