@@ -1,36 +1,149 @@
 """Expiring named leases in the delivery store: one holder across processes and hosts.
 
-A lease, unlike a process lock, frees itself when its holder dies: it simply expires.
+A lease, unlike a process lock, frees itself when its holder dies: it simply expires. That is
+also its danger: a holder that was only slow (a long model call, a paused VM) may still be
+running when the lease passes to someone else. So every grant carries a fencing token that
+increases with each new grant, and a holder's writes check, inside their own transaction, that
+the lease is still theirs under that token (renewing it as they go). A holder that lost its
+lease gets `LeaseLost` and writes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+from sqlalchemy import Connection
+
+from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
+
+log = logging.getLogger(__name__)
+
+_GRANT = sql(
+    "INSERT INTO lease (name, owner, expires_at, token) VALUES (:n, :o, :e, 1)"
+    " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,"
+    "  token = CASE WHEN lease.owner = excluded.owner AND lease.expires_at >= :now THEN lease.token"
+    "  ELSE lease.token + 1 END"
+    " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
+    " RETURNING token"
+)
+_RENEW = sql(
+    "UPDATE lease SET expires_at = :e WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :now"
+)
+
+
+class LeaseLost(KefuError):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            "KEFU_LEASE_LOST",
+            f"lease {name} expired or passed to another holder; this holder stopped without writing",
+            "nothing to do: the new holder continues; if it happens often, raise the lease's duration",
+        )
 
 
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
-    at = now_ms()
+@dataclass(frozen=True)
+class Fence:
+    """Proof of one grant of a lease. `check` inside a write transaction fences that write."""
+
+
+    store: DeliveryStore
+    name: str
+    owner: str
+    token: int
+    ttl_ms: int
+
+    def check(self, conn: Connection) -> None:
+        """Inside the caller's write transaction: the lease is still ours (and now renewed), or
+        LeaseLost, which rolls the transaction back."""
+        at = now_ms()
+        params = {"n": self.name, "o": self.owner, "t": self.token, "e": at + self.ttl_ms, "now": at}
+        if conn.execute(_RENEW, params).rowcount != 1:
+            raise LeaseLost(self.name)
+
+
+
+@contextmanager
+def fenced(store: DeliveryStore, fence: Fence | None) -> Iterator[Connection]:
+    """A write transaction that holds only while the lease is ours (no fence: unfenced, for
+    library use outside a worker). Also held around a file write that must not happen once the
+    lease is gone: while the store's write lock is held, no one else can be granted it."""
     with store.write() as conn:
-        changed = conn.execute(
-            sql(
-                "INSERT INTO lease (name, owner, expires_at) VALUES (:n, :o, :e)"
-                " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
-                " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
-            ),
-            {"n": name, "o": owner, "e": at + int(ttl_s * 1000), "now": at},
-        ).rowcount
-    return changed == 1
+        if fence is not None:
+            fence.check(conn)
+        yield conn
+
+
+def grant(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> Fence | None:
+    """Take the lease, or renew it when `owner` holds it. None while another holder has it."""
+    at = now_ms()
+    ttl_ms = int(ttl_s * 1000)
+    with store.write() as conn:
+        token = conn.execute(_GRANT, {"n": name, "o": owner, "e": at + ttl_ms, "now": at}).scalar_one_or_none()
+    return None if token is None else Fence(store, name, owner, token, ttl_ms)
+
+
+def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
+    return grant(store, name, owner, ttl_s) is not None
 
 
 def release(store: DeliveryStore, name: str, owner: str) -> None:
+    """Let the lease go at once. The row stays, so the next grant's token is still higher."""
     with store.write() as conn:
-        conn.execute(sql("DELETE FROM lease WHERE name = :n AND owner = :o"), {"n": name, "o": owner})
+        conn.execute(sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o"), {"n": name, "o": owner})
+
+
+class _Renewer:
+    """Renews a fence every third of its duration while its holder works (a model call may
+    take longer than the lease), until stopped or the lease is lost."""
+
+    def __init__(self, fence: Fence) -> None:
+        self._fence = fence
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kefu-lease-{fence.name}", daemon=True)
+
+    def __enter__(self) -> _Renewer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._fence.ttl_ms / 3000):
+            try:
+                with self._fence.store.write() as conn:
+                    self._fence.check(conn)
+            except LeaseLost:
+                log.warning("lease %s lost while held; its holder's next write stops it", self._fence.name)
+                return
+            except Exception as error:  # a busy store: the next renewal (or the next write) tries again
+                log.warning("renewing lease %s failed (%s)", self._fence.name, type(error).__name__)
+
+
+@contextmanager
+def held(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence | None]:
+    """The lease for the duration of the block, kept renewed; None when another holder has it.
+    Released at the end unless it was lost meanwhile (then it is not ours to release)."""
+    owner = new_owner()
+    fence = grant(store, name, owner, ttl_s)
+    if fence is None:
+        yield None
+        return
+    try:
+        with _Renewer(fence):
+            yield fence
+    finally:
+        release(store, name, owner)

@@ -4,13 +4,19 @@ Every flush writes one self-contained frame and fsyncs, so a crash can only dama
 a last frame that does not decode completely, or (from a foreign or buggy writer) a last line
 that is not a whole event. A reader loads up to the last whole event and reports the rest as
 torn; the single writer cuts the damage off before appending, so it is never merged.
-Damage anywhere before the tail is corruption and raises.
+
+Damage anywhere before the tail (a bad frame with whole frames after it, a bad event before
+the last line, a gap in seq) is corruption: `CorruptSessionLog`, and nothing is cut. Cutting
+there would silently delete every event after the damage; instead the customer's session is
+retired with its file kept as it is (runtime.agent.sessions).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -51,7 +57,11 @@ class SessionEvent(BaseModel):
 
 
 class CorruptSessionLog(Exception):
-    pass
+    """Damage before the tail of a session log. The message names the file and where, never
+    any of its content."""
+
+
+_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def read_frames(data: bytes) -> list[tuple[int, int, bytes]]:
@@ -72,11 +82,30 @@ def read_frames(data: bytes) -> list[tuple[int, int, bytes]]:
     return frames
 
 
+def whole_frame_after(data: bytes, start: int) -> int | None:
+    """Where a complete, valid frame begins after `start`, if any: a torn last frame has none
+    after it, damage in the middle of the file does."""
+    position = data.find(_FRAME_MAGIC, start + 1)
+    while position != -1:
+        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            decompressor.decompress(data[position:])
+            if decompressor.eof:
+                return position
+        except zstandard.ZstdError:
+            pass
+        position = data.find(_FRAME_MAGIC, position + 1)
+    return None
+
+
 class SessionLog:
     """One session's log. Only the holder of the session's writer lease may append."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, guard: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
         self.path = Path(path)
+        # Held around every write to the file: the writer lease's fence (runtime.leases), so a
+        # holder that lost its lease writes nothing.
+        self._guard = guard
         self.events: list[SessionEvent] = []
         self.torn_bytes = 0
         self._damage_at = 0
@@ -106,6 +135,10 @@ class SessionLog:
         frames = read_frames(data)
         events: list[SessionEvent] = []
         self._damage_at = frames[-1][1] if frames else 0  # where the torn tail starts
+        if self._damage_at < len(data) and (later := whole_frame_after(data, self._damage_at)) is not None:
+            raise CorruptSessionLog(
+                f"{self.path}: bytes {self._damage_at}-{later} do not decode and whole frames follow them"
+            )
         self._salvaged = []  # whole events of a last frame whose last line is damaged
         for index, (start, _, payload) in enumerate(frames):
             lines = payload.splitlines()
@@ -130,7 +163,7 @@ class SessionLog:
         so new frames never follow garbage."""
         events = self.load()
         if self.torn_bytes:
-            with open(self.path, "r+b") as handle:
+            with self._guard(), open(self.path, "r+b") as handle:
                 handle.truncate(self._damage_at)
                 if self._salvaged:
                     handle.seek(self._damage_at)
@@ -153,7 +186,7 @@ class SessionLog:
         if not self._pending:
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as handle:
+        with self._guard(), open(self.path, "ab") as handle:
             handle.write(self._frame(self._pending))
             handle.flush()
             os.fsync(handle.fileno())

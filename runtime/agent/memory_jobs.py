@@ -25,7 +25,8 @@ from runtime.agent.memory import (
     rearchive,
     scope_of,
 )
-from runtime.agent.turn import repair, session_path
+from runtime.agent.sessions import open_session, session_path
+from runtime.agent.turn import repair
 from runtime.memory.heuristic import score_pending
 from runtime.memory.judge import MAX_UPDATES
 from runtime.session_log import SessionLog
@@ -53,17 +54,13 @@ class SessionJobs:
         session_id = customer.session_id if customer else None
         if session_id is None or not session_path(self.sessions_dir, session_id).exists():
             return "no-session"
-        lease, owner = f"customer:{customer_id}", leases.new_owner()
-        if not leases.acquire(self.store, lease, owner, self.lease_s):
-            return "busy"
         memory = self.engine.session(customer_id)
-        try:
-            log = SessionLog(session_path(self.sessions_dir, session_id))
-            log.open_for_append()
-            repair(log)  # a turn that crashed mid-way is closed the same way its next turn would
-            result = job(log, session_id, memory)
-        finally:
-            leases.release(self.store, lease, owner)
+        with leases.held(self.store, f"customer:{customer_id}", self.lease_s) as fence:
+            if fence is None:
+                return "busy"
+            session = open_session(self.store, customer_id, self.sessions_dir, fence)
+            repair(session.log)  # a turn that crashed mid-way is closed the same way its next turn would
+            result = job(session.log, session.session_id, memory)
         if not self.engine.model_scores:
             score_scope(memory)
         return result

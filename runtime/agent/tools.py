@@ -18,6 +18,7 @@ from runtime.agent.model import ToolCall, ToolSpec
 from runtime.errors import KefuError
 from runtime.handling import is_current, pause_handling
 from runtime.history import query_history
+from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import OutboundIntent, find_same_text, register_outbound
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
@@ -61,6 +62,7 @@ class TurnBinding:
     attachments: AttachmentPolicy | None = None  # None: the agent sends text only
     on_registered: Callable[[str], None] = lambda request_id: None
     memory: SessionMemory | None = None  # None: the memory engine is off
+    fence: Fence | None = None  # the writer lease: a reply is registered only while it holds
 
 
 def request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -146,7 +148,7 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
         return args
     customer, batch = binding.customer, binding.batch
     try:
-        with binding.store.write() as conn:
+        with fenced(binding.store, binding.fence) as conn:
             if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
                 return ToolOutcome(
                     "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.",

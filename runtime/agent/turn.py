@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import Connection
+
 from config import AgentSettings, OpenAISettings
 from runtime.accounts import load_account
 from runtime.admission import (
@@ -29,15 +31,18 @@ from runtime.agent.context import context_use
 from runtime.agent.memory import MemoryEngine, archive, context_tokens, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider
+from runtime.agent.sessions import DAMAGED_NOTE, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
 from runtime.handling import is_current
+from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, render_batch
 from runtime.session_log import SessionEvent, SessionLog
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
+from runtime.store.tables import AdmissionBatch
 
 ROLE_SECTION = (
     "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
@@ -64,10 +69,6 @@ class TurnResult:
     outcome: Literal["complete", "interrupted", "error", "revoked"]
     session_id: str | None
     archive_due: bool = False  # the turn ended above the memory trigger: the memory task archives
-
-
-def session_path(sessions_dir: Path, session_id: str) -> Path:
-    return sessions_dir / f"{session_id}.jsonl.zst"
 
 
 def repair(log: SessionLog) -> bool:
@@ -134,24 +135,28 @@ def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEv
     return [(e, ends.get(e.turn)) for e in events if e.type == "turn/start" and e.batch_id == batch_id]
 
 
-def reconcile_session(store: DeliveryStore, turns: list[tuple[SessionEvent, str | None]], batch_id: str) -> bool:
+def reconcile_session(
+    store: DeliveryStore, turns: list[tuple[SessionEvent, str | None]], batch: AdmissionBatch, fence: Fence | None
+) -> bool:
     """The session log already holds this batch's finished turn but the store never heard
-    (a crash between the two): commit and finish the batch from the log. True if it did."""
-    if not turns or turns[-1][1] not in ("complete", "error"):
-        return False
-    with store.write() as conn:
-        commit_batch(conn, batch_id)
-        finish_batch(conn, batch_id)
+    (a crash between the two), or the log that held it was damaged and retired while the
+    outbox shows the turn got as far as replying: commit and finish the batch, never run it
+    again (a new session would derive new request ids and reply twice). True if it did."""
+    if not (turns and turns[-1][1] in ("complete", "error")):
+        if turns:
+            return False  # interrupted: a follow-up turn runs
+        with store.read() as conn:
+            if not replied_for(conn, batch):
+                return False
+    with fenced(store, fence) as conn:
+        commit_batch(conn, batch.id)
+        finish_batch(conn, batch.id)
     return True
 
 
-def ensure_session_id(store: DeliveryStore, customer_id: int) -> str:
-    with store.write() as conn:
-        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
-        if session_id is None:
-            session_id = f"s{customer_id}-1"
-            conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
-    return session_id
+def replied_for(conn: Connection, batch: AdmissionBatch) -> bool:
+    query = sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND batch_id = :b LIMIT 1")
+    return conn.execute(query, {"c": batch.customer_id, "b": batch.id}).first() is not None
 
 
 def call_model(
@@ -187,8 +192,10 @@ def run_turn(
     on_registered: Callable[[str], None] = lambda request_id: None,
     attachments: AttachmentPolicy | None = None,
     memory_engine: MemoryEngine | None = None,
+    fence: Fence | None = None,
 ) -> TurnResult | None:
-    """Run the turn of the customer's open batch, if any. The caller holds the writer lease."""
+    """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
+    every write of the turn checks its `fence` and raises LeaseLost once it is gone."""
     with store.read() as conn:
         batch = open_batch(conn, customer_id)
         customer = load_customer(conn, customer_id)
@@ -198,19 +205,19 @@ def run_turn(
         lines = batch_messages(conn, batch.id)
         current = is_current(conn, customer_id, batch.handling_epoch)
     if not current:
-        with store.write() as conn:
+        with fenced(store, fence) as conn:
             revoke_batch(conn, batch.id)
         return TurnResult(batch.id, "revoked", customer.session_id)
-    session_id = ensure_session_id(store, customer_id)
-    log = SessionLog(session_path(sessions_dir, session_id))
-    log.open_for_append()
+    session = open_session(store, customer_id, sessions_dir, fence)
+    log, session_id = session.log, session.session_id
     repair(log)
     if not log.events:
-        log.append("system/message", text=system_prompt(agent.persona))
+        prompt = system_prompt(agent.persona)
+        log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
 
     turns = _turns_of(log.events, batch.id)
-    if reconcile_session(store, turns, batch.id):
-        return TurnResult(batch.id, turns[-1][1], session_id)  # type: ignore[arg-type]
+    if reconcile_session(store, turns, batch, fence):
+        return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
 
     turn_id = f"t{log.offset}"
     if turns:  # interrupted: exactly one follow-up turn per interruption
@@ -220,7 +227,7 @@ def run_turn(
         log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
         log.append("user/message", source=batch.id, text=render_batch(lines, zone))
     log.flush()
-    with store.write() as conn:
+    with fenced(store, fence) as conn:
         commit_batch(conn, batch.id)
     memory = memory_engine.session(customer_id) if memory_engine else None
     if memory is not None and not turns:
@@ -237,6 +244,7 @@ def run_turn(
         attachments=attachments,
         on_registered=on_registered,
         memory=memory,
+        fence=fence,
     )
     available = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
     tools = [spec for spec, _ in available.values()]
@@ -295,7 +303,7 @@ def run_turn(
     log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
     log.flush()
     if not unavailable:
-        with store.write() as conn:
+        with fenced(store, fence) as conn:
             (revoke_batch if paused else finish_batch)(conn, batch.id)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (

@@ -18,7 +18,7 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from config import OpenAISettings
-from runtime.agent.turn import session_path
+from runtime.agent.sessions import session_path
 from runtime.agent.view import model_view
 from runtime.memory.store import MemoryStore
 from runtime.session_log import SessionLog

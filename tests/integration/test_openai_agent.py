@@ -14,7 +14,8 @@ from celery.contrib.testing.worker import start_worker
 
 from config import OpenAISettings, load_settings
 from runtime.admission import evaluate
-from runtime.agent.turn import run_turn, session_path
+from runtime.agent.sessions import session_path
+from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
 from runtime.session_log import SessionLog
 from tests.fakes.openai_server import FakeOpenAI, Step, completion

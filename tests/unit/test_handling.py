@@ -6,7 +6,8 @@ import pytest
 
 from runtime.admission import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.agent.turn import run_turn, session_path
+from runtime.agent.sessions import session_path
+from runtime.agent.turn import run_turn
 from runtime.errors import KefuError
 from runtime.handling import handling_state, pause_handling, resume_handling
 from runtime.ingest import ingest_page

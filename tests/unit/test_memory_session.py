@@ -12,7 +12,8 @@ from runtime.admission import evaluate
 from runtime.agent.memory import MemoryEngine, archive, block_entries, rearchive, scope_of
 from runtime.agent.memory_jobs import SessionJobs, archive_job, score_scope
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.agent.turn import run_turn, session_path
+from runtime.agent.sessions import session_path
+from runtime.agent.turn import run_turn
 from runtime.agent.view import model_view, system_text
 from runtime.ingest import ingest_page
 from runtime.memory.recall import load_state

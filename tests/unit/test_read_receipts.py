@@ -9,7 +9,8 @@ import pytest
 
 from runtime.admission import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.agent.turn import run_turn, session_path
+from runtime.agent.sessions import session_path
+from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
 from runtime.outbox import AttemptGrant, OutboundIntent, SendReceipt, begin_attempt, record_sent, register_outbound
 from runtime.pages import parse_page

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from runtime.store import DeliveryStore
 from worker.cli.common import (
     cli,
     console,
@@ -50,6 +51,21 @@ def status() -> None:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
     console.print(_checkpoint_table(None), soft_wrap=True)
+    _print_damaged_sessions(store)
+
+
+def _print_damaged_sessions(store: DeliveryStore) -> None:
+    """Session logs found damaged before their tail: kept aside, each customer continued anew."""
+    from runtime.agent.sessions import damaged_sessions
+
+    with store.read() as conn:
+        damaged = damaged_sessions(conn)
+    if not damaged:
+        return
+    table = Table("customer", "session", "detected", "kept at", title="damaged session logs (kept, not repaired)")
+    for record in damaged:
+        table.add_row(str(record.customer_id), record.session_id, shop_time(record.detected_at), record.kept_path)
+    console.print(table, soft_wrap=True)
 
 
 def _checkpoint_table(account: str | None) -> Table:

@@ -10,6 +10,7 @@ from celery import Task, shared_task
 
 from runtime.agent.memory import MemoryEngine, SessionMemory
 from runtime.agent.memory_jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
+from runtime.leases import LeaseLost
 from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
 from runtime.session_log import SessionLog
@@ -33,7 +34,11 @@ def _session_job(task: Task, customer_id: int, job: Callable[[SessionLog, str, S
         return "disabled"
     settings = runtime.settings
     jobs = SessionJobs(runtime.store, settings.sessions_dir, engine, settings.agent.turn_lease_s)
-    result = jobs.run(customer_id, job)
+    try:
+        result = jobs.run(customer_id, job)
+    except LeaseLost as lost:  # a turn holds the session now; the next turn above the trigger asks again
+        log.warning("memory job of customer %s stopped: %s", customer_id, lost.code)
+        return "lease-lost"
     if result == "busy":
         raise task.retry(countdown=BUSY_RETRY_S, max_retries=100)
     return result

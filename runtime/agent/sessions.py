@@ -1,0 +1,130 @@
+"""A customer's current agent session: where its log lives, and opening it for writing.
+
+A session log damaged before its tail (runtime.session_log) is never cut: the session is
+retired. Its file is kept byte for byte under `damaged/`, the damage is recorded in the
+delivery store (shown by `kefu status`), and the customer continues in a new session whose
+system message says that earlier context was lost. The buyer's history stays in the delivery
+store and long-term memory is per customer, so both survive the new session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from runtime.leases import Fence, fenced
+from runtime.session_log import CorruptSessionLog, SessionLog
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+from runtime.store.tables import DamagedSession
+
+log = logging.getLogger(__name__)
+
+DAMAGED_NOTE = (
+    "[kefu] 本会话之前的会话记录已损坏，更早的对话上下文不可用。"
+    "需要时用 im_query_history 查看与这位顾客的历史消息；不要重复发送顾客可能已经收到的内容。"
+)
+
+
+def session_path(sessions_dir: Path, session_id: str) -> Path:
+    return sessions_dir / f"{session_id}.jsonl.zst"
+
+
+def damaged_folder(sessions_dir: Path) -> Path:
+    return sessions_dir / "damaged"
+
+
+def ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> str:
+    with fenced(store, fence) as conn:
+        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
+        if session_id is None:
+            session_id = f"s{customer_id}-1"
+            conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+    return session_id
+
+
+@dataclass
+class OpenSession:
+    log: SessionLog  # loaded, torn tail cut, ready to append
+    session_id: str
+    replaced: DamagedSession | None = None  # the damaged session this one continues
+
+
+def open_session(store: DeliveryStore, customer_id: int, sessions_dir: Path, fence: Fence | None) -> OpenSession:
+    """The customer's current session, opened for appending under `fence`; a damaged one is
+    retired first and a new, empty session opened in its place."""
+    guard = partial(fenced, store, fence) if fence is not None else nullcontext
+    session_id = ensure_session_id(store, customer_id, fence)
+    log = SessionLog(session_path(sessions_dir, session_id), guard)
+    try:
+        log.open_for_append()
+        return OpenSession(log, session_id)
+    except CorruptSessionLog as error:
+        damaged = retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence)
+    fresh = SessionLog(session_path(sessions_dir, damaged.replaced_by), guard)
+    fresh.open_for_append()
+    return OpenSession(fresh, damaged.replaced_by, damaged.record)
+
+
+@dataclass
+class Retired:
+    record: DamagedSession
+    replaced_by: str
+
+
+def next_session_id(customer_id: int, session_id: str) -> str:
+    _, _, number = session_id.rpartition("-")
+    return f"s{customer_id}-{int(number) + 1 if number.isdigit() else 2}"
+
+
+def retire_damaged(
+    store: DeliveryStore, customer_id: int, session_id: str, sessions_dir: Path, problem: str, fence: Fence | None
+) -> Retired:
+    """Keep the damaged file aside (a copy made durable before anything else changes), then in
+    one transaction record the damage and move the customer to a new session, then remove the
+    original. A crash anywhere in between leaves the damage to be found again, never lost."""
+    path = session_path(sessions_dir, session_id)
+    kept = damaged_folder(sessions_dir) / path.name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(".partial")
+    shutil.copyfile(path, partial)
+    with open(partial, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, kept)
+    record = DamagedSession(
+        session_id=session_id, customer_id=customer_id, kept_path=str(kept), problem=problem, detected_at=now_ms()
+    )
+    replaced_by = next_session_id(customer_id, session_id)
+    with fenced(store, fence) as conn:
+        conn.execute(
+            sql(
+                "INSERT OR IGNORE INTO damaged_session (session_id, customer_id, kept_path, problem, detected_at)"
+                " VALUES (:session_id, :customer_id, :kept_path, :problem, :detected_at)"
+            ),
+            record.model_dump(),
+        )
+        conn.execute(
+            sql("UPDATE customer SET session_id = :new WHERE id = :c AND session_id = :old"),
+            {"new": replaced_by, "c": customer_id, "old": session_id},
+        )
+    path.unlink(missing_ok=True)
+    log.error(
+        "session %s of customer %s is damaged before its tail; kept at %s, continuing in %s",
+        session_id,
+        customer_id,
+        kept,
+        replaced_by,
+    )
+    return Retired(record, replaced_by)
+
+
+def damaged_sessions(conn: Connection) -> list[DamagedSession]:
+    rows = conn.execute(sql("SELECT * FROM damaged_session ORDER BY detected_at")).mappings()
+    return [DamagedSession.model_validate(dict(row)) for row in rows]

@@ -1,0 +1,96 @@
+"""Fenced writer leases (SPEC 3.7): a token that grows with every grant, renewal while a turn
+runs, and a holder that lost its lease writes nothing to the session log or the outbox."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runtime import leases
+from runtime.admission import evaluate
+from runtime.agent.model import AssistantReply
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.sessions import session_path
+from runtime.agent.turn import run_turn
+from runtime.leases import LeaseLost, fenced
+from runtime.session_log import SessionLog
+from tests.unit.test_agent_turn import say
+
+
+def test_every_new_grant_has_a_higher_token_and_a_renewal_keeps_it(store):
+    first = leases.grant(store, "customer:1", "w1", ttl_s=0.2)
+    assert first is not None and leases.grant(store, "customer:1", "w2", ttl_s=0.2) is None
+    assert leases.grant(store, "customer:1", "w1", ttl_s=0.2).token == first.token  # renewed
+    leases.release(store, "customer:1", "w1")
+    second = leases.grant(store, "customer:1", "w2", ttl_s=0.2)
+    time.sleep(0.25)
+    third = leases.grant(store, "customer:1", "w3", ttl_s=0.2)  # w2 lapsed
+    assert first.token < second.token < third.token
+
+
+def test_a_holder_whose_lease_passed_on_writes_nothing(store, tmp_path):
+    stale = leases.grant(store, "customer:1", "w1", ttl_s=0.05)
+    time.sleep(0.1)
+    assert leases.grant(store, "customer:1", "w2", ttl_s=60) is not None
+    with pytest.raises(LeaseLost) as lost:
+        with fenced(store, stale) as conn:
+            conn.exec_driver_sql("UPDATE customer SET title = 'written by a stale holder'")
+    assert lost.value.code == "KEFU_LEASE_LOST"
+    log = SessionLog(tmp_path / "s.jsonl.zst", lambda: fenced(store, stale))
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    with pytest.raises(LeaseLost):
+        log.flush()
+    assert not log.path.exists()
+
+
+def test_a_held_lease_is_renewed_past_its_duration_while_its_holder_works(store):
+    with leases.held(store, "customer:1", ttl_s=0.3) as fence:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # three durations: only renewal keeps it
+            assert leases.grant(store, "customer:1", "other", ttl_s=1) is None
+            time.sleep(0.05)
+        with fenced(store, fence):
+            pass
+    assert leases.grant(store, "customer:1", "other", ttl_s=1) is not None  # released at the end
+
+
+class StalledModel(RulesProvider):
+    """A model call during which the worker stalls past its lease (a paused VM, a GC pause:
+    no renewal runs) and another worker takes the customer over."""
+
+    def __init__(self, store, customer_id: int) -> None:
+        super().__init__(load_knowledge(None))
+        self.store, self.customer_id = store, customer_id
+
+    def complete(self, messages, tools) -> AssistantReply:
+        with self.store.write() as conn:  # the lease lapses ...
+            conn.exec_driver_sql("UPDATE lease SET expires_at = 0")
+        assert leases.grant(self.store, f"customer:{self.customer_id}", "worker-2", ttl_s=60) is not None
+        return super().complete(messages, tools)  # ... and the stale holder's model still answers
+
+
+def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_more(
+    store, settings, shop, transport, platform
+):
+    customer = say(store, transport, platform, "b1", "什么时候发货？")
+    evaluate(store, customer, 1000)
+    fence = leases.grant(store, f"customer:{customer}", "worker-1", ttl_s=60)
+    registered: list[str] = []
+    with pytest.raises(LeaseLost):
+        run_turn(
+            store,
+            StalledModel(store, customer),
+            customer,
+            settings.sessions_dir,
+            settings.zone,
+            settings.agent,
+            on_registered=registered.append,
+            fence=fence,
+        )
+    assert registered == []
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "committed"
+    events = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1")).load()
+    assert [e.type for e in events][-2:] == ["turn/start", "user/message"]  # no reply reached the log
