@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection
 
 from runtime.accounts import account_ids, require_account
+from runtime.inbox import received_not_ingested
 from runtime.input_pause import count_in_flight, is_paused
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -74,7 +75,8 @@ def compute_report(conn: Connection, account_id: str, generation: int) -> Checkp
                 " OR (state = 'pending' AND sender_role IN ('external', 'human-native')))"
             ),
             params,
-        ).scalar_one(),
+        ).scalar_one()
+        + received_not_ingested(conn, account_id),
         outbox=conn.execute(
             sql("SELECT count(*) FROM outbox_request WHERE account_id = :a AND state IN ('pending', 'sending')"),
             params,

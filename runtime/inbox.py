@@ -132,6 +132,19 @@ def pending_count(conn: Connection) -> int:
     return conn.execute(sql("SELECT count(*) FROM received_page WHERE ingested_at IS NULL")).scalar_one()
 
 
+def received_not_ingested(conn: Connection, account_id: str) -> int:
+    """Messages of the account's pages that were received and are not ingested yet: input a
+    checkpoint counts as pending, like stored input not yet answered."""
+    return conn.execute(
+        sql(
+            "SELECT coalesce(sum((SELECT sum(json_array_length(g.value, '$.messages'))"
+            " FROM json_each(r.page, '$.groups') g)), 0)"
+            " FROM received_page r WHERE account_id = :a AND ingested_at IS NULL"
+        ),
+        {"a": account_id},
+    ).scalar_one()
+
+
 def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int:
     """Forget pages ingested long ago, except each stream's newest (the cursor's own page)."""
     with store.write() as conn:

@@ -33,6 +33,18 @@ def test_a_received_page_whose_broker_message_is_lost_is_published_again_until_i
     assert record_received(store, lost) is False
 
 
+def test_a_checkpoint_counts_received_messages_not_yet_ingested_as_pending_input(store, shop):
+    from runtime.checkpoints import compute_report
+
+    two = parse_page(page_dict(op="p1", groups=[group("conv-1", [message("m1"), message("m2")])]))
+    record_received(store, two)
+    with store.read() as conn:
+        assert compute_report(conn, shop, 1).pending.input == 2
+    ingest_page(store, two)
+    with store.read() as conn:  # now stored and waiting for admission: still two, never four
+        assert compute_report(conn, shop, 1).pending.input == 2
+
+
 def test_a_redelivered_page_still_pending_is_published_again_at_once(store, shop):
     first = page("p1", "c1", "m1")
     assert record_received(store, first) is True
