@@ -29,10 +29,16 @@ PROCESSED_KEEP_S = 3600
 
 
 def catch_up(app: Celery) -> int:
-    """Receive the page after each account's committed cursor when it is overdue."""
+    """Receive the page after each account's committed cursor when it is overdue. Accounts
+    with received pages not yet ingested wait: their cursor moves once those are in."""
     runtime = runtime_for(app)
     with runtime.store.read() as conn:
-        accounts = conn.execute(sql("SELECT id, platform FROM account WHERE connection_intent = 'connected'")).all()
+        accounts = conn.execute(
+            sql(
+                "SELECT id, platform FROM account a WHERE connection_intent = 'connected' AND NOT EXISTS"
+                " (SELECT 1 FROM received_page r WHERE r.account_id = a.id AND r.ingested_at IS NULL)"
+            )
+        ).all()
     overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
     published = 0
     for account_id, platform in accounts:
