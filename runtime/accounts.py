@@ -88,15 +88,20 @@ def listening_accounts(conn: Connection) -> list[Account]:
 
 
 def set_connection_intent(store: DeliveryStore, account_id: str, intent: Literal["connected", "disconnected"]) -> int:
-    """Connect or disconnect an account (its listener follows). Returns the account's revision,
-    bumped only when the intent changed, so repeating it is harmless."""
+    """Connect or disconnect an account (its listener follows). Connecting also clears an
+    authorization the platform refused, so the listener tries the credentials again. Returns
+    the account's revision, bumped only when something changed, so repeating it is harmless."""
     with store.write() as conn:
         account = require_account(conn, account_id)
-        if account.connection_intent == intent:
+        retry_authorization = intent == "connected" and account.authorization == "failed"
+        if account.connection_intent == intent and not retry_authorization:
             return account.revision
         conn.execute(
-            sql("UPDATE account SET connection_intent = :i, revision = revision + 1 WHERE id = :a"),
-            {"i": intent, "a": account_id},
+            sql(
+                "UPDATE account SET connection_intent = :i, revision = revision + 1,"
+                " authorization = CASE WHEN :retry THEN 'ready' ELSE authorization END WHERE id = :a"
+            ),
+            {"i": intent, "retry": retry_authorization, "a": account_id},
         )
         return account.revision + 1
 

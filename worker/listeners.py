@@ -42,7 +42,7 @@ from worker.receiving import Publish, broker_publisher
 log = logging.getLogger(__name__)
 
 RECEIVE_WAIT_S = 0.25  # how long one receive may block: bounds how late a stop or heartbeat check is
-COMMIT_CHECK_MS = 1000  # how often a listener with a spent budget looks for a committed page
+COMMIT_CHECK_MS = 1000  # how often a listener whose reconnect delay grew looks for a committed page
 LEASE_TTL_S = 30.0  # a dead process's accounts are listened to again after this
 
 
@@ -136,17 +136,17 @@ class AccountListener:
             self._deliver(connection)
             return None
         except ListenerFailure as failure:
-            code, authorization = failure.code, failure.authorization
+            code, authorization, final = failure.code, failure.authorization, False
         except KefuError as error:  # missing credentials and the like: an operator must act first
-            code, authorization = error.code, True
+            code, authorization, final = error.code, False, True
         except OSError as error:  # the network: the class only, its text may carry addresses or secrets
             log.warning("listener %s: connection error %s", self.account_id, type(error).__name__)
-            code, authorization = "KEFU_LISTENER_CONNECTION_LOST", False
+            code, authorization, final = "KEFU_LISTENER_CONNECTION_LOST", False, False
         finally:
             self._close()
         if self._stopping.is_set():
             return None
-        delay_ms = self.policy.failed(now_ms(), code, authorization)
+        delay_ms = self.policy.failed(now_ms(), code, authorization, final)
         self._change(delay_ms)
         return delay_ms
 

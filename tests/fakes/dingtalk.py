@@ -1,7 +1,8 @@
 """A local DingTalk: the OpenAPI over HTTP and the Stream gateway over WebSocket, on loopback.
 
-The HTTP side issues tokens and connection tickets, takes robot sends (recorded before any
-scripted stall, like a platform whose answer is lost) and answers read-status queries. The
+The HTTP side issues tokens and connection tickets (or, scripted, refuses them or answers
+only after a stall), takes robot sends (recorded before any scripted stall, like a platform
+whose answer is lost) and answers read-status queries. The
 gateway pushes robot messages as CALLBACK frames, answers nothing itself but records ACKs,
 redelivers a frame not ACKed within `redeliver_after_s`, and can ping, ask the client to
 disconnect, or drop the socket. Sends recorded here are the ground truth for "one reply per
@@ -62,10 +63,16 @@ class FakeDingTalk:
     stall_s: float = 0.0
     invalid_users: set[str] = field(default_factory=set)
     flow_controlled_users: set[str] = field(default_factory=set)
+    # scripted answers of the next connections/open and accessToken requests, in turn
+    open_answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    token_answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    open_stalls: int = 0  # hold this many connections/open requests for `open_stall_s` first
+    open_stall_s: float = 0.0
     # what happened
     sends: list[RecordedSend] = field(default_factory=list)
     token_requests: int = 0
     tickets_issued: int = 0
+    connections: int = 0  # websocket sessions opened with a valid ticket
     acks: list[str] = field(default_factory=list)  # frame message ids, in ACK order
     uploads: list[int] = field(default_factory=list)  # sizes of uploaded media bodies
     read: dict[str, dict[str, int]] = field(default_factory=dict)  # process key -> user -> read at
@@ -201,6 +208,7 @@ class FakeDingTalk:
             await socket.close(4001, "invalid ticket")
             return
         previous, self._socket = self._socket, socket
+        self.connections += 1
         if previous is not None:
             previous.transport.abort()
         with self._lock:
@@ -260,6 +268,13 @@ class FakeDingTalk:
     # -- the OpenAPI -----------------------------------------------------------------------
 
     def issue_ticket(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            stall, self.open_stalls = self.open_stalls > 0, max(self.open_stalls - 1, 0)
+            scripted = self.open_answers.pop(0) if self.open_answers else None
+        if stall:
+            time.sleep(self.open_stall_s)  # a hanging gateway: the client gives up first
+        if scripted is not None:
+            return scripted
         if (body.get("clientId"), body.get("clientSecret")) != (self.client_id, self.client_secret):
             return 401, {"code": "InvalidAuthentication", "message": "bad client credentials"}
         ticket = uuid.uuid4().hex
@@ -270,6 +285,8 @@ class FakeDingTalk:
 
     def issue_token(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.token_requests += 1
+        if self.token_answers:
+            return self.token_answers.pop(0)
         if (body.get("appKey"), body.get("appSecret")) != (self.client_id, self.client_secret):
             return 400, {"code": "invalidClientIdOrSecret", "message": "无效的clientId或者clientSecret"}
         token = uuid.uuid4().hex

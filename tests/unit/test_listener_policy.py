@@ -9,6 +9,14 @@ from runtime.store.sql import sql
 SECOND = 1000
 
 
+def account_facts(store, account_id: str) -> tuple[str, str | None, str]:
+    with store.read() as conn:
+        row = conn.execute(
+            sql("SELECT listener_state, last_error, authorization FROM account WHERE id = :a"), {"a": account_id}
+        ).one()
+    return row[0], row[1], row[2]
+
+
 def flaky(policy: ListenerPolicy, script: list[tuple[str, int]]) -> list[tuple[str, int | None]]:
     """Play (event, at ms) and record (state after, delay) for each."""
     trace = []
@@ -30,7 +38,7 @@ def flaky(policy: ListenerPolicy, script: list[tuple[str, int]]) -> list[tuple[s
     return trace
 
 
-def test_fails_twice_runs_then_fails_until_the_budget_is_spent():
+def test_failures_to_connect_spend_the_budget_and_a_connection_restores_it_but_not_the_initial_delay():
     policy = ListenerPolicy(ListenerSettings())
     trace = flaky(
         policy,
@@ -38,20 +46,50 @@ def test_fails_twice_runs_then_fails_until_the_budget_is_spent():
             ("start", 0),
             ("down", 0),
             ("down", 1 * SECOND),
-            ("up", 3 * SECOND),
+            ("up", 3 * SECOND),  # connected: the budget is whole again
             ("down", 10 * SECOND),
             ("down", 15 * SECOND),
+            ("down", 30 * SECOND),
+            ("down", 50 * SECOND),
         ],
     )
     assert trace == [
         ("starting", None),
         ("reconnecting", 1000),
         ("reconnecting", 2000),
-        ("running", None),  # a short run does not restore the budget
-        ("reconnecting", 4000),
-        ("failed", None),
+        ("running", None),
+        ("reconnecting", 4000),  # a short run does not restore the initial delay
+        ("reconnecting", 8000),
+        ("reconnecting", 16000),
+        ("failed", None),  # three failures to connect in a row
     ]
     assert policy.last_error == "KEFU_LISTENER_RETRIES_EXHAUSTED"
+
+
+def test_twenty_drops_each_followed_by_a_successful_reconnect_never_fail_and_the_delay_stays_capped():
+    settings = ListenerSettings(reconnect_initial_ms=100, reconnect_max_ms=1600, reconnect_max_attempts=3)
+    policy = ListenerPolicy(settings)
+    flaky(policy, [("start", 0), ("up", 0)])
+    script = [(event, n * SECOND) for n in range(1, 21) for event in ("down", "start", "up")]
+    trace = flaky(policy, script)
+    delays = [delay for _, delay in trace if delay is not None]
+    assert delays == [100, 200, 400, 800] + [1600] * 16
+    assert trace[-1] == ("running", None) and "failed" not in {state for state, _ in trace}
+    assert policy.attempts == 4  # doublings stop at the cap: nothing grows without bound
+
+
+def test_the_budget_counts_failures_since_the_last_connection_not_since_the_start():
+    policy = ListenerPolicy(ListenerSettings(reconnect_max_attempts=2))
+    trace = flaky(policy, [("start", 0), ("down", 0), ("down", 0), ("up", 0), ("down", 0), ("down", 0), ("down", 0)])
+    assert [state for state, _ in trace] == [
+        "starting",
+        "reconnecting",
+        "reconnecting",
+        "running",
+        "reconnecting",
+        "reconnecting",
+        "failed",
+    ]
 
 
 def test_a_stable_run_or_a_committed_page_restores_the_budget_and_delays_are_capped():
@@ -63,15 +101,28 @@ def test_a_stable_run_or_a_committed_page_restores_the_budget_and_delays_are_cap
     assert trace[-1] == ("reconnecting", 10_000)
 
 
-def test_authorization_failure_fails_at_once():
+def test_authorization_failure_fails_at_once_and_is_recorded_on_the_account(store, shop):
     policy = ListenerPolicy(ListenerSettings(reconnect_max_attempts=20))
     assert flaky(policy, [("start", 0), ("auth", 0)])[-1] == ("failed", None)
-    assert policy.last_error == "DINGTALK_AUTH_FAILED"
+    assert policy.last_error == "DINGTALK_AUTH_FAILED" and policy.authorization_failed
+    with store.write() as conn:
+        record_listener_state(conn, shop, policy)
+    assert account_facts(store, shop) == ("failed", "DINGTALK_AUTH_FAILED", "failed")
+
+
+def test_an_exhausted_budget_leaves_the_authorization_alone(store, shop):
+    policy = ListenerPolicy(ListenerSettings(reconnect_max_attempts=1))
+    flaky(policy, [("start", 0), ("down", 0), ("start", 0), ("down", 0)])
+    with store.write() as conn:
+        record_listener_state(conn, shop, policy)
+    assert account_facts(store, shop) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", "ready")
 
 
 def test_zero_attempts_means_no_reconnect():
     policy = ListenerPolicy(ListenerSettings(reconnect_max_attempts=0))
     assert flaky(policy, [("start", 0), ("down", 0)])[-1] == ("failed", None)
+    policy = ListenerPolicy(ListenerSettings(reconnect_max_attempts=0))
+    assert flaky(policy, [("start", 0), ("up", 0), ("down", 0)])[-1] == ("failed", None)  # not even after a run
 
 
 def test_stop_cancels_retries_and_silence_past_the_heartbeat_window_is_a_dead_connection(store, shop):

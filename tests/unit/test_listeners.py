@@ -13,6 +13,7 @@ import pytest
 
 from config import ListenerSettings
 from runtime.accounts import AccountSpec, create_account, load_account, set_connection_intent
+from runtime.errors import KefuError
 from runtime.ingest import ingest_page
 from runtime.listener_policy import ListenerFailure
 from runtime.pages import InboundPage
@@ -47,7 +48,7 @@ class ScriptedConnection:
             step = self.steps.get(timeout=timeout_s)
         except queue.Empty:
             return None
-        if isinstance(step, ListenerFailure):
+        if isinstance(step, ListenerFailure | KefuError):
             raise step
         return step
 
@@ -70,7 +71,7 @@ class FlakyTransport:
     def connect(self, account_id: str, cursor: str | None) -> ScriptedConnection:
         self.connects.append(time.monotonic())
         step = self.plan.pop(0) if self.plan else ListenerFailure("FAKE_REFUSED")
-        if isinstance(step, ListenerFailure):
+        if isinstance(step, ListenerFailure | KefuError):
             raise step
         connection = ScriptedConnection(step)
         self.connections.append(connection)
@@ -142,7 +143,7 @@ def a_page(transport_sim, platform, shop, text: str) -> InboundPage:
     return transport_sim.page_of(shop, [platform.buyer_says(shop, "b1", "张三", text)])
 
 
-def test_a_flaky_connection_follows_the_backoff_and_ends_failed_when_the_budget_is_spent(
+def test_a_flaky_connection_follows_the_backoff_and_ends_failed_when_connecting_keeps_failing(
     store, shop, transport, platform, running
 ):
     acks = Acks()
@@ -164,8 +165,12 @@ def test_a_flaky_connection_follows_the_backoff_and_ends_failed_when_the_budget_
         ("starting", None, None),
         ("reconnecting", "FAKE_REFUSED", 40),
         ("starting", None, None),
-        ("running", None, None),
+        ("running", None, None),  # connected: the budget of 3 is whole again
         ("reconnecting", "FAKE_DROPPED", 50),  # 20·2² capped at reconnect_max_ms
+        ("starting", None, None),
+        ("reconnecting", "FAKE_REFUSED", 50),
+        ("starting", None, None),
+        ("reconnecting", "FAKE_REFUSED", 50),
         ("starting", None, None),
         ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", None),
     ]
@@ -177,7 +182,7 @@ def test_a_flaky_connection_follows_the_backoff_and_ends_failed_when_the_budget_
     assert stored_state(store, shop) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED")
 
 
-def test_a_page_committed_while_running_restores_the_budget(store, shop, transport, platform, running):
+def test_a_page_committed_while_running_restores_the_initial_delay(store, shop, transport, platform, running):
     page = a_page(transport, platform, shop, "在吗")
     flaky = FlakyTransport(
         [
@@ -194,7 +199,8 @@ def test_a_page_committed_while_running_restores_the_budget(store, shop, transpo
     start(store, shop, flaky, publish_and_commit, observer, running)
     observer.wait_for("failed")
     reconnects = [(code, delay) for state, code, delay in observer.sequence() if state == "reconnecting"]
-    # After the committed page the budget starts again at the initial delay (then 40, 50 and out).
+    # After the committed page the delay starts again at the initial one (then 40, 50 and out:
+    # three failures to connect in a row).
     assert reconnects == [
         ("FAKE_REFUSED", 20),
         ("FAKE_REFUSED", 40),
@@ -202,6 +208,24 @@ def test_a_page_committed_while_running_restores_the_budget(store, shop, transpo
         ("FAKE_REFUSED", 40),
         ("FAKE_REFUSED", 50),
     ]
+
+
+def test_twenty_drops_each_after_a_successful_reconnect_leave_the_listener_running(
+    store, shop, transport, platform, running
+):
+    page = a_page(transport, platform, shop, "还在吗")
+    drops: list[ListenerFailure | list[Step]] = [[Heartbeat(), ListenerFailure("FAKE_DROPPED")] for _ in range(20)]
+    flaky = FlakyTransport([*drops, [Heartbeat(), Received(page), *[Heartbeat()] * 1000]])
+    observer, published = Observer(), Published()
+    start(store, shop, flaky, published, observer, running)
+    observer.wait_for("running", count=21)
+    sequence = observer.sequence()
+    assert all(state != "failed" for state, _, _ in sequence)
+    assert [delay for state, _, delay in sequence if state == "reconnecting"] == [20, 40] + [50] * 18
+    deadline = time.monotonic() + 5
+    while not published.items and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert published.items == [page] and stored_state(store, shop) == ("running", None)
 
 
 def test_an_authorization_failure_is_final_at_once(store, shop, running):
@@ -213,6 +237,21 @@ def test_an_authorization_failure_is_final_at_once(store, shop, running):
     time.sleep(0.1)
     assert len(flaky.connects) == 1
     assert stored_state(store, shop) == ("failed", "FAKE_TOKEN_REVOKED")
+    with store.read() as conn:
+        assert load_account(conn, shop).authorization == "failed"  # no more listening or sending
+    set_connection_intent(store, shop, "connected")  # `kefu accounts resume`: try the credentials again
+    with store.read() as conn:
+        assert load_account(conn, shop).authorization == "ready"
+
+
+def test_missing_credentials_are_final_without_blaming_the_platform(store, shop, running):
+    flaky = FlakyTransport([KefuError("KEFU_CREDENTIALS_MISSING", "no credentials are stored")])
+    observer = Observer()
+    start(store, shop, flaky, Published(), observer, running)
+    observer.wait_for("failed")
+    assert observer.sequence() == [("starting", None, None), ("failed", "KEFU_CREDENTIALS_MISSING", None)]
+    with store.read() as conn:
+        assert load_account(conn, shop).authorization == "ready"
 
 
 def test_a_silent_connection_is_dead_after_the_heartbeat_window(store, shop, running):

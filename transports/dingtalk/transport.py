@@ -16,7 +16,7 @@ from runtime.pages import InboundPage
 from transports.dingtalk.credentials import DingTalkCredentials
 from transports.dingtalk.openapi import DingTalkOpenAPI
 from transports.dingtalk.robot import STREAM_ID
-from transports.dingtalk.stream import StreamConnection, open_stream
+from transports.dingtalk.stream import AUTH_FAILED, StreamConnection, open_stream
 
 Credentials = Callable[[str], DingTalkCredentials]
 
@@ -57,8 +57,17 @@ class DingTalkTransport:
         try:
             self.api.access_token(credentials)  # tells refused credentials from a network problem
         except SendFailure as failure:
-            raise ListenerFailure(failure.code, authorization=failure.code == "DINGTALK_AUTH_FAILED") from None
+            raise token_failure(failure) from None
         return open_stream(account_id, credentials, self._settings)
 
     def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
         return self.api.read_by(self._credentials(account_id), platform_message_id)
+
+
+def token_failure(failure: SendFailure) -> ListenerFailure:
+    """Only a refused token request (a 4xx) is about the credentials and final; throttling, a
+    5xx or the network are retried. `access_token` names every error answer DINGTALK_AUTH_FAILED,
+    so a retried one gets a code of its own."""
+    if failure.kind == "rejected":
+        return ListenerFailure(AUTH_FAILED, authorization=True)
+    return ListenerFailure("DINGTALK_TOKEN_UNAVAILABLE" if failure.code == AUTH_FAILED else failure.code)
