@@ -7,9 +7,12 @@ so a bad value stops startup naming the variable and the allowed range.
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -21,6 +24,9 @@ from pydantic_settings import (
 )
 
 EMBEDDED_BROKER = "embedded"
+# KEFU_ variables kefu reads itself, outside these settings: the test suite's Redis
+# (tests/integration/conftest.py) and the default secret variable of `kefu accounts add`.
+OTHER_VARIABLES = frozenset({"KEFU_TEST_REDIS_URL", "KEFU_SETUP_SECRET"})
 
 
 class _Section(BaseModel):
@@ -49,6 +55,11 @@ class OpenAISettings(_Section):
     max_attempts: int = Field(4, ge=1, le=10)
     retry_backoff_s: float = Field(1.0, ge=0, le=60)
 
+    @property
+    def longest_call_s(self) -> float:
+        """One model call at worst: every attempt times out, with the exponential backoff between."""
+        return self.timeout_s * self.max_attempts + self.retry_backoff_s * (2 ** (self.max_attempts - 1) - 1)
+
 
 class AgentSettings(_Section):
     provider: Literal["rules", "openai"] = "rules"
@@ -59,7 +70,8 @@ class AgentSettings(_Section):
     # Files the agent may attach, named relative to this folder; unset: the agent sends text only.
     attachments_dir: Path | None = None
     max_steps: int = Field(8, ge=1, le=64)
-    # One writer per session: a turn holds its customer's lease; a dead holder's lease expires.
+    # One writer per session: a turn holds its customer's lease, renewed between model calls;
+    # a dead holder's lease expires. It must outlive one model call (checked at startup).
     turn_lease_s: float = Field(600.0, ge=1, le=86_400)
     context_window_tokens: int | None = Field(None, ge=1000, le=10_000_000)
     openai: OpenAISettings = OpenAISettings()
@@ -101,11 +113,22 @@ class ListenerSettings(_Section):
     reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the budget
     heartbeat_timeout_ms: int = Field(90_000, ge=1000, le=3_600_000)  # silence this long = a dead connection
     supervise_interval_ms: int = Field(2000, ge=50, le=600_000)  # how soon listeners follow account changes
+    lease_s: float = Field(30.0, ge=1, le=3600)  # an account's listener lease, renewed on every supervise pass
 
     @model_validator(mode="after")
     def _max_covers_initial(self) -> ListenerSettings:
         if self.reconnect_max_ms < self.reconnect_initial_ms:
             raise ValueError("KEFU_LISTENER__RECONNECT_MAX_MS must be at least KEFU_LISTENER__RECONNECT_INITIAL_MS")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_outlives_a_late_renewal(self) -> ListenerSettings:
+        # A pass may run late by one interval; a lapsed lease lets a second process listen too.
+        if self.lease_s * 1000 <= 2 * self.supervise_interval_ms:
+            raise ValueError(
+                f"KEFU_LISTENER__LEASE_S ({self.lease_s:g} s) must be longer than twice"
+                f" KEFU_LISTENER__SUPERVISE_INTERVAL_MS ({self.supervise_interval_ms} ms), which renews it"
+            )
         return self
 
 
@@ -127,9 +150,19 @@ class DingTalkSettings(_Section):
     read_status_checks: int = Field(3, ge=0, le=10)  # read-status queries per sent 1:1 message, then stop
     read_status_interval_s: float = Field(300.0, ge=1, le=86_400)  # between those queries
 
+    @property
+    def longest_send_s(self) -> float:
+        """One send attempt at worst: an access token, a media upload and the send, each timing out."""
+        return 3 * self.timeout_s
+
 
 class WangwangSettings(_Section):
     timeout_s: float = Field(10.0, gt=0, le=120)  # per gateway call (long polls get their wait on top)
+
+    @property
+    def longest_send_s(self) -> float:
+        """One send attempt at worst: a send is one gateway call."""
+        return self.timeout_s
 
 
 class RecallSettings(_Section):
@@ -189,6 +222,8 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("./var")
     broker_url: str = EMBEDDED_BROKER
+    # Redis redelivers a message unacked this long: longer than the leases of the work it carries.
+    broker_visibility_timeout_s: float = Field(3600.0, ge=1, le=7 * 86_400)
     shard: str = "default"
     timezone: str = "Asia/Shanghai"
     media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
@@ -244,6 +279,19 @@ class Settings(BaseSettings):
             raise ValueError("must be 'embedded' or a redis://, rediss:// or amqp:// URL")
         return value
 
+    @model_validator(mode="after")
+    def _leases_outlive_their_work(self) -> Settings:
+        """A lease shorter than the work under it lets a second worker start the same work while
+        the first is still at it: two replies, or two writers on one session log."""
+        problems = [problem for rule in LEASE_RULES if (problem := rule(self))]
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
+    @property
+    def redis_broker(self) -> bool:
+        return self.broker_url.startswith(("redis://", "rediss://"))
+
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
@@ -273,27 +321,118 @@ class Settings(BaseSettings):
         return self.broker_url == EMBEDDED_BROKER
 
 
+def _turn_lease_covers_a_model_call(settings: Settings) -> str | None:
+    agent, model = settings.agent, settings.agent.openai
+    if agent.provider != "openai" or agent.turn_lease_s > model.longest_call_s:
+        return None
+    return (
+        f"KEFU_AGENT__TURN_LEASE_S ({agent.turn_lease_s:g} s) must be longer than one model call"
+        f" ({model.longest_call_s:g} s): KEFU_AGENT__OPENAI__TIMEOUT_S ({model.timeout_s:g} s)"
+        f" × KEFU_AGENT__OPENAI__MAX_ATTEMPTS ({model.max_attempts}), plus a backoff doubling from"
+        f" KEFU_AGENT__OPENAI__RETRY_BACKOFF_S ({model.retry_backoff_s:g} s) between attempts"
+    )
+
+
+def _attempt_lease_covers_a_send(settings: Settings) -> str | None:
+    lease = settings.outbox.attempt_lease_s
+    sends = {
+        f"KEFU_DINGTALK__TIMEOUT_S ({settings.dingtalk.timeout_s:g} s) × 3 calls (token, media upload, send)": (
+            settings.dingtalk.longest_send_s
+        ),
+        f"KEFU_WANGWANG__TIMEOUT_S ({settings.wangwang.timeout_s:g} s)": settings.wangwang.longest_send_s,
+    }
+    short = [f"{variable} = {send_s:g} s" for variable, send_s in sends.items() if lease <= send_s]
+    if not short:
+        return None
+    return f"KEFU_OUTBOX__ATTEMPT_LEASE_S ({lease:g} s) must be longer than one platform send: " + "; ".join(short)
+
+
+def _visibility_outlives_the_leases(settings: Settings) -> str | None:
+    if not settings.redis_broker:
+        return None  # only Redis redelivers on a timeout
+    visibility = settings.broker_visibility_timeout_s
+    leases = {
+        "KEFU_AGENT__TURN_LEASE_S": settings.agent.turn_lease_s,
+        "KEFU_OUTBOX__ATTEMPT_LEASE_S": settings.outbox.attempt_lease_s,
+    }
+    short = [f"{variable} ({lease_s:g} s)" for variable, lease_s in leases.items() if visibility <= lease_s]
+    if not short:
+        return None
+    return f"KEFU_BROKER_VISIBILITY_TIMEOUT_S ({visibility:g} s) must be longer than " + " and ".join(short)
+
+
+LEASE_RULES = (_turn_lease_covers_a_model_call, _attempt_lease_covers_a_send, _visibility_outlives_the_leases)
+
+
+def setting_variables(model: type[BaseModel] = Settings, prefix: str = "KEFU_") -> list[str]:
+    """The variable of every scalar setting, sections flattened (`KEFU_AGENT__OPENAI__MODEL`)."""
+    variables: list[str] = []
+    for name, field in model.model_fields.items():
+        variable, section = prefix + name.upper(), field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            variables += setting_variables(section, variable + "__")
+        else:
+            variables.append(variable)
+    return variables
+
+
+def _section_variables() -> set[str]:
+    return {
+        "KEFU_" + name.upper()
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+
+
+def _did_you_mean(variable: str) -> str:
+    close = difflib.get_close_matches(variable, [*setting_variables(), *OTHER_VARIABLES], n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """Top-level `KEFU_*` variables that name no setting: pydantic-settings ignores them, so a
+    misspelled KEFU_BROKER_URI would silently leave the default broker. Unknown keys inside a
+    section (`KEFU_DELIVERY__…`) are the section's own error."""
+    known, sections = set(setting_variables()) | OTHER_VARIABLES, _section_variables()
+    unknown = []
+    for name in sorted(environ):
+        variable = name.upper()
+        if variable.startswith("KEFU_") and variable not in known and variable.split("__")[0] not in sections:
+            unknown.append(f"  {name}: not a kefu setting{_did_you_mean(variable)}")
+    return unknown
+
+
 class SettingsError(Exception):
     """A configuration value is invalid; the message names each variable and its bound."""
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError) -> list[str]:
     lines = []
     for item in error.errors():
-        loc = [str(part) for part in item["loc"]]
-        variable = "KEFU_" + "__".join(part.upper() for part in loc)
         message = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:  # a rule across sections: its message names every variable
+            lines.append(f"  {message}")
+            continue
+        variable = "__".join(str(part).upper() for part in item["loc"])
+        variable = variable if variable.startswith("KEFU_") else "KEFU_" + variable  # .env keys keep theirs
+        if item["type"] == "extra_forbidden":  # never echo the value: it may be a misplaced secret
+            lines.append(f"  {variable}: not a kefu setting{_did_you_mean(variable)}")
+            continue
         # Echo only non-secret scalar inputs; never a key.
         shown = item.get("input")
-        secret = any("key" in part or "secret" in part for part in loc)
+        secret = any(word in variable for word in ("KEY", "SECRET"))
         value = "" if secret or isinstance(shown, (dict, list)) or shown is None else f" (got {shown!r})"
         lines.append(f"  {variable}{value}: {message}")
-    return "invalid kefu configuration:\n" + "\n".join(lines)
+    return lines
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Build the settings or raise SettingsError with one line per bad variable."""
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings or raise SettingsError with one line per bad or unknown variable."""
+    problems = _unknown_variables(os.environ)
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as error:
-        raise SettingsError(_describe(error)) from None
+        problems += _describe(error)
+    if problems:
+        raise SettingsError("invalid kefu configuration:\n" + "\n".join(problems))
+    return settings

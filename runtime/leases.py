@@ -77,12 +77,29 @@ class Fence:
 @contextmanager
 def fenced(store: DeliveryStore, fence: Fence | None) -> Iterator[Connection]:
     """A write transaction that holds only while the lease is ours (no fence: unfenced, for
-    library use outside a worker). Also held around a file write that must not happen once the
-    lease is gone: while the store's write lock is held, no one else can be granted it."""
+    library use outside a worker)."""
     with store.write() as conn:
         if fence is not None:
             fence.check(conn)
         yield conn
+
+
+@contextmanager
+def before_file_write(fence: Fence) -> Iterator[None]:
+    """Around a write to a file the lease guards (a session log): the lease must be ours with
+    at least half its duration left. A file is outside the store's transactions, so this reads
+    instead of holding the write lock through the write (which would stall every other writer
+    for an fsync); another holder could only be granted the lease if this one stalled for half
+    the lease between this check and its write. No renewal here: the holder's renewer does it."""
+    at = now_ms()
+    with fence.store.read() as conn:
+        still_ours = conn.execute(
+            sql("SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until"),
+            {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 2},
+        ).first()
+    if still_ours is None:
+        raise LeaseLost(fence.name)
+    yield
 
 
 def grant(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> Fence | None:

@@ -9,6 +9,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from click import Option
 
 from runtime.errors import KefuError
+from worker.context import refuse_start
 from worker.listeners import ListenerSupervisor, build_supervisor
 
 LISTEN_OPTION = Option(
@@ -31,10 +32,12 @@ class ListenerStep(bootsteps.StartStopStep):
         pool = getattr(parent, "pool_cls", None)
         if isinstance(pool, type) and issubclass(pool, PreforkPool):
             # Listeners use SQLite in this process, which forks replacement pool children.
-            raise KefuError(
-                "KEFU_LISTEN_NEEDS_SOLO_OR_THREADS",
-                "--listen runs listeners in the worker's main process, and a prefork pool forks from it",
-                "start this worker with -P solo or -P threads, or run `kefu listen` beside it",
+            refuse_start(
+                KefuError(
+                    "KEFU_LISTEN_NEEDS_SOLO_OR_THREADS",
+                    "--listen runs listeners in the worker's main process, and a prefork pool forks from it",
+                    "start this worker with -P solo or -P threads, or run `kefu listen` beside it",
+                )
             )
         return build_supervisor(parent.app)
 

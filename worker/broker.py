@@ -14,9 +14,6 @@ from typing import Any
 from config import Settings
 from worker.embedded_broker import SCHEME
 
-# Longer than the longest task (an agent turn, bounded by its lease) and any countdown.
-VISIBILITY_TIMEOUT_S = 3600
-
 
 def embedded_folders(data_dir: Path) -> dict[str, Path]:
     root = data_dir / "broker"
@@ -48,8 +45,11 @@ def broker_config(settings: Settings) -> dict[str, Any]:
             "broker_transport_options": options,
             "result_backend": f"file://{data_dir_results(settings.data_dir)}",
         }
+    # KEFU_BROKER_VISIBILITY_TIMEOUT_S, validated longer than the turn and attempt leases; Celery
+    # reads it from all three places (transport, result backend, app.conf).
+    visibility = settings.broker_visibility_timeout_s
     options = {
-        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "visibility_timeout": visibility,
         "unacked_restore_interval": 5,
         "unacked_restore_throttle": 1,
     }
@@ -57,6 +57,6 @@ def broker_config(settings: Settings) -> dict[str, Any]:
         "broker_url": settings.broker_url,
         "broker_transport_options": options,
         "result_backend": settings.broker_url,
-        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_S},
-        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "result_backend_transport_options": {"visibility_timeout": visibility},
+        "visibility_timeout": visibility,
     }

@@ -10,9 +10,10 @@ from kombu import Exchange, Queue
 
 import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
 from config import Settings, SettingsError, load_settings
+from runtime.errors import KefuError
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
-from worker.context import runtime_for
+from worker.context import refuse_start, runtime_for
 
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory")
 
@@ -69,8 +70,15 @@ def make_app(settings: Settings) -> Celery:
 @worker_init.connect
 @beat_init.connect
 def _check_runtime(sender: object, **_: object) -> None:
-    """Open the store and load the agent before consuming anything: bad state stops startup."""
-    runtime_for(sender.app).check()  # type: ignore[attr-defined]
+    """Open the store and load the agent before consuming anything: bad state stops startup.
+
+    worker_init runs in the worker's main process before its pool, consumer or embedded beat
+    exist; beat_init before beat's first tick. An error here must exit the process: a worker
+    that said "ready" over a store it cannot open would ack and drop every page."""
+    try:
+        runtime_for(sender.app).check()  # type: ignore[attr-defined]
+    except KefuError as error:
+        refuse_start(error)
 
 
 def _load() -> Settings:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from celery import Celery
 
@@ -32,6 +33,15 @@ from transports.wangwang import WangwangCredentials, WangwangTransport
 from worker.checkpoint_sinks import CheckpointSink, build_sink
 
 Secrets = TypeVar("Secrets", DingTalkCredentials, WangwangCredentials)
+
+
+def refuse_start(error: KefuError) -> NoReturn:
+    """Stop this worker or beat before it consumes anything: print the code, no traceback.
+
+    SystemExit, unlike an Exception, passes through Celery's signal dispatch (which logs and
+    swallows a receiver's Exception) and its bootstep and beat start-up code."""
+    print(f"kefu: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def build_provider(settings: Settings) -> ModelProvider:

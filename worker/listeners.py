@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 RECEIVE_WAIT_S = 0.25  # how long one receive may block: bounds how late a stop or heartbeat check is
 COMMIT_CHECK_MS = 1000  # how often a listener whose reconnect delay grew looks for a committed page
-LEASE_TTL_S = 30.0  # a dead process's accounts are listened to again after this
 
 
 @dataclass(frozen=True)
@@ -269,7 +268,7 @@ class ListenerSupervisor:
 
     def _hold(self, account_id: str) -> bool:
         """Take or renew this process's lease on the account's listener."""
-        return leases.acquire(self._store, self._lease(account_id), self._owner, LEASE_TTL_S)
+        return leases.acquire(self._store, self._lease(account_id), self._owner, self._settings.lease_s)
 
     @staticmethod
     def _lease(account_id: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from runtime.leases import Fence, fenced
+from runtime.leases import Fence, before_file_write, fenced
 from runtime.session_log import CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -60,7 +60,7 @@ class OpenSession:
 def open_session(store: DeliveryStore, customer_id: int, sessions_dir: Path, fence: Fence | None) -> OpenSession:
     """The customer's current session, opened for appending under `fence`; a damaged one is
     retired first and a new, empty session opened in its place."""
-    guard = partial(fenced, store, fence) if fence is not None else nullcontext
+    guard = partial(before_file_write, fence) if fence is not None else nullcontext
     session_id = ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import QueuePool
 
 from config import DeliverySettings
 from runtime.errors import KefuError
+from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
 
@@ -53,8 +54,21 @@ class DeliveryStore:
     """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE)."""
 
     def __init__(self, path: Path, settings: DeliverySettings | None = None) -> None:
+        """Open (create, migrate) the file. A damaged, foreign or unopenable file raises
+        KEFU_DELIVERY_STORE_UNREADABLE naming it; a busy one stays a driver error to retry on."""
         self.path = Path(path).resolve()
         self.settings = settings or DeliverySettings()
+        try:
+            self._open()
+        except (sqlite3.DatabaseError, DatabaseError) as error:
+            known = None if is_busy(error) else store_error(self.path, error)
+            if known is None:
+                raise
+            raise known from None
+        except OSError as error:
+            raise unopenable(self.path, error) from None
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _owner_only(self.path)
         exclusive = self.settings.locking_mode == "EXCLUSIVE"

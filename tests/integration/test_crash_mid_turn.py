@@ -20,7 +20,9 @@ def _env(settings, fake: FakeOpenAI, grace_s: str = "1") -> dict[str, str]:
         "KEFU_AGENT__OPENAI__BASE_URL": fake.base_url,
         "KEFU_AGENT__OPENAI__API_KEY": "sk-test",
         "KEFU_AGENT__OPENAI__MODEL": "fake-model",
-        "KEFU_AGENT__TURN_LEASE_S": "2",
+        "KEFU_AGENT__TURN_LEASE_S": "4",
+        "KEFU_AGENT__OPENAI__TIMEOUT_S": "1.5",
+        "KEFU_AGENT__OPENAI__MAX_ATTEMPTS": "1",
         "KEFU_RECONCILE__INTERVAL_S": "0.5",
         "KEFU_RECONCILE__GRACE_S": grace_s,
     }

@@ -19,6 +19,8 @@ def _env(settings, **extra: str) -> dict[str, str]:
         "KEFU_RECONCILE__GRACE_S": "1",
         "KEFU_OUTBOX__ATTEMPT_LEASE_S": "2",
         "KEFU_AGENT__TURN_LEASE_S": "2",
+        "KEFU_DINGTALK__TIMEOUT_S": "0.5",
+        "KEFU_WANGWANG__TIMEOUT_S": "1",
         **extra,
     }
 

@@ -13,7 +13,7 @@ from runtime.agent.model import AssistantReply
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.leases import LeaseLost, fenced
+from runtime.leases import LeaseLost, before_file_write, fenced
 from runtime.session_log import SessionLog
 from tests.unit.test_agent_turn import say
 
@@ -37,7 +37,7 @@ def test_a_holder_whose_lease_passed_on_writes_nothing(store, tmp_path):
         with fenced(store, stale) as conn:
             conn.exec_driver_sql("UPDATE customer SET title = 'written by a stale holder'")
     assert lost.value.code == "KEFU_LEASE_LOST"
-    log = SessionLog(tmp_path / "s.jsonl.zst", lambda: fenced(store, stale))
+    log = SessionLog(tmp_path / "s.jsonl.zst", lambda: before_file_write(stale))
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
     with pytest.raises(LeaseLost):
         log.flush()

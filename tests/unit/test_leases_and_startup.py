@@ -1,14 +1,24 @@
-"""Writer leases expire with their holder; an unbuilt provider stops startup by name."""
+"""Writer leases expire with their holder; bad state (a damaged or too-new store, an unbuilt
+provider) stops startup with its code, and operator commands answer with it."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pytest
+import sqlalchemy.exc
+import typer
+from celery.signals import beat_init, worker_init
 
 from config import load_settings
 from runtime import leases
 from runtime.errors import KefuError
+from runtime.store import DeliveryStore
+from runtime.store.failures import store_error
+from runtime.store.migrations import LATEST_VERSION
+from worker.broker import broker_config
+from worker.celery_app import make_app
 from worker.context import WorkerRuntime, build_provider
 
 
@@ -39,3 +49,110 @@ def test_the_rules_provider_loads_the_shipped_faq(tmp_path):
     runtime.check()
     assert runtime.provider.name == "rules"
     assert runtime.store.user_version() >= 1
+
+
+class _Sender:
+    """What worker_init and beat_init send: a WorkController or a beat Service, with its app."""
+
+    def __init__(self, app: object) -> None:
+        self.app = app
+
+
+def _overwrite_header(path) -> None:
+    with open(path, "r+b") as file:
+        file.write(b"NOT A SQLITE DB!")
+
+
+def _sqlite_error(kind: type[sqlite3.DatabaseError], text: str, name: str) -> sqlite3.DatabaseError:
+    error = kind(text)
+    error.sqlite_errorname = name  # type: ignore[attr-defined]  # SQLite sets it on real errors
+    return error
+
+
+def test_a_store_with_an_overwritten_header_is_a_coded_error_naming_the_file(store, settings):
+    store.close()
+    _overwrite_header(settings.delivery_path)
+    with pytest.raises(KefuError) as raised:
+        WorkerRuntime(settings).check()
+    assert raised.value.code == "KEFU_DELIVERY_STORE_UNREADABLE"
+    assert f"{settings.delivery_path} cannot be used as a kefu delivery store (file is not a database)" in str(
+        raised.value
+    )
+
+
+def test_a_data_dir_that_cannot_be_created_is_a_coded_error(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    settings = load_settings(data_dir=tmp_path / "a-file" / "var")
+    with pytest.raises(KefuError) as raised:
+        DeliveryStore(settings.delivery_path, settings.delivery)
+    assert raised.value.code == "KEFU_DELIVERY_STORE_UNREADABLE" and str(settings.delivery_path) in str(raised.value)
+
+
+def test_a_busy_store_stays_a_busy_error_for_the_tasks_to_retry(tmp_path, monkeypatch):
+    busy = sqlalchemy.exc.OperationalError(
+        "PRAGMA", {}, _sqlite_error(sqlite3.OperationalError, "database is locked", "SQLITE_BUSY")
+    )
+
+    def locked(*_: object) -> None:
+        raise busy
+
+    monkeypatch.setattr(DeliveryStore, "_open", locked)
+    settings = load_settings(data_dir=tmp_path)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        DeliveryStore(settings.delivery_path, settings.delivery)
+    assert store_error(settings.delivery_path, busy).code == "KEFU_DELIVERY_SQLITE_BUSY"  # type: ignore[union-attr]
+
+
+def test_a_sql_error_that_is_not_the_file_stays_itself(tmp_path):
+    clash = sqlalchemy.exc.IntegrityError(
+        "INSERT", {}, _sqlite_error(sqlite3.IntegrityError, "UNIQUE constraint failed", "SQLITE_CONSTRAINT_UNIQUE")
+    )
+    assert store_error(tmp_path / "delivery.sqlite", clash) is None
+
+
+@pytest.mark.parametrize("signal", [worker_init, beat_init])
+@pytest.mark.parametrize("damage", ["header", "schema"])
+def test_a_bad_store_stops_worker_and_beat_start_through_celery_signal_dispatch(
+    store, settings, capsys, signal, damage
+):
+    """Celery's Signal.send logs and swallows a receiver's Exception: the check must leave
+    by SystemExit, which is what makes `celery worker` and `celery beat` exit."""
+    store.close()
+    if damage == "header":
+        _overwrite_header(settings.delivery_path)
+    else:
+        with sqlite3.connect(settings.delivery_path) as db:
+            db.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
+    sender = _Sender(make_app(settings))
+    with pytest.raises(SystemExit) as raised:
+        signal.send(sender=sender)
+    assert raised.value.code == 2
+    code = "KEFU_DELIVERY_STORE_UNREADABLE" if damage == "header" else "KEFU_SCHEMA_TOO_NEW"
+    assert capsys.readouterr().err.startswith(f"kefu: {code}: {settings.delivery_path}")
+
+
+def test_a_healthy_store_passes_the_start_check(settings, capsys):
+    worker_init.send(sender=_Sender(make_app(settings)))
+    assert capsys.readouterr().err == ""
+
+
+def test_the_redis_visibility_timeout_is_the_setting_everywhere_celery_reads_it(tmp_path):
+    settings = load_settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:1/0", broker_visibility_timeout_s=900)
+    config = broker_config(settings)
+    assert config["visibility_timeout"] == 900
+    assert config["broker_transport_options"]["visibility_timeout"] == 900
+    assert config["result_backend_transport_options"] == {"visibility_timeout": 900}
+
+
+def test_operator_errors_turn_a_damaged_store_into_its_code_and_exit_2(settings, capsys):
+    from worker.cli.common import operator_errors
+
+    damaged = sqlalchemy.exc.DatabaseError(
+        "SELECT", {}, _sqlite_error(sqlite3.DatabaseError, "database disk image is malformed", "SQLITE_CORRUPT")
+    )
+    with pytest.raises(typer.Exit) as raised, operator_errors():
+        raise damaged
+    assert raised.value.exit_code == 2
+    assert "KEFU_DELIVERY_STORE_UNREADABLE" in capsys.readouterr().out
+    with pytest.raises(sqlalchemy.exc.IntegrityError), operator_errors():
+        raise sqlalchemy.exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import sqlalchemy.exc
 import typer
 
 from runtime.errors import KefuError
 from worker.cli import accounts, control, memory, routes, sending, views  # noqa: F401  (each registers its commands)
-from worker.cli.common import cli, console
+from worker.cli.common import cli, console, operator_error, print_error
 
 
 @cli.command()
@@ -24,11 +25,20 @@ def demo(
     try:
         result = run_demo(data_dir, console)
     except KefuError as error:
-        console.print(f"[red]kefu: {error}[/red]")
+        print_error(error)
         raise typer.Exit(2) from None
     print(result.line())
     raise typer.Exit(0 if result.clean else 1)
 
 
 def main() -> None:
-    cli()
+    """The `kefu` entry point. An error a command did not catch itself (a store that is damaged
+    or too new, say) still prints its code and exits 2: an operator never sees a traceback."""
+    try:
+        cli()
+    except (KefuError, sqlalchemy.exc.DatabaseError) as error:
+        known = operator_error(error)
+        if known is None:
+            raise
+        print_error(known)
+        raise SystemExit(2) from None

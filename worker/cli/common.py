@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+import sqlalchemy.exc
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
@@ -27,29 +28,49 @@ def current_settings() -> Settings:
 
 
 def open_store() -> DeliveryStore:
-    from worker.context import runtime_for
-
     settings = current_settings()
     if not settings.delivery_path.exists():
         console.print(f"no delivery store at {settings.delivery_path} yet (nothing has run with this data dir)")
         raise typer.Exit(1)
-    return runtime_for(app).store
+    return ensure_store()
 
 
 def ensure_store() -> DeliveryStore:
-    """The data dir's store, created (and migrated) if this is its first use."""
+    """The data dir's store, created (and migrated) if this is its first use. A damaged or
+    too-new file is the operator's answer (its code, exit 2), whichever command asked."""
     from worker.context import runtime_for
 
-    return runtime_for(app).store
+    with operator_errors():
+        return runtime_for(app).store
+
+
+def operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError | None:
+    """The error as the operator sees it; None for a SQL error that is a bug, not the file's.
+    A SQLAlchemy error comes from the delivery store (the only file kefu opens through
+    SQLAlchemy): a file damaged past its header, or locked, fails mid-command rather than when
+    it is opened."""
+    from runtime.store.failures import store_error
+
+    if isinstance(error, KefuError):
+        return error
+    return store_error(current_settings().delivery_path, error)
+
+
+def print_error(error: KefuError) -> None:
+    console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
 
 
 @contextmanager
 def operator_errors() -> Iterator[None]:
-    """A KefuError is the operator's answer: print it and exit 2, no traceback."""
+    """A KefuError, or the store's SQLite failing, is the operator's answer: print the code
+    and exit 2, no traceback."""
     try:
         yield
-    except KefuError as error:
-        console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
+    except (KefuError, sqlalchemy.exc.DatabaseError) as error:
+        known = operator_error(error)
+        if known is None:
+            raise
+        print_error(known)
         raise typer.Exit(2) from None
     except ValidationError as error:  # an option that does not fit: name it, never echo the value
         problems = "; ".join(
