@@ -110,7 +110,7 @@ class ListenerSettings(_Section):
     reconnect_initial_ms: int = Field(1000, ge=1, le=600_000)
     reconnect_max_ms: int = Field(30_000, ge=1, le=600_000)
     reconnect_max_attempts: int = Field(3, ge=0, le=20)  # 0: no reconnect at all
-    reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the budget
+    reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the initial delay
     heartbeat_timeout_ms: int = Field(90_000, ge=1000, le=3_600_000)  # silence this long = a dead connection
     supervise_interval_ms: int = Field(2000, ge=50, le=600_000)  # how soon listeners follow account changes
     lease_s: float = Field(30.0, ge=1, le=3600)  # an account's listener lease, renewed on every supervise pass
