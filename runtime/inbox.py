@@ -25,22 +25,37 @@ from runtime.store import DeliveryStore, immediate, now_ms
 from runtime.store.sql import sql
 
 INGESTED = "ingested"
-KEEP_INGESTED_MS = 3_600_000  # a redelivery within this is ACKed without a broker round trip
+KEEP_INGESTED_MS = 3_600_000  # ingested records are forgotten after this (their page receipt stays)
 REPUBLISH_LIMIT = 500  # per reconciler pass
-BACKOFF_CAP = 32  # the longest wait before publishing again: 32 graces
+MAX_DOUBLINGS = 5  # the longest wait before publishing again: 32 graces
 
 _KEY = "account_id = ? AND stream_id = ? AND page_op_id = ?"
 
 
-def record_received(store: DeliveryStore, page: InboundPage) -> bool:
+class Unchecked:
+    """No cursor to check a page against: it did not come from a catch-up fetch."""
+
+
+UNCHECKED = Unchecked()
+
+
+def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> bool:
     """Keep the page until it is ingested. True when it is to be published: it is new, or it is
     still pending (a platform redelivery of a page whose broker message may be lost). False when
-    it was committed already: the receiver only ACKs."""
+    it was committed already (the receiver only ACKs), or when it was fetched after a committed
+    cursor (`fetched_after`) that has moved on since: a newer page covers it, and recording it
+    would put the cursor back."""
     at = now_ms()
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.raw() as db, immediate(db):
         if db.execute(f"SELECT 1 FROM page_receipt WHERE {_KEY}", key).fetchone():
             return False
+        if not isinstance(fetched_after, Unchecked):
+            row = db.execute(
+                "SELECT cursor FROM provider_cursor WHERE account_id = ? AND stream_id = ?", key[:2]
+            ).fetchone()
+            if (row[0] if row else None) != fetched_after:
+                return False
         inserted = db.execute(
             "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
             " published_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -73,10 +88,14 @@ def mark_ingested(db: sqlite3.Connection, page: InboundPage, outcome: str = INGE
     return db.execute(f"SELECT id FROM received_page WHERE {_KEY}", key).fetchone()[0]
 
 
-def refuse_page(store: DeliveryStore, page: InboundPage, code: str) -> None:
-    """The page can never be ingested (its account is gone): done, so it is not published again."""
+def refuse_page(store: DeliveryStore, account_id: str, stream_id: str, page_op_id: str, code: str) -> None:
+    """A recorded page can never be ingested (it does not validate, its account is gone): it
+    is done, so it is neither published again nor holding its stream's cursor back."""
     with store.raw() as db, immediate(db):
-        mark_ingested(db, page, outcome=code)
+        db.execute(
+            f"UPDATE received_page SET ingested_at = ?, outcome = ? WHERE {_KEY} AND ingested_at IS NULL",
+            (now_ms(), code, account_id, stream_id, page_op_id),
+        )
 
 
 def advance_cursor(db: sqlite3.Connection, account_id: str, stream_id: str) -> None:
@@ -112,11 +131,11 @@ def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict]:
         rows = conn.execute(
             sql(
                 "SELECT id, page FROM received_page r WHERE ingested_at IS NULL"
-                " AND published_at <= :at - :grace * min(1 << (publishes - 1), :cap)"
+                " AND published_at <= :at - :grace * (1 << min(publishes - 1, :doublings))"
                 " AND NOT EXISTS (SELECT 1 FROM input_pause WHERE scope IN ('*', r.account_id))"
                 " ORDER BY id LIMIT :n"
             ),
-            {"at": at, "grace": grace_ms, "cap": BACKOFF_CAP, "n": REPUBLISH_LIMIT},
+            {"at": at, "grace": grace_ms, "doublings": MAX_DOUBLINGS, "n": REPUBLISH_LIMIT},
         ).all()
         conn.execute(
             sql(
@@ -126,10 +145,6 @@ def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict]:
             {"at": at, "ids": json.dumps([row[0] for row in rows])},
         )
     return [json.loads(row[1]) for row in rows]
-
-
-def pending_count(conn: Connection) -> int:
-    return conn.execute(sql("SELECT count(*) FROM received_page WHERE ingested_at IS NULL")).scalar_one()
 
 
 def received_not_ingested(conn: Connection, account_id: str) -> int:
@@ -146,12 +161,18 @@ def received_not_ingested(conn: Connection, account_id: str) -> int:
 
 
 def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int:
-    """Forget pages ingested long ago, except each stream's newest (the cursor's own page)."""
+    """Forget pages ingested long ago: their page receipt answers any later redelivery."""
     with store.write() as conn:
-        return conn.execute(
-            sql(
-                "DELETE FROM received_page WHERE ingested_at < :t AND id NOT IN"
-                " (SELECT received_id FROM provider_cursor WHERE received_id IS NOT NULL)"
-            ),
-            {"t": now_ms() - keep_ms},
-        ).rowcount
+        return conn.execute(sql("DELETE FROM received_page WHERE ingested_at < :t"), {"t": now_ms() - keep_ms}).rowcount
+
+
+def accounts_to_catch_up(conn: Connection) -> list[tuple[str, str]]:
+    """(account, platform) of connected accounts to fetch missed pages for. Accounts with
+    received pages not yet ingested wait: their cursor moves once those are in."""
+    rows = conn.execute(
+        sql(
+            "SELECT id, platform FROM account a WHERE connection_intent = 'connected' AND deleted_at IS NULL"
+            " AND NOT EXISTS (SELECT 1 FROM received_page r WHERE r.account_id = a.id AND r.ingested_at IS NULL)"
+        )
+    )
+    return [(row[0], row[1]) for row in rows]

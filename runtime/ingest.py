@@ -87,8 +87,6 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
                 "create the account before its transport publishes pages",
             )
         if db.execute(_PAGE_COMMITTED, (page.account_id, page.stream_id, page.page_op_id)).fetchone():
-            with immediate(db):  # a redelivery recorded again by its receiver is done too
-                mark_ingested(db, page)
             customers = (
                 []
                 if origin != "live"

@@ -108,19 +108,23 @@ def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict
 
 
 def hold_page(store: DeliveryStore, page: InboundPage) -> None:
+    """Keep the page for the resume. It is also a received page not yet ingested (if it was
+    published without being recorded, it is recorded now), so nothing of it lives in the broker."""
+    params = {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id, "page": page.model_dump_json()}
     with store.write() as conn:
+        conn.execute(
+            sql(
+                "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
+                " published_at) VALUES (:a, :s, :p, :page, :at, :at)"
+            ),
+            {**params, "at": now_ms()},
+        )
         conn.execute(
             sql(
                 "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"
                 " VALUES (:a, :s, :p, :page, :at)"
             ),
-            {
-                "a": page.account_id,
-                "s": page.stream_id,
-                "p": page.page_op_id,
-                "page": page.model_dump_json(),
-                "at": now_ms(),
-            },
+            {**params, "at": now_ms()},
         )
 
 

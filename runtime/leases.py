@@ -87,15 +87,16 @@ def fenced(store: DeliveryStore, fence: Fence | None) -> Iterator[Connection]:
 @contextmanager
 def before_file_write(fence: Fence) -> Iterator[None]:
     """Around a write to a file the lease guards (a session log): the lease must be ours with
-    at least half its duration left. A file is outside the store's transactions, so this reads
-    instead of holding the write lock through the write (which would stall every other writer
-    for an fsync); another holder could only be granted the lease if this one stalled for half
-    the lease between this check and its write. No renewal here: the holder's renewer does it."""
+    at least a third of its duration left (renewals keep three quarters). A file is outside the
+    store's transactions, so this reads instead of holding the write lock through the write
+    (which would stall every other writer for an fsync); another holder could only be granted
+    the lease if this one stalled for a third of the lease between this check and its write.
+    No renewal here: the holder's renewer does it."""
     at = now_ms()
     with fence.store.read() as conn:
         still_ours = conn.execute(
             sql("SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until"),
-            {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 2},
+            {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 3},
         ).first()
     if still_ours is None:
         raise LeaseLost(fence.name)
@@ -122,8 +123,9 @@ def release(store: DeliveryStore, name: str, owner: str) -> None:
 
 
 class _Renewer:
-    """Renews a fence every third of its duration while its holder works (a model call may
-    take longer than the lease), until stopped or the lease is lost."""
+    """Renews a fence every quarter of its duration while its holder works (a model call may
+    take longer than the lease), until stopped or the lease is lost; a failed renewal is tried
+    again within half a second."""
 
     def __init__(self, fence: Fence) -> None:
         self._fence = fence
@@ -139,15 +141,19 @@ class _Renewer:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._fence.ttl_ms / 3000):
+        interval_s = self._fence.ttl_ms / 4000
+        wait_s = interval_s
+        while not self._stop.wait(wait_s):
             try:
                 with self._fence.store.write() as conn:
                     self._fence.check(conn)
+                wait_s = interval_s
             except LeaseLost:
                 log.warning("lease %s lost while held; its holder's next write stops it", self._fence.name)
                 return
-            except Exception as error:  # a busy store: the next renewal (or the next write) tries again
+            except Exception as error:  # a busy store: try again soon, well before the lease runs low
                 log.warning("renewing lease %s failed (%s)", self._fence.name, type(error).__name__)
+                wait_s = min(interval_s, 0.5)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ retired with its file kept as it is (runtime.agent.sessions).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -24,6 +25,8 @@ import zstandard
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from runtime.store import now_ms
+
+log = logging.getLogger(__name__)
 
 EventType = Literal[
     "turn/start",
@@ -163,6 +166,7 @@ class SessionLog:
         so new frames never follow garbage."""
         events = self.load()
         if self.torn_bytes:
+            log.warning("session log %s: cutting a torn last frame (%d bytes)", self.path.name, self.torn_bytes)
             with self._guard(), open(self.path, "r+b") as handle:
                 handle.truncate(self._damage_at)
                 if self._salvaged:

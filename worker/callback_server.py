@@ -1,9 +1,9 @@
 """DingTalk HTTP-callback robots: an alternative receiver to Stream mode.
 
 `POST /dingtalk/<account id>` with DingTalk's signed body. A genuine, fresh callback becomes
-the same page Stream mode produces and is published to the broker before the 200 goes back;
-if publishing fails the answer is 503, so DingTalk retries. Nothing of a refused request is
-written or logged beyond its error code.
+the same page Stream mode produces, recorded in the delivery store and published before the
+200 goes back (worker.receiving); if it cannot be recorded the answer is 503, so DingTalk
+retries. Nothing of a refused request is written or logged beyond its error code.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def handle_callback(store: DeliveryStore, publish: Publish, path: str, headers: 
         return 400, {"code": "DINGTALK_CALLBACK_MALFORMED"}
     try:
         publish(robot_page(account_id, message))
-    except Exception as error:  # DingTalk retries a failed callback
-        log.warning("dingtalk callback for %s not published (%s)", account_id, type(error).__name__)
-        return 503, {"code": "KEFU_BROKER_UNAVAILABLE"}
+    except Exception as error:  # not recorded: DingTalk retries a failed callback
+        log.warning("dingtalk callback for %s not received (%s)", account_id, type(error).__name__)
+        return 503, {"code": "KEFU_RECEIVE_FAILED"}
     return 200, {"msgtype": "empty"}
 
 

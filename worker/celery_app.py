@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from celery import Celery
@@ -79,6 +80,10 @@ def _check_runtime(sender: object, **_: object) -> None:
         runtime_for(sender.app).check()  # type: ignore[attr-defined]
     except KefuError as error:
         refuse_start(error)
+    except Exception as error:  # unforeseen (a bug, a store locked past its budget): still no start
+        logging.getLogger(__name__).exception("startup check failed")
+        failed = KefuError("KEFU_STARTUP_FAILED", f"the startup check failed ({type(error).__name__})", "see above")
+        refuse_start(failed)
 
 
 def _load() -> Settings:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from celery import Celery
 
-from runtime.inbox import record_received
+from runtime.inbox import UNCHECKED, Unchecked, record_received
 from runtime.pages import InboundPage
 from runtime.read_receipts import BuyerReadReceipt
 from worker.context import runtime_for
@@ -26,10 +26,11 @@ BUYER_READ_TASK = "kefu.receipts.buyer_read"
 Publish = Callable[[InboundPage | BuyerReadReceipt], None]
 
 
-def receive_page(app: Celery, page: InboundPage) -> bool:
-    """Record the page, then publish it unless it was ingested already. Returns whether it was
-    published now; False also when the broker refused it (the record is republished later)."""
-    if not record_received(runtime_for(app).store, page):
+def receive_page(app: Celery, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> bool:
+    """Record the page, then publish it unless it was ingested already (or, for a page fetched
+    after a committed cursor, the cursor moved on). Returns whether it was published now; False
+    also when the broker refused it (the record is republished later)."""
+    if not record_received(runtime_for(app).store, page, fetched_after):
         return False
     return publish_recorded(app, page.model_dump(mode="json"))
 

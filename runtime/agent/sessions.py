@@ -65,18 +65,19 @@ def open_session(store: DeliveryStore, customer_id: int, sessions_dir: Path, fen
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()
-        return OpenSession(log, session_id)
     except CorruptSessionLog as error:
-        damaged = retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence)
-    fresh = SessionLog(session_path(sessions_dir, damaged.replaced_by), guard)
-    fresh.open_for_append()
-    return OpenSession(fresh, damaged.replaced_by, damaged.record)
+        session_id = retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence).replaced_by
+        log = SessionLog(session_path(sessions_dir, session_id), guard)
+        log.open_for_append()
+    # Looked up until the new session has its first event, whichever job retired the old one.
+    return OpenSession(log, session_id, None if log.events else replaced_session(store, session_id))
 
 
-@dataclass
-class Retired:
-    record: DamagedSession
-    replaced_by: str
+def replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:
+    with store.read() as conn:
+        row = conn.execute(sql("SELECT * FROM damaged_session WHERE replaced_by = :s"), {"s": session_id})
+        found = row.mappings().first()
+    return DamagedSession.model_validate(dict(found)) if found else None
 
 
 def next_session_id(customer_id: int, session_id: str) -> str:
@@ -86,7 +87,7 @@ def next_session_id(customer_id: int, session_id: str) -> str:
 
 def retire_damaged(
     store: DeliveryStore, customer_id: int, session_id: str, sessions_dir: Path, problem: str, fence: Fence | None
-) -> Retired:
+) -> DamagedSession:
     """Keep the damaged file aside (a copy made durable before anything else changes), then in
     one transaction record the damage and move the customer to a new session, then remove the
     original. A crash anywhere in between leaves the damage to be found again, never lost."""
@@ -98,21 +99,26 @@ def retire_damaged(
     with open(partial, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(partial, kept)
+    _fsync_folder(kept.parent)
     record = DamagedSession(
-        session_id=session_id, customer_id=customer_id, kept_path=str(kept), problem=problem, detected_at=now_ms()
+        session_id=session_id,
+        customer_id=customer_id,
+        replaced_by=next_session_id(customer_id, session_id),
+        kept_path=str(kept),
+        problem=problem,
+        detected_at=now_ms(),
     )
-    replaced_by = next_session_id(customer_id, session_id)
     with fenced(store, fence) as conn:
         conn.execute(
             sql(
-                "INSERT OR IGNORE INTO damaged_session (session_id, customer_id, kept_path, problem, detected_at)"
-                " VALUES (:session_id, :customer_id, :kept_path, :problem, :detected_at)"
+                "INSERT OR IGNORE INTO damaged_session (session_id, customer_id, replaced_by, kept_path, problem,"
+                " detected_at) VALUES (:session_id, :customer_id, :replaced_by, :kept_path, :problem, :detected_at)"
             ),
             record.model_dump(),
         )
         conn.execute(
             sql("UPDATE customer SET session_id = :new WHERE id = :c AND session_id = :old"),
-            {"new": replaced_by, "c": customer_id, "old": session_id},
+            {"new": record.replaced_by, "c": customer_id, "old": session_id},
         )
     path.unlink(missing_ok=True)
     log.error(
@@ -120,9 +126,17 @@ def retire_damaged(
         session_id,
         customer_id,
         kept,
-        replaced_by,
+        record.replaced_by,
     )
-    return Retired(record, replaced_by)
+    return record
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def damaged_sessions(conn: Connection) -> list[DamagedSession]:

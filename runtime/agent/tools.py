@@ -18,7 +18,7 @@ from runtime.agent.model import ToolCall, ToolSpec
 from runtime.errors import KefuError
 from runtime.handling import is_current, pause_handling
 from runtime.history import query_history
-from runtime.leases import Fence, fenced
+from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import OutboundIntent, find_same_text, register_outbound
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
@@ -161,6 +161,8 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
                     request_id=earlier,
                 )
             requests, refused = _register_reply(binding, conn, call, args)
+    except LeaseLost:
+        raise  # not the model's business: this turn stops, the lease's new holder carries on
     except KefuError as error:  # a bad attachment: nothing of this call was registered
         return ToolOutcome(f"Error: {error.message} ({error.code}); nothing was sent. {error.action}.", True)
     text_id = requests[-1].request_id

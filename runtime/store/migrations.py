@@ -323,24 +323,29 @@ V12 = Migration(
         # Every page a receiver got, recorded before the platform is ACKed: the broker is never the
         # only place a page lives. `id` is the receive order the committed cursor follows.
         """CREATE TABLE received_page (
-            id INTEGER PRIMARY KEY,
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the receive order outlives pruning
             account_id TEXT NOT NULL,
             stream_id TEXT NOT NULL,
             page_op_id TEXT NOT NULL,
-            page TEXT NOT NULL,
             received_at INTEGER NOT NULL,
             published_at INTEGER NOT NULL,
             publishes INTEGER NOT NULL DEFAULT 1,
             ingested_at INTEGER,
             outcome TEXT,
+            page TEXT NOT NULL,
             UNIQUE (account_id, stream_id, page_op_id)
         )""",
         "CREATE INDEX received_page_order ON received_page (account_id, stream_id, id)",
-        "CREATE INDEX received_page_pending ON received_page (account_id, stream_id, id) WHERE ingested_at IS NULL",
+        "CREATE INDEX received_page_pending ON received_page (id) WHERE ingested_at IS NULL",
+        "CREATE INDEX received_page_ingested ON received_page (ingested_at) WHERE ingested_at IS NOT NULL",
+        # Pages an input pause held before received pages were kept: pending like any other.
+        "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, received_at, published_at, page)"
+        " SELECT account_id, stream_id, page_op_id, held_at, held_at, page FROM held_page",
         "ALTER TABLE provider_cursor ADD COLUMN received_id INTEGER",
         """CREATE TABLE damaged_session (
             session_id TEXT PRIMARY KEY,
             customer_id INTEGER NOT NULL REFERENCES customer(id),
+            replaced_by TEXT NOT NULL,
             kept_path TEXT NOT NULL,
             problem TEXT NOT NULL,
             detected_at INTEGER NOT NULL

@@ -125,6 +125,7 @@ class DamagedSession(SQLModel, table=True):
     __tablename__ = "damaged_session"
     session_id: str = Field(primary_key=True)
     customer_id: int
+    replaced_by: str  # the session the customer continued in
     kept_path: str
     problem: str
     detected_at: int

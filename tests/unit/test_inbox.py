@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import PageRejected
-from runtime.inbox import overdue_pages, pending_count, prune_ingested, record_received, refuse_page
+from runtime.inbox import overdue_pages, prune_ingested, record_received, refuse_page
 from runtime.ingest import committed_cursor, ingest_page
 from runtime.pages import parse_page
 from tests.unit.test_ingest import group, message, page_dict
@@ -19,7 +19,7 @@ def page(op: str, cursor: str, pmid: str, conversation: str = "conv-1"):
 
 def pending(store) -> int:
     with store.read() as conn:
-        return pending_count(conn)
+        return conn.exec_driver_sql("SELECT count(*) FROM received_page WHERE ingested_at IS NULL").scalar_one()
 
 
 def test_a_received_page_whose_broker_message_is_lost_is_published_again_until_ingested(store, shop):
@@ -74,6 +74,38 @@ def test_the_cursor_never_passes_a_page_that_was_not_committed(store, shop):
     assert committed_cursor(store, shop, "s") == "c3"
 
 
+def test_a_stale_copy_of_an_old_page_after_its_record_is_forgotten_never_moves_the_cursor_back(store, shop):
+    for received in (page("p1", "c1", "m1"), page("p2", "c2", "m2")):
+        record_received(store, received)
+        ingest_page(store, received)
+    prune_ingested(store, keep_ms=-1000)
+    newer = page("p3", "c3", "m3")
+    record_received(store, newer)
+    ingest_page(store, page("p1", "c1", "m1"))  # a broker copy restored after the visibility timeout
+    ingest_page(store, newer)
+    assert committed_cursor(store, shop, "s") == "c3"
+
+
+def test_a_catch_up_page_fetched_before_the_cursor_moved_is_not_recorded(store, shop):
+    listened = page("p5", "c5", "m5")
+    record_received(store, listened)
+    ingest_page(store, listened)
+    stale = page("p2-4", "c4", "m2")  # fetched after the cursor as it was before p5 committed
+    assert record_received(store, stale, fetched_after=None) is False
+    assert record_received(store, page("p6", "c6", "m6"), fetched_after="c5") is True
+    assert committed_cursor(store, shop, "s") == "c5"
+
+
+def test_republishing_waits_at_most_32_graces_however_often_a_page_was_published(store, shop):
+    record_received(store, page("p1", "c1", "m1"))
+    with store.write() as conn:
+        conn.exec_driver_sql("UPDATE received_page SET publishes = 70, published_at = published_at - 31000")
+    assert overdue_pages(store, grace_ms=1000) == []
+    with store.write() as conn:
+        conn.exec_driver_sql("UPDATE received_page SET published_at = published_at - 1000")
+    assert len(overdue_pages(store, grace_ms=1000)) == 1
+
+
 def test_a_late_replay_of_an_old_page_never_moves_the_cursor_back(store, shop):
     old, new = page("p1", "c1", "m1"), page("p2", "c2", "m2")
     for received in (old, new):
@@ -91,7 +123,7 @@ def test_a_late_replay_of_an_old_page_never_moves_the_cursor_back(store, shop):
 def test_a_page_that_can_never_be_ingested_is_not_published_again(store, shop):
     gone = parse_page(page_dict(account="deleted-shop", op="p9"))
     record_received(store, gone)
-    refuse_page(store, gone, "KEFU_ACCOUNT_UNKNOWN")
+    refuse_page(store, "deleted-shop", "s", "p9", "KEFU_ACCOUNT_UNKNOWN")
     assert overdue_pages(store, grace_ms=-10_000) == []
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT outcome FROM received_page").scalar_one() == "KEFU_ACCOUNT_UNKNOWN"

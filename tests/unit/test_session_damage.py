@@ -100,3 +100,10 @@ def test_a_batch_answered_in_the_damaged_log_is_not_answered_again(store, settin
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
         assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+    # The new session's first turn still tells the model that earlier context was lost.
+    say(store, transport, platform, "b1", "可以退货吗")
+    evaluate(store, customer, 1000)
+    later = turn(store, settings, customer, registered)
+    assert len(registered) == 1
+    first = SessionLog(session_path(settings.sessions_dir, later.session_id)).load()[0]
+    assert first.type == "system/message" and DAMAGED_NOTE in first.text

@@ -62,9 +62,12 @@ def _print_damaged_sessions(store: DeliveryStore) -> None:
         damaged = damaged_sessions(conn)
     if not damaged:
         return
-    table = Table("customer", "session", "detected", "kept at", title="damaged session logs (kept, not repaired)")
+    table = Table(
+        "customer", "session", "continued in", "detected", "kept at", title="damaged session logs (kept, not repaired)"
+    )
     for record in damaged:
-        table.add_row(str(record.customer_id), record.session_id, shop_time(record.detected_at), record.kept_path)
+        detected = shop_time(record.detected_at)
+        table.add_row(str(record.customer_id), record.session_id, record.replaced_by, detected, record.kept_path)
     console.print(table, soft_wrap=True)
 
 

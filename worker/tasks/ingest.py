@@ -26,6 +26,7 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
     except PageRejected as error:
         # Final: a malformed page never becomes valid by retrying. Fields only, never values.
         log.error("page rejected: %s", "; ".join(error.problems))
+        _refuse(runtime_for(self.app), page, error.code)
         return {"rejected": error.problems}
     runtime = runtime_for(self.app)
     store = runtime.store
@@ -38,12 +39,19 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
         if error.code not in NEVER_INGESTED:
             raise  # e.g. a store that cannot be opened: the page stays pending for the reconciler
         log.error("page %s refused: %s", parsed.page_op_id, error.code)
-        refuse_page(store, parsed, error.code)
+        refuse_page(store, parsed.account_id, parsed.stream_id, parsed.page_op_id, error.code)
         return {"page": parsed.page_op_id, "refused": error.code}
     _confirm(runtime, parsed)
     for customer_id in result.customer_ids:
         admit_now(self.app, customer_id)
     return {"page": result.page_op_id, "replayed": result.replayed, "rows": result.rows_written}
+
+
+def _refuse(runtime: WorkerRuntime, page: Any, code: str) -> None:
+    """A recorded page that does not validate is done for good, or it would be published again."""
+    key = [page.get(name) for name in ("account_id", "stream_id", "page_op_id")] if isinstance(page, dict) else []
+    if key and all(isinstance(part, str) for part in key):
+        refuse_page(runtime.store, *key, code)
 
 
 def _confirm(runtime: WorkerRuntime, page: InboundPage) -> None:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 from celery import Celery, Task, shared_task
 
-from runtime.inbox import overdue_pages, prune_ingested
+from runtime.inbox import accounts_to_catch_up, overdue_pages, prune_ingested
 from runtime.ingest import committed_cursor
 from runtime.reconcile import pending_work
 from runtime.store import now_ms
-from runtime.store.sql import sql
 from worker.broker import embedded_folders
 from worker.context import runtime_for
 from worker.receiving import publish_recorded, receive_page
@@ -29,31 +28,27 @@ PROCESSED_KEEP_S = 3600
 
 
 def catch_up(app: Celery) -> int:
-    """Receive the page after each account's committed cursor when it is overdue. Accounts
-    with received pages not yet ingested wait: their cursor moves once those are in."""
+    """Receive the page after each account's committed cursor when it is overdue (a page the
+    platform served while no listener ran)."""
     runtime = runtime_for(app)
     with runtime.store.read() as conn:
-        accounts = conn.execute(
-            sql(
-                "SELECT id, platform FROM account a WHERE connection_intent = 'connected' AND NOT EXISTS"
-                " (SELECT 1 FROM received_page r WHERE r.account_id = a.id AND r.ingested_at IS NULL)"
-            )
-        ).all()
+        accounts = accounts_to_catch_up(conn)
     overdue_before = now_ms() - int(runtime.settings.reconcile.grace_s * 1000)
     published = 0
     for account_id, platform in accounts:
         transport = runtime.transports.get(platform)
         if transport is None:
             continue
+        cursor = committed_cursor(runtime.store, account_id, transport.stream_id)
         try:
-            page = transport.page_after(account_id, committed_cursor(runtime.store, account_id, transport.stream_id))
+            page = transport.page_after(account_id, cursor)
         except Exception as error:  # one platform being down must not stop the others' catch-up
             log.warning("catch-up of %s failed (%s)", account_id, getattr(error, "code", type(error).__name__))
             continue
         if page is None:
             continue
         oldest = min(m.occurred_at for g in page.groups for m in g.messages)
-        if oldest.timestamp() * 1000 < overdue_before and receive_page(app, page):
+        if oldest.timestamp() * 1000 < overdue_before and receive_page(app, page, fetched_after=cursor):
             published += 1
     return published
 
