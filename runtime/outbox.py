@@ -76,6 +76,17 @@ class SendReceipt(BaseModel):
     platform_message_id: str = Field(min_length=1)
 
 
+class NeverReceived(BaseModel):
+    """A receipt query's definitive answer that the platform never got the request (only from a
+    platform that looks sends up by kefu's request id). An attempt older than the attempt lease
+    can no longer arrive, so the request is free to be attempted again: nothing was delivered."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+SendLookup = SendReceipt | NeverReceived | None  # None: the platform cannot tell
+
+
 class SendFailure(Exception):
     """A transport's classified failure: safe to retry, final, or of unknown outcome.
 
@@ -392,23 +403,33 @@ def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failu
         _mark(conn, request_id, attempt_no, failure.kind, request_state, error_code=failure.code)
 
 
-def settle_by_receipt(store: DeliveryStore, request_id: str, receipt: SendReceipt | None) -> bool:
-    """Record one provider receipt query of a result-unknown request; a receipt proves delivery.
-    Queries are counted, so the reconciler stops asking after `receipt_query_limit`."""
+def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup, attempt_lease_s: float) -> bool:
+    """Record one provider receipt query of a result-unknown request: a receipt proves delivery;
+    a definitive "never received" makes it pending again (a new attempt, never a second
+    delivery), but only once its last attempt is older than the attempt lease: before that, a
+    send still on its way may arrive after the answer, and the query does not count. Queries are
+    counted, so the reconciler stops asking after `receipt_query_limit`. True when the request
+    left result-unknown."""
     with store.write() as conn:
         request = load_request(conn, request_id)
         if request is None or request.state != "result-unknown":
             return False
+        attempt_no, started_at = conn.execute(
+            sql("SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r ORDER BY attempt_no DESC"),
+            {"r": request_id},
+        ).first()
+        if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(attempt_lease_s * 1000):
+            return False  # too early to tell: ask again on a later pass
         conn.execute(
             sql("UPDATE outbox_request SET receipt_queries = receipt_queries + 1 WHERE request_id = :r"),
             {"r": request_id},
         )
-        if receipt is None:
+        if lookup is None:
             return False
-        attempt_no = conn.execute(
-            sql("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
-        ).scalar_one()
-        _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=receipt.platform_message_id)
+        if isinstance(lookup, NeverReceived):
+            _mark(conn, request_id, attempt_no, "not-submitted", "pending", error_code="KEFU_NEVER_RECEIVED")
+        else:
+            _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=lookup.platform_message_id)
         return True
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from runtime.outbox import OutboundSend, SendReceipt
+from runtime.outbox import OutboundSend, SendLookup, SendReceipt
 from runtime.pages import InboundPage
 from runtime.read_receipts import BuyerReadReceipt
 
@@ -55,8 +55,9 @@ class Transport(Protocol):
         classified by outcome. `message.request_id` is the client reference: pass it to the
         platform where it takes one, and set it as `outbound_ref` on the platform's echo."""
 
-    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
-        """The receipt of an earlier send by its request id, or None if the platform has none."""
+    def query_send(self, account_id: str, request_id: str) -> SendLookup:
+        """What became of an earlier send, by its request id: its receipt, NeverReceived when
+        the platform can say for sure it never got it, or None when it cannot tell."""
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
         """The next page of inbound messages after a committed cursor (catch-up), or None."""

@@ -13,6 +13,7 @@ from runtime.leases import new_owner
 from runtime.outbox import (
     SETTLED,
     AttemptSkipped,
+    NeverReceived,
     SendFailure,
     begin_attempt,
     load_request,
@@ -68,13 +69,15 @@ def attempt_send(runtime: WorkerRuntime, request: OutboxRequest) -> AttemptOutco
 
 
 def query_receipt(runtime: WorkerRuntime, request_id: str) -> str:
-    """One provider receipt query for a result-unknown request: 'settled', 'still-unknown' or
-    'not-unknown'. Never re-submits; an operator confirms or retries what stays unknown."""
+    """One provider receipt query for a result-unknown request: 'settled' (delivered),
+    'never-received' (pending again: the caller attempts it anew), 'still-unknown' or
+    'not-unknown'. Never re-submits what may have arrived; an operator confirms or retries
+    what stays unknown."""
     with runtime.store.read() as conn:
         request = load_request(conn, request_id)
     if request is None or request.state != "result-unknown":
         return "not-unknown"
-    receipt = runtime.transport_of(request.account_id).query_send(request.account_id, request_id)
-    if settle_by_receipt(runtime.store, request_id, receipt):
-        return "settled"
-    return "still-unknown" if receipt is None else "not-unknown"
+    lookup = runtime.transport_of(request.account_id).query_send(request.account_id, request_id)
+    if settle_by_receipt(runtime.store, request_id, lookup, runtime.settings.outbox.attempt_lease_s):
+        return "never-received" if isinstance(lookup, NeverReceived) else "settled"
+    return "still-unknown" if lookup is None else "not-unknown"

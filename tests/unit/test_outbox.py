@@ -9,6 +9,7 @@ import pytest
 from runtime.outbox import (
     AttemptGrant,
     AttemptSkipped,
+    NeverReceived,
     OutboundIntent,
     SendFailure,
     SendReceipt,
@@ -84,8 +85,21 @@ def test_an_abandoned_attempt_becomes_result_unknown_without_a_new_attempt(store
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 1
     assert state(store, request_id).state == "result-unknown"
-    assert settle_by_receipt(store, request_id, SendReceipt(platform_message_id="p9"))
+    assert settle_by_receipt(store, request_id, SendReceipt(platform_message_id="p9"), attempt_lease_s=120)
     assert (state(store, request_id).state, state(store, request_id).platform_message_id) == ("sent", "p9")
+
+
+def test_a_send_the_platform_never_received_is_attempted_again_only_after_the_attempt_lease(store, request_id):
+    grant = begin_attempt(store, request_id, "w1", lease_s=60)
+    record_failure(store, request_id, grant.attempt_no, SendFailure("unknown", "ReadTimeout"))
+    # Too early: a send still on its way could arrive after this answer. The query does not count.
+    assert not settle_by_receipt(store, request_id, NeverReceived(), attempt_lease_s=60)
+    assert (state(store, request_id).state, state(store, request_id).receipt_queries) == ("result-unknown", 0)
+    assert not settle_by_receipt(store, request_id, None, attempt_lease_s=0)  # a platform that cannot tell
+    assert settle_by_receipt(store, request_id, NeverReceived(), attempt_lease_s=0)
+    request = state(store, request_id)
+    assert (request.state, request.error_code, request.receipt_queries) == ("pending", "KEFU_NEVER_RECEIVED", 2)
+    assert begin_attempt(store, request_id, "w2", lease_s=60).attempt_no == 2  # a new attempt, never a resend
 
 
 def test_failure_kinds(store, request_id):

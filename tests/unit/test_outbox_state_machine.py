@@ -196,7 +196,8 @@ class OutboxMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def receipt_query(self, data: st.DataObject) -> None:
         request_id = self._pick(data)
-        settle_by_receipt(self.store, request_id, self.transport.query_send("shop", request_id))
+        lookup = self.transport.query_send("shop", request_id)
+        settle_by_receipt(self.store, request_id, lookup, data.draw(st.sampled_from([LEASE_HELD, LEASE_EXPIRED])))
 
     @rule(data=st.data())
     def echo(self, data: st.DataObject) -> None:

@@ -11,7 +11,7 @@ import pytest
 from runtime.accounts import AccountSpec, create_account
 from runtime.ingest import ingest_page
 from runtime.listener_policy import ListenerFailure
-from runtime.outbox import OutboundSend, SendFailure
+from runtime.outbox import NeverReceived, OutboundSend, SendFailure
 from transports.wangwang import WangwangCredentials, WangwangTransport
 from transports.wangwang.client import GatewayFailure
 from transports.wangwang.protocol import Identity
@@ -156,7 +156,7 @@ def test_sends_are_idempotent_by_request_id_and_failures_are_classified(fake_wan
     assert (lost.kind, lost.code) == ("unknown", "WANGWANG_NO_RESPONSE_ReadTimeout")
     found = transport.query_send("ww", "r5")
     assert found is not None and found.platform_message_id == fake_wangwang.sends[-1].message_id
-    assert transport.query_send("ww", "never-sent") is None
+    assert transport.query_send("ww", "never-sent") == NeverReceived()  # the bridge's word: never sent
     assert len(fake_wangwang.sends) == 2
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from itertools import groupby
 
 from runtime.listener_policy import ListenerFailure
-from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from runtime.outbox import NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
 from runtime.read_receipts import BuyerReadReceipt
 from transports.base import Heartbeat, Received
@@ -130,9 +130,10 @@ class SimulatorTransport:
     def close(self) -> None:
         return None
 
-    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
+    def query_send(self, account_id: str, request_id: str) -> SendLookup:
+        """The platform's ledger is complete: a request it has no entry for never arrived."""
         received = self.far_side.received_by_ref(request_id)
-        return SendReceipt(platform_message_id=received.platform_message_id) if received else None
+        return SendReceipt(platform_message_id=received.platform_message_id) if received else NeverReceived()
 
 
 class SimulatorConnection:

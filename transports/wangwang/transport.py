@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from runtime.listener_policy import ListenerFailure
-from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from runtime.outbox import NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.pages import (
     ConversationGroup,
     ImageContent,
@@ -32,7 +32,8 @@ from runtime.read_receipts import BuyerReadReceipt
 from transports.base import Heartbeat, Received
 from transports.wangwang.client import GatewayClient, GatewayFailure
 from transports.wangwang.credentials import WangwangCredentials
-from transports.wangwang.protocol import Confirmed, GatewayMessage, Identity, MessagesPage, SendLookup, Sent
+from transports.wangwang.protocol import Confirmed, GatewayMessage, Identity, MessagesPage, Sent
+from transports.wangwang.protocol import SendLookup as SendGetAnswer
 
 STREAM_ID = "wangwang-gateway"
 LONG_POLL_S = 20
@@ -163,11 +164,14 @@ class WangwangTransport:
             raise _send_failure(failure) from None
         return SendReceipt(platform_message_id=sent.message_id)
 
-    def query_send(self, account_id: str, request_id: str) -> SendReceipt | None:
+    def query_send(self, account_id: str, request_id: str) -> SendLookup:
+        """`found: false` is the bridge's word that it never sent anything under the reference."""
         lookup = self.client.call(
-            self._credentials(account_id), "kefu.wangwang.send.get", {"client_ref": request_id}, SendLookup
+            self._credentials(account_id), "kefu.wangwang.send.get", {"client_ref": request_id}, SendGetAnswer
         )
-        return SendReceipt(platform_message_id=lookup.message_id) if lookup.found and lookup.message_id else None
+        if not lookup.found:
+            return NeverReceived()
+        return SendReceipt(platform_message_id=lookup.message_id) if lookup.message_id else None
 
 
 def _send_failure(failure: GatewayFailure) -> SendFailure:

@@ -41,4 +41,7 @@ def start_next(customer_id: int, after: str) -> None:
 
 @shared_task(name="kefu.outbox.settle", bind=True, **RETRY_ON_BUSY)
 def settle(self: Task, request_id: str) -> str:
-    return query_receipt(runtime_for(self.app), request_id)
+    outcome = query_receipt(runtime_for(self.app), request_id)
+    if outcome == "never-received":  # pending again: nothing was delivered, so attempt it anew
+        attempt.delay(request_id)
+    return outcome
