@@ -1,0 +1,104 @@
+"""Fault injection: does kefu lose or double a buyer's message under real faults?
+
+A Jepsen-style run: a private redis-server (appendonly everysec, a free port, its own folder),
+a fresh data dir with a simulator account and an enabled direct route, and real processes:
+two prefork workers (`celery -A worker worker -P prefork -c 2`), one `celery -A worker beat`
+and `kefu listen` (with --direct the driver publishes each page itself, through
+`worker.receiving.receive_page` when the project has it). A steady workload of FAQ-matching
+messages from many simulated buyers runs while faults hit the processes on a schedule
+seeded by --seed; then the run waits (bounded) until the delivery store is quiet, and a
+checker reads the final state: the delivery store, the simulated platform's ledger of
+received sends and every session log.
+
+    python -m bench.faults kill-workers   [--messages 1000] [--kills 20] [--seed 1] [--direct]
+    python -m bench.faults broker-restart [--kills 4]
+    python -m bench.faults slow-turns     # a model slower than the customer writer lease
+    python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
+    python -m bench.faults bad-start      # bad startup state must stop worker and beat
+    python -m bench.faults SCENARIO --short   # the short form the integration tests run
+
+Scenarios:
+  kill-workers    SIGKILL worker main processes and pool children alternately (≥ --kills);
+                  a main goes with its pool at once (as in a container crash) twice, then
+                  alone (its children finish orphaned), and so on; mains restart after a short
+                  pause, `kefu listen` is killed now and then. Each kill follows a burst of the
+                  workload's next messages, and a main kill goes to a worker holding a page
+                  not ingested yet (Celery task events) when there is one: only then can the
+                  broker lose a page.
+  broker-restart  SIGKILL redis-server (≥ --kills times) and restart it on the same AOF.
+  slow-turns      the openai provider against a fake endpoint that answers each call after
+                  2 s, so a turn (≥ 2 calls) outlives the 3 s customer writer lease.
+  log-damage      flip a byte in a middle frame of idle customers' session logs, then
+                  those customers write again.
+  bad-start       an overwritten store header, schema version 999, openai without endpoint
+                  settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
+                  non-zero with a KEFU_ code within the bound, consuming nothing.
+
+Any process that exits by itself is restarted (like a compose restart policy) and counted,
+with its status and error class. Below the table: broker messages left unacked in Redis (a
+killed worker's; Redis hands them out again only after the visibility timeout), the
+listener's final state, and what each scenario adds.
+
+The table (one per run):
+  offered                  buyer messages the simulated platform holds
+  answered exactly once    their batch got exactly one reply, received once by the platform
+  lost                     no reply at all, by why: never stored (not in inbound_message),
+                           stored, not admitted (no batch), admitted, not answered (a batch,
+                           no reply reached the platform); with the state each was left in
+                           (a batch's state, or "its reply result-unknown")
+  doubled                  answered more than once: a request id the platform received twice,
+                           or two different requests sent for one batch
+  result-unknown left      outbox requests whose outcome nobody settled
+  corrupt session logs     logs whose load raises CorruptSessionLog (torn tails apart;
+                           kept-aside damaged copies are not counted)
+  last fault → last reply  from the end of the last fault (restart included) to the last
+                           reply the platform received
+The exit status is 0 only when lost = doubled = 0 (slow-turns: also no corrupt log;
+log-damage: every damaged log kept byte for byte and its customer answered; bad-start: every
+case exited non-zero with a code). A failed run keeps its folder (logs, data, AOF) and prints
+where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.faults.options import SCENARIOS, Options, options_for
+from bench.faults.report import RunReport
+from bench.faults.rig import Say
+
+__all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
+
+
+def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
+    from bench.faults import bad_start, log_damage, traffic
+
+    return {
+        "kill-workers": traffic.kill_workers,
+        "broker-restart": traffic.broker_restart,
+        "slow-turns": traffic.slow_turns,
+        "log-damage": log_damage.log_damage,
+        "bad-start": bad_start.bad_start,
+    }[scenario]
+
+
+def run(options: Options, say: Say) -> RunReport:
+    """Run one scenario in its own folder; the folder goes unless the run failed or is kept."""
+    root = options.workdir or Path(tempfile.mkdtemp(prefix=f"kefu-faults-{options.scenario}-"))
+    root.mkdir(parents=True, exist_ok=True)
+    report: RunReport | None = None
+    try:
+        report = _runner(options.scenario)(options, root, say)
+        return report
+    finally:
+        keep = options.keep or options.workdir is not None or report is None or not report.passed
+        if keep:
+            if report is not None:
+                report.run_dir = str(root)
+            else:
+                say(f"run dir kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,289 @@
+"""The system under test of one fault run, all real processes: a private Redis, two prefork
+workers, one beat and (unless publishing directly) `kefu listen`, on a fresh data dir with a
+simulator account and an enabled direct route.
+
+A supervisor thread restarts any process that exited, the way a compose restart policy would:
+a planned kill is restarted after its pause, anything else (kombu can make a worker exit when
+Redis restarts with unacked messages) after a second, and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from celery import Celery
+
+from bench.faults.redis_server import RedisServer
+from config import ListenerSettings, Settings, load_settings
+from runtime.accounts import AccountSpec, create_account
+from runtime.routes import RouteSpec, create_route
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+from worker.celery_app import make_app
+from worker.context import runtime_for
+from worker.process import BeatProcess, KefuProcess, ListenProcess, WorkerProcess
+
+ACCOUNT = "faults-shop"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+UNPLANNED_RESTART_S = 1.0
+TICK_S = 0.2
+
+Say = Callable[[str], None]
+
+
+def optional_settings() -> dict[str, str]:
+    """Settings this version of kefu may not have yet (an unknown one would stop startup)."""
+    extra = {}
+    if "lease_s" in ListenerSettings.model_fields:  # else a killed listener's lease holds for 30 s
+        extra["KEFU_LISTENER__LEASE_S"] = "3"
+    return extra
+
+
+def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
+    """Settings of every process: fast reconciling, short leases, quick listener supervision.
+    One model call (timeout × attempts) stays inside the turn lease and one platform send
+    inside the attempt lease (the DingTalk and Wangwang timeouts count though unused here)."""
+    return {
+        **optional_settings(),
+        "KEFU_DATA_DIR": str(data_dir),
+        "KEFU_BROKER_URL": broker_url,
+        "KEFU_RECONCILE__INTERVAL_S": "1",
+        "KEFU_RECONCILE__GRACE_S": "3",
+        "KEFU_OUTBOX__ATTEMPT_LEASE_S": "5",
+        "KEFU_AGENT__TURN_LEASE_S": "5",
+        "KEFU_AGENT__OPENAI__TIMEOUT_S": "1",
+        "KEFU_AGENT__OPENAI__MAX_ATTEMPTS": "1",
+        "KEFU_AGENT__OPENAI__RETRY_BACKOFF_S": "0",
+        "KEFU_DINGTALK__TIMEOUT_S": "1",
+        "KEFU_WANGWANG__TIMEOUT_S": "1",
+        "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "200",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+UNRECOVERABLE = re.compile(r"Unrecoverable error: (\w+)")
+
+
+def exit_reason(process: KefuProcess) -> str:
+    """Why a process exited, safe to print: its status and the error's class or KEFU_ code
+    (never the error's text, which may quote message data)."""
+    output = process.output()
+    found = UNRECOVERABLE.findall(output)
+    codes = process.kefu_codes()
+    detail = f"unrecoverable {found[-1]}" if found else (codes[-1] if codes else "")
+    return f"status {process.returncode()}" + (f", {detail}" if detail else "")
+
+
+@dataclass
+class Member:
+    """One supervised process."""
+
+    role: str
+    process: KefuProcess
+    restart_at: float | None = None  # a planned restart (after a kill), monotonic
+    unplanned_exits: int = 0
+    exit_reasons: Counter[str] = field(default_factory=Counter)
+    starts: int = 0
+
+
+@dataclass
+class RigConfig:
+    workers: int = 2
+    concurrency: int = 2
+    listen: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # scenario settings on top of base_env
+
+
+class Rig:
+    def __init__(self, root: Path, config: RigConfig, say: Say) -> None:
+        self.root = root
+        self.config = config
+        self.say = say
+        self.redis = RedisServer(root / "redis")
+        self.data_dir = root / "data"
+        self.logs = root / "logs"
+        self.members: list[Member] = []
+        self.faults: Counter[str] = Counter()
+        self.last_fault_at = 0.0  # wall clock (s) of the last fault or the last restart it caused
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="faults-supervisor", daemon=True)
+        self.started = time.monotonic()
+        self.settings: Settings
+        self.env: dict[str, str] = {}
+        self.app: Celery
+        self.platform: SimulatedPlatform
+        self.transport: SimulatorTransport
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def __enter__(self) -> Rig:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.redis.start()
+        self.settings = load_settings(data_dir=self.data_dir, broker_url=self.redis.url)
+        self._set_up_store()
+        self.platform = SimulatedPlatform(self.settings.simulator_path)
+        self.transport = SimulatorTransport(self.platform)
+        self.app = make_app(self.settings)
+        self.env = {**base_env(self.data_dir, self.redis.url), **self.config.env}
+        for index in range(1, self.config.workers + 1):
+            worker = WorkerProcess(
+                self.env, self.logs / f"worker-{index}.log", beat=False, concurrency=self.config.concurrency,
+                clean_env=True, cwd=PROJECT_ROOT,
+            )  # fmt: skip
+            self.members.append(Member(f"worker-{index}", worker))
+        self.members.append(Member("beat", BeatProcess(self.env, self.logs / "beat.log", True, PROJECT_ROOT)))
+        if self.config.listen:
+            self.members.append(Member("listen", ListenProcess(self.env, self.logs / "listen.log", True, PROJECT_ROOT)))
+        for member in self.members:
+            self._start(member)
+        for member in self.workers:
+            member.process.wait_ready(self.app, timeout_s=60)  # type: ignore[attr-defined]
+        self._supervisor.start()
+        self.say(f"rig up: redis :{self.redis.port}, {', '.join(m.role for m in self.members)}")
+
+    def _set_up_store(self) -> None:
+        store = DeliveryStore(self.settings.delivery_path, self.settings.delivery)
+        create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="faults-shop-seller"))
+        create_route(store, RouteSpec(id="faults-direct", account_id=ACCOUNT, conversation_type="direct"), "faults-r")
+        store.close()
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(5)
+        for member in self.members:
+            try:
+                member.process.stop(timeout_s=5)
+            except Exception as error:  # keep stopping the others
+                self.say(f"stopping {member.role} failed ({type(error).__name__})")
+        self.redis.stop()
+
+    @property
+    def store(self) -> DeliveryStore:
+        return runtime_for(self.app).store
+
+    @property
+    def workers(self) -> list[Member]:
+        return [m for m in self.members if m.role.startswith("worker-")]
+
+    def member(self, role: str) -> Member:
+        return next(m for m in self.members if m.role == role)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- supervision ---------------------------------------------------------------------------
+    def _start(self, member: Member) -> None:
+        member.process.start()
+        member.starts += 1
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(TICK_S):
+            with self._lock:
+                for member in self.members:
+                    self._tend(member)
+
+    def _tend(self, member: Member) -> None:
+        if member.process.running():
+            return
+        now = time.monotonic()
+        if member.restart_at is None:
+            reason = exit_reason(member.process)
+            member.unplanned_exits += 1
+            member.exit_reasons[reason] += 1
+            member.restart_at = now + UNPLANNED_RESTART_S
+            self.say(f"{member.role} exited by itself ({reason}); restarting")
+        if now >= member.restart_at:
+            member.process.kill()  # what is left of its process group (orphaned pool children)
+            self._start(member)
+            member.restart_at = None
+            self.last_fault_at = time.time()
+
+    def stranded(self) -> Counter[str]:
+        """Broker messages delivered to a consumer and never acknowledged (a killed worker's):
+        Redis hands them out again only after the visibility timeout. By task name."""
+        client = redis.Redis.from_url(self.redis.url, socket_timeout=5)
+        names: Counter[str] = Counter()
+        for raw in client.hvals("unacked"):
+            try:
+                names[json.loads(raw)[0]["headers"]["task"]] += 1
+            except (ValueError, KeyError, IndexError, TypeError):
+                names["(unreadable)"] += 1
+        return names
+
+    def unplanned_exits(self) -> dict[str, str]:
+        """Per process that exited by itself: how often, and why."""
+        return {
+            m.role: f"{m.unplanned_exits} ({', '.join(f'{why} ×{n}' for why, n in m.exit_reasons.items())})"
+            for m in self.members
+            if m.unplanned_exits
+        }
+
+    # -- faults --------------------------------------------------------------------------------
+    def _fault(self, kind: str, what: str) -> None:
+        self.faults[kind] += 1
+        self.last_fault_at = time.time()
+        self.say(f"[{self.elapsed():6.1f}s] {what}")
+
+    def kill_main(self, member: Member, pause_s: float, with_pool: bool = False) -> bool:
+        """SIGKILL a process's main pid (`with_pool`: its whole process group at once, as a
+        container or host crash does; else its pool children are orphaned and finish what they
+        hold until the restart). The supervisor starts it again after `pause_s`."""
+        with self._lock:
+            if not member.process.running():
+                return False
+            member.restart_at = time.monotonic() + pause_s
+            if with_pool:
+                member.process.kill()
+            else:
+                member.process.kill_main()
+        if member.role == "listen":
+            kind, what = "listener kills", "listen"
+        else:
+            kind = "worker kills (main with its pool)" if with_pool else "worker kills (main alone)"
+            what = f"{member.role} main" + (" with its pool" if with_pool else "")
+        self._fault(kind, f"SIGKILL {what} (restart in {pause_s:.1f}s)")
+        return True
+
+    def kill_pool_child(self, member: Member, rng: random.Random) -> bool:
+        """SIGKILL one prefork pool child; the worker's pool replaces it."""
+        with self._lock:
+            children = member.process.pool_children()
+            if not member.process.running() or not children:
+                return False
+            try:
+                os.kill(rng.choice(children), signal.SIGKILL)
+            except ProcessLookupError:
+                return False
+        self._fault("pool child kills", f"SIGKILL a pool child of {member.role}")
+        return True
+
+    def restart_redis(self, down_s: float) -> None:
+        """SIGKILL Redis, and start it again on the same AOF after `down_s`."""
+        self.redis.kill()
+        self._fault("redis kills", f"SIGKILL redis (back in {down_s:.1f}s)")
+        time.sleep(down_s)
+        self.redis.start()
+        self.last_fault_at = time.time()
