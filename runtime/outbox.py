@@ -415,9 +415,12 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup,
         if request is None or request.state != "result-unknown":
             return False
         attempt_no, started_at = conn.execute(
-            sql("SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r ORDER BY attempt_no DESC"),
+            sql(
+                "SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r"
+                " ORDER BY attempt_no DESC LIMIT 1"
+            ),
             {"r": request_id},
-        ).first()
+        ).one()  # result-unknown always follows an attempt
         if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(attempt_lease_s * 1000):
             return False  # too early to tell: ask again on a later pass
         conn.execute(

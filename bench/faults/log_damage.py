@@ -14,7 +14,7 @@ import hashlib
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +46,7 @@ class Damage:
     path: Path
     frame: int  # the damaged frame's index
     frames: int
-    events: list[tuple[int, str, int]]  # (seq, type, at) of every event before the damage
+    events: Sequence[tuple[int, str, int]]  # (seq, type, at) of every event before the damage
     digest: str  # sha256 of the damaged file
 
 

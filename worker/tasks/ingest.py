@@ -49,9 +49,11 @@ def ingest(self: Task, page: dict[str, Any]) -> dict[str, Any]:
 
 def _refuse(runtime: WorkerRuntime, page: Any, code: str) -> None:
     """A recorded page that does not validate is done for good, or it would be published again."""
-    key = [page.get(name) for name in ("account_id", "stream_id", "page_op_id")] if isinstance(page, dict) else []
-    if key and all(isinstance(part, str) for part in key):
-        refuse_page(runtime.store, *key, code)
+    if not isinstance(page, dict):
+        return
+    account_id, stream_id, page_op_id = (page.get(name) for name in ("account_id", "stream_id", "page_op_id"))
+    if isinstance(account_id, str) and isinstance(stream_id, str) and isinstance(page_op_id, str):
+        refuse_page(runtime.store, account_id, stream_id, page_op_id, code)
 
 
 def _confirm(runtime: WorkerRuntime, page: InboundPage) -> None:
