@@ -72,20 +72,17 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
         )
 
 
-def mark_ingested(db: sqlite3.Connection, page: InboundPage, outcome: str = INGESTED) -> int:
-    """Inside the caller's transaction: the page is done (`outcome` says how). A page that never
-    went through a receiver is recorded here, so its place in the receive order exists. Returns
-    the record's id."""
+def mark_ingested(db: sqlite3.Connection, page: InboundPage) -> None:
+    """Inside the caller's transaction: the page is done. A page that never went through a
+    receiver is recorded here, so its place in the receive order exists."""
     at = now_ms()
-    key = (page.account_id, page.stream_id, page.page_op_id)
     db.execute(
         "INSERT INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at,"
         " ingested_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id, page_op_id)"
         " DO UPDATE SET ingested_at = excluded.ingested_at, outcome = excluded.outcome"
         " WHERE received_page.ingested_at IS NULL",
-        (*key, page.model_dump_json(), at, at, at, outcome),
+        (page.account_id, page.stream_id, page.page_op_id, page.model_dump_json(), at, at, at, INGESTED),
     )
-    return db.execute(f"SELECT id FROM received_page WHERE {_KEY}", key).fetchone()[0]
 
 
 def refuse_page(store: DeliveryStore, account_id: str, stream_id: str, page_op_id: str, code: str) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 
 from runtime.accounts import require_account
 from runtime.errors import KefuError
+from runtime.inbox import record_received
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -108,23 +109,22 @@ def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict
 
 
 def hold_page(store: DeliveryStore, page: InboundPage) -> None:
-    """Keep the page for the resume. It is also a received page not yet ingested (if it was
-    published without being recorded, it is recorded now), so nothing of it lives in the broker."""
-    params = {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id, "page": page.model_dump_json()}
+    """Keep the page for the resume. It is also a received page not yet ingested (one published
+    without being recorded is recorded now), so nothing of it lives only in the broker."""
+    record_received(store, page)
     with store.write() as conn:
-        conn.execute(
-            sql(
-                "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
-                " published_at) VALUES (:a, :s, :p, :page, :at, :at)"
-            ),
-            {**params, "at": now_ms()},
-        )
         conn.execute(
             sql(
                 "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"
                 " VALUES (:a, :s, :p, :page, :at)"
             ),
-            {**params, "at": now_ms()},
+            {
+                "a": page.account_id,
+                "s": page.stream_id,
+                "p": page.page_op_id,
+                "page": page.model_dump_json(),
+                "at": now_ms(),
+            },
         )
 
 

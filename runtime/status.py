@@ -30,8 +30,8 @@ def stage_counts(store: DeliveryStore) -> list[StageCounts]:
 
 def is_quiet(store: DeliveryStore) -> bool:
     """Nothing received and not ingested, waiting for admission, claimed, in a turn, or waiting
-    to be sent. (A console
-    operator's mirrored line waits as context for the buyer's next message: that is quiet.)"""
+    to be sent. (A console operator's mirrored line waits as context for the buyer's next
+    message: that is quiet.)"""
     with store.read() as conn:
         return not conn.execute(
             sql(

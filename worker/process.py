@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from celery import Celery
@@ -36,7 +37,7 @@ def child_pids(pid: int) -> list[int]:
     return sorted(set(children))
 
 
-class KefuProcess:
+class KefuProcess(ABC):
     """One child process running `command()`, in its own process group, logging to a file.
 
     `clean_env` drops the KEFU_* variables of this process's own environment, so a child sees
@@ -51,8 +52,9 @@ class KefuProcess:
         self.started_at = 0.0
         self._log_offset = 0
 
+    @abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The command line this kind of process runs."""
 
     def start(self) -> KefuProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
