@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from runtime.agent.sessions import damaged_folder, damaged_sessions
 from runtime.report import requests_by_message
 from runtime.session_log import CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore
@@ -84,11 +85,6 @@ class LedgerAudit(BaseModel):
     def lost(self) -> int:
         return self.lost_never_stored + self.lost_not_admitted + self.lost_not_answered
 
-    @property
-    def clean(self) -> bool:
-        return self.lost == 0 and self.doubled == 0 and self.unattributed_sends == 0
-
-
 def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: str) -> LedgerAudit:
     sends = platform.received(account_id)
     per_ref = Counter(send.client_ref for send in sends)
@@ -161,32 +157,20 @@ def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: 
 
 # -- session logs: can every one still be loaded? ---------------------------------------------
 
-KEPT_MARKERS = ("damaged", "corrupt")  # a damaged log kept aside has one in its name or folder
-
-
 class SessionLogScan(BaseModel):
     logs: int  # current session logs (kept-aside copies not included)
     corrupt: list[str]  # session file names whose load raised CorruptSessionLog
     torn: list[str]  # session file names that load with a torn tail
-    kept_aside: list[str]  # paths of kept damaged copies (damaged_session rows, or by name)
+    kept_aside: list[str]  # paths of kept damaged copies
 
 
 def kept_damaged_paths(store: DeliveryStore, sessions_dir: Path) -> set[Path]:
-    """Damaged logs kept aside: the delivery store's damaged_session rows (where the schema has
-    that table), and any file under the sessions folder named, or in a folder named, as
-    damaged or corrupt."""
-    kept = {p.resolve() for p in sessions_dir.rglob("*") if p.is_file() and _named_kept(p.relative_to(sessions_dir))}
+    """Damaged logs kept aside: the delivery store's damaged_session rows, and any file in the
+    damaged folder (a copy kept by a retirement that crashed before its row committed)."""
+    kept = {p.resolve() for p in damaged_folder(sessions_dir).glob("*") if p.is_file()}
     with store.read() as conn:
-        has_table = conn.execute(
-            sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'damaged_session'")
-        ).first()
-        if has_table:
-            kept |= {Path(row[0]).resolve() for row in conn.execute(sql("SELECT kept_path FROM damaged_session"))}
+        kept |= {Path(record.kept_path).resolve() for record in damaged_sessions(conn)}
     return kept
-
-
-def _named_kept(relative: Path) -> bool:
-    return any(marker in part.lower() for part in relative.parts for marker in KEPT_MARKERS)
 
 
 def scan_session_logs(store: DeliveryStore, sessions_dir: Path) -> SessionLogScan:

@@ -49,7 +49,6 @@ class KefuProcess(ABC):
         self.log_path = log_path
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
         self._log_offset = 0
 
     @abstractmethod
@@ -69,7 +68,6 @@ class KefuProcess(ABC):
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.started_at = time.monotonic()
         return self
 
     @property
@@ -81,15 +79,6 @@ class KefuProcess(ABC):
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc is not None else None
-
-    def wait_exit(self, timeout_s: float) -> int | None:
-        """The exit status, or None if it is still running after `timeout_s`."""
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
 
     def output(self) -> str:
         """What this run (since the last start) wrote to its log."""

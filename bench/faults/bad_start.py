@@ -22,12 +22,9 @@ import redis
 from bench.faults.options import Options
 from bench.faults.redis_server import RedisServer
 from bench.faults.report import RunReport
-from bench.faults.rig import ACCOUNT, PROJECT_ROOT, Say, base_env
+from bench.faults.rig import ACCOUNT, PROJECT_ROOT, Say, base_env, set_up_store
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
-from runtime.routes import RouteSpec, create_route
-from runtime.store import DeliveryStore
 from worker.celery_app import make_app, queue_name
 from worker.process import BeatProcess, KefuProcess, WorkerProcess
 
@@ -36,10 +33,7 @@ INGEST_QUEUE = queue_name("ingest", "default")
 
 def _good_store(data_dir: Path) -> Path:
     settings = load_settings(data_dir=data_dir)
-    store = DeliveryStore(settings.delivery_path, settings.delivery)
-    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="faults-shop-seller"))
-    create_route(store, RouteSpec(id="faults-direct", account_id=ACCOUNT, conversation_type="direct"), "faults-r")
-    store.close()
+    set_up_store(settings)
     return settings.delivery_path
 
 

@@ -23,6 +23,7 @@ from bench.faults.report import RunReport, settle
 from bench.faults.rig import ACCOUNT, Rig, RigConfig, Say
 from bench.faults.traffic import LINGER_S, STALL_S, conclude
 from bench.faults.workload import Publisher, Workload, buyer_id
+from runtime.agent.sessions import session_path
 from runtime.session_log import CorruptSessionLog, SessionLog, read_frames
 from runtime.store.sql import sql
 from transports.simulator import SimulatedPlatform
@@ -32,10 +33,6 @@ from worker.audit import kept_damaged_paths
 
 ROUNDS = 3  # messages per victim before the damage, each answered before the next
 ANSWER_WAIT_S = 30.0
-
-
-def session_path(sessions_dir: Path, session_id: str) -> Path:
-    return sessions_dir / f"{session_id}.jsonl.zst"  # SPEC 2: one log per session
 
 
 @dataclass
@@ -127,25 +124,14 @@ def damage_log(rig: Rig, victim: int, rng: random.Random) -> Damage | None:
 
 def _kept_copy(rig: Rig, damage: Damage) -> Path | None:
     """The damaged file kept aside for this session, if any."""
-    kept = kept_damaged_paths(rig.store, rig.settings.sessions_dir)
     with rig.store.read() as conn:
-        has_table = conn.execute(
-            sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'damaged_session'")
+        row = conn.execute(
+            sql("SELECT kept_path FROM damaged_session WHERE session_id = :s"), {"s": damage.session_id}
         ).first()
-        if has_table:
-            row = conn.execute(
-                sql("SELECT kept_path FROM damaged_session WHERE session_id = :s"), {"s": damage.session_id}
-            ).first()
-            if row is not None:
-                return _resolve(rig, Path(row[0]))
+    if row is not None:
+        return Path(row[0])
+    kept = kept_damaged_paths(rig.store, rig.settings.sessions_dir)
     return next((p for p in sorted(kept) if p.name.startswith(f"{damage.session_id}.")), None)
-
-
-def _resolve(rig: Rig, path: Path) -> Path:
-    """A recorded kept path, absolute or relative to the sessions folder or the data dir."""
-    if path.is_absolute():
-        return path
-    return next((base / path for base in (rig.settings.sessions_dir, rig.data_dir) if (base / path).exists()), path)
 
 
 def _surviving_events(damage: Damage) -> int:
@@ -191,7 +177,7 @@ def _talk(rig: Rig, workload: Workload, victims: list[int]) -> None:
 
 
 def _add_findings(rig: Rig, report: RunReport, damages: list[Damage], after: dict[int, BuyerMessage]) -> None:
-    report.rows.append(("kept copy looked for", "damaged_session.kept_path, else *damaged*/*corrupt* files"))
+    report.rows.append(("kept copy looked for", "damaged_session.kept_path, else files in sessions/<shard>/damaged/"))
     for damage in damages:
         row, checks = finding(rig, damage, _answered(rig, after[damage.victim]))
         report.rows.append((f"victim {buyer_id(damage.victim)}", row))

@@ -44,7 +44,6 @@ class Options:
     rate: float
     buyers: int
     settle_s: float
-    short: bool = False
     workdir: Path | None = None  # where the run keeps its data, logs and AOF (default: a temp dir)
     keep: bool = False  # keep the run dir even when the run passed
 
@@ -80,7 +79,6 @@ def options_for(
         rate=base.rate if rate is None else rate,
         buyers=base.buyers if buyers is None else buyers,
         settle_s=base.settle_s if settle_s is None else settle_s,
-        short=short,
         workdir=workdir,
         keep=keep,
     )

@@ -38,7 +38,6 @@ class RedisServer:
         if self.port == 6379:
             raise ValueError("the fault suite never uses the shared Redis port 6379")
         self.proc: subprocess.Popen[bytes] | None = None
-        self.kills = 0
 
     @property
     def url(self) -> str:
@@ -80,7 +79,6 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
-            self.kills += 1
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

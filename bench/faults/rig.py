@@ -25,11 +25,11 @@ import redis
 from celery import Celery
 
 from bench.faults.redis_server import RedisServer
-from config import ListenerSettings, Settings, load_settings
+from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
-from transports.simulator import SimulatedPlatform, SimulatorTransport
+from transports.simulator import SimulatedPlatform
 from worker.celery_app import make_app
 from worker.context import runtime_for
 from worker.process import BeatProcess, KefuProcess, ListenProcess, WorkerProcess
@@ -42,12 +42,12 @@ TICK_S = 0.2
 Say = Callable[[str], None]
 
 
-def optional_settings() -> dict[str, str]:
-    """Settings this version of kefu may not have yet (an unknown one would stop startup)."""
-    extra = {}
-    if "lease_s" in ListenerSettings.model_fields:  # else a killed listener's lease holds for 30 s
-        extra["KEFU_LISTENER__LEASE_S"] = "3"
-    return extra
+def set_up_store(settings: Settings) -> None:
+    """The run's shop: a simulator account with an enabled direct route."""
+    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="faults-shop-seller"))
+    create_route(store, RouteSpec(id="faults-direct", account_id=ACCOUNT, conversation_type="direct"), "faults-r")
+    store.close()
 
 
 def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
@@ -55,7 +55,7 @@ def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
     One model call (timeout × attempts) stays inside the turn lease and one platform send
     inside the attempt lease (the DingTalk and Wangwang timeouts count though unused here)."""
     return {
-        **optional_settings(),
+        "KEFU_LISTENER__LEASE_S": "3",  # a killed `kefu listen`'s accounts are listened to again soon
         "KEFU_DATA_DIR": str(data_dir),
         "KEFU_BROKER_URL": broker_url,
         "KEFU_RECONCILE__INTERVAL_S": "1",
@@ -95,7 +95,6 @@ class Member:
     restart_at: float | None = None  # a planned restart (after a kill), monotonic
     unplanned_exits: int = 0
     exit_reasons: Counter[str] = field(default_factory=Counter)
-    starts: int = 0
 
 
 @dataclass
@@ -125,7 +124,6 @@ class Rig:
         self.env: dict[str, str] = {}
         self.app: Celery
         self.platform: SimulatedPlatform
-        self.transport: SimulatorTransport
 
     # -- life cycle ----------------------------------------------------------------------------
     def __enter__(self) -> Rig:
@@ -142,9 +140,8 @@ class Rig:
     def start(self) -> None:
         self.redis.start()
         self.settings = load_settings(data_dir=self.data_dir, broker_url=self.redis.url)
-        self._set_up_store()
+        set_up_store(self.settings)
         self.platform = SimulatedPlatform(self.settings.simulator_path)
-        self.transport = SimulatorTransport(self.platform)
         self.app = make_app(self.settings)
         self.env = {**base_env(self.data_dir, self.redis.url), **self.config.env}
         for index in range(1, self.config.workers + 1):
@@ -162,12 +159,6 @@ class Rig:
             member.process.wait_ready(self.app, timeout_s=60)  # type: ignore[attr-defined]
         self._supervisor.start()
         self.say(f"rig up: redis :{self.redis.port}, {', '.join(m.role for m in self.members)}")
-
-    def _set_up_store(self) -> None:
-        store = DeliveryStore(self.settings.delivery_path, self.settings.delivery)
-        create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="faults-shop-seller"))
-        create_route(store, RouteSpec(id="faults-direct", account_id=ACCOUNT, conversation_type="direct"), "faults-r")
-        store.close()
 
     def close(self) -> None:
         self._stopping.set()
@@ -197,7 +188,6 @@ class Rig:
     # -- supervision ---------------------------------------------------------------------------
     def _start(self, member: Member) -> None:
         member.process.start()
-        member.starts += 1
 
     def _supervise(self) -> None:
         while not self._stopping.wait(TICK_S):

@@ -8,17 +8,16 @@ publish), else straight to the ingest queue.
 
 from __future__ import annotations
 
-import importlib
 import random
 import threading
 import time
-from collections.abc import Callable
 
 from celery import Celery
 
 from runtime.pages import InboundPage
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.simulator.platform import BuyerMessage
+from worker.receiving import receive_page
 
 # Each matches an entry of runtime/agent/knowledge/sample_faq.toml: the rules agent answers it.
 QUESTIONS = (
@@ -40,30 +39,20 @@ def buyer_id(index: int) -> str:
 
 
 class Publisher:
-    """Publishes a page the way any receiver must: `receive_page` if it exists."""
+    """Publishes a page the way any receiver must: through `receive_page`."""
+
+    via = "receive_page"
 
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._receive: Callable[[Celery, InboundPage], object] | None = None
-        try:
-            self._receive = importlib.import_module("worker.receiving").receive_page
-        except (ImportError, AttributeError):
-            self._receive = None
         self.retries = 0
-
-    @property
-    def via(self) -> str:
-        return "receive_page" if self._receive else "send_task"
 
     def publish(self, page: InboundPage) -> bool:
         """Publish (retrying like a platform redelivering an un-ACKed page). False if it gave up."""
         deadline = time.monotonic() + PUBLISH_PATIENCE_S
         while True:
             try:
-                if self._receive is not None:
-                    self._receive(self.app, page)
-                else:
-                    self.app.send_task("kefu.ingest.page", args=[page.model_dump(mode="json")])
+                receive_page(self.app, page)
                 return True
             except Exception:
                 self.retries += 1
@@ -114,15 +103,10 @@ class Workload:
                 self.unpublished += 1
         return message
 
-    def run(self, total: int, rate: float, exclude: frozenset[int] = frozenset()) -> None:
-        """Offer `total` messages paced at `rate`/s from every buyer but `exclude` (a late
-        start catches up). A `burst` takes the schedule's next messages early, so the total
-        and the mean rate stay."""
-        self._plan(total, rate, exclude)
-        self._pace()
-
     def start(self, total: int, rate: float, exclude: frozenset[int] = frozenset()) -> Workload:
-        """`run` in a thread of its own."""
+        """Offer `total` messages paced at `rate`/s from every buyer but `exclude`, in a thread
+        of its own (a late start catches up). A `burst` takes the schedule's next messages
+        early, so the total and the mean rate stay."""
         self._plan(total, rate, exclude)
         self._thread = threading.Thread(target=self._pace, name="faults-workload", daemon=True)
         self._thread.start()
