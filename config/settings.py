@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -406,6 +407,16 @@ class SettingsError(Exception):
     """A configuration value is invalid; the message names each variable and its bound."""
 
 
+def _without_credentials(url: str) -> str:
+    """A URL as it may be shown: its user, password and query (a token) left out."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is no number: not shown either
+        port = ""
+    return urlunsplit((parts.scheme, (parts.hostname or "") + port, parts.path, "", ""))
+
+
 def _describe(error: ValidationError) -> list[str]:
     lines = []
     for item in error.errors():
@@ -418,9 +429,11 @@ def _describe(error: ValidationError) -> list[str]:
         if item["type"] == "extra_forbidden":  # never echo the value: it may be a misplaced secret
             lines.append(f"  {variable}: not a kefu setting{_did_you_mean(variable)}")
             continue
-        # Echo only non-secret scalar inputs; never a key.
+        # Echo only non-secret scalar inputs; never a key, nor a URL's password or query.
         shown = item.get("input")
         secret = any(word in variable for word in ("KEY", "SECRET"))
+        if isinstance(shown, str) and "://" in shown:
+            shown = _without_credentials(shown)
         value = "" if secret or isinstance(shown, (dict, list)) or shown is None else f" (got {shown!r})"
         lines.append(f"  {variable}{value}: {message}")
     return lines

@@ -74,6 +74,7 @@ class DeliveryStore:
         exclusive = self.settings.locking_mode == "EXCLUSIVE"
         self.engine: Engine = create_engine(
             f"sqlite:///{self.path}",
+            hide_parameters=True,  # a failed statement's parameters hold bodies and cursors: never in a message
             poolclass=QueuePool,
             # EXCLUSIVE locking allows a single holder: one pooled connection.
             pool_size=1 if exclusive else 4,

@@ -244,3 +244,11 @@ def test_leases_that_outlive_their_work_are_accepted(monkeypatch, env):
     for variable, value in env.items():
         monkeypatch.setenv(variable, value)
     load_settings()
+
+
+def test_a_bad_url_is_echoed_without_its_password_or_query(monkeypatch):
+    monkeypatch.setenv("KEFU_BROKER_URL", "kafka://user:hunter2@10.0.0.5:9092/0?token=abc")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert "KEFU_BROKER_URL (got 'kafka://10.0.0.5:9092/0')" in str(raised.value)
+    assert "hunter2" not in str(raised.value) and "abc" not in str(raised.value)

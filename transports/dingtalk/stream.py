@@ -189,6 +189,9 @@ class StreamConnection:
                 failure = await self._sessions(http)
         except asyncio.CancelledError:  # closed by kefu
             failure = ListenerFailure("DINGTALK_CONNECTION_CLOSED")
+        except Exception as error:  # e.g. a malformed SYSTEM frame in the SDK: end the connection, say which class
+            log.warning("dingtalk %s: connection ended (%s)", self._account_id, type(error).__name__)
+            failure = ListenerFailure(f"DINGTALK_CONNECTION_LOST_{type(error).__name__}")
         if not self._opened.done():
             self._opened.set_exception(failure)
         self._events.put(failure)

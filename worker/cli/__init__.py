@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import sqlalchemy.exc
 import typer
 
-from runtime.errors import KefuError
 from worker.cli import accounts, control, memory, routes, sending, views  # noqa: F401  (each registers its commands)
-from worker.cli.common import cli, console, operator_error, print_error
+from worker.cli.common import cli, console, operator_errors
 
 
 @cli.command()
@@ -22,11 +20,8 @@ def demo(
     """Play a scripted conversation through a real worker on embedded defaults."""
     from worker.demo import run_demo
 
-    try:
+    with operator_errors():
         result = run_demo(data_dir, console)
-    except KefuError as error:
-        print_error(error)
-        raise typer.Exit(2) from None
     print(result.line())
     raise typer.Exit(0 if result.clean else 1)
 
@@ -34,11 +29,5 @@ def demo(
 def main() -> None:
     """The `kefu` entry point. An error a command did not catch itself (a store that is damaged
     or too new, say) still prints its code and exits 2: an operator never sees a traceback."""
-    try:
+    with operator_errors(SystemExit):
         cli()
-    except (KefuError, sqlalchemy.exc.DatabaseError) as error:
-        known = operator_error(error)
-        if known is None:
-            raise
-        print_error(known)
-        raise SystemExit(2) from None

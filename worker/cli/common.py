@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -61,9 +61,9 @@ def print_error(error: KefuError) -> None:
 
 
 @contextmanager
-def operator_errors() -> Iterator[None]:
+def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> Iterator[None]:
     """A KefuError, or the store's SQLite failing, is the operator's answer: print the code
-    and exit 2, no traceback."""
+    and exit 2, no traceback. `exit_with` is typer's Exit inside a command, SystemExit outside."""
     try:
         yield
     except (KefuError, sqlalchemy.exc.DatabaseError) as error:
@@ -71,13 +71,13 @@ def operator_errors() -> Iterator[None]:
         if known is None:
             raise
         print_error(known)
-        raise typer.Exit(2) from None
+        raise exit_with(2) from None
     except ValidationError as error:  # an option that does not fit: name it, never echo the value
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors(include_input=False)
         )
         console.print(f"[red]kefu: KEFU_INVALID_INPUT: {problems}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise exit_with(2) from None
 
 
 def shop_time(ms: int) -> str:
