@@ -26,9 +26,10 @@ from config import load_settings
 from runtime.accounts import AccountSpec, create_account
 from runtime.admission import evaluate, load_batch
 from runtime.ingest import ingest_page
-from runtime.outbox import AttemptGrant, OutboundIntent, begin_attempt, record_sent, register_outbound
+from runtime.outbox import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 

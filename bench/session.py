@@ -25,12 +25,12 @@ from rich.table import Table
 from config import OpenAISettings, load_settings
 from runtime.accounts import AccountSpec, create_account
 from runtime.admission import evaluate
-from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
+from runtime.ports import ModelProvider
 from runtime.routes import RouteSpec, create_route
-from runtime.session_log import SessionEvent, SessionLog
+from runtime.session_log import SESSION_EVENT, SessionLog, event_line
 from runtime.store import DeliveryStore
 from tests.fakes.openai_server import FakeOpenAI
 from transports.llm.openai import OpenAIChatProvider
@@ -71,7 +71,7 @@ def lines(events: int) -> list[bytes]:
     out = []
     for seq in range(events):
         type_, data = TURN[seq % len(TURN)]
-        out.append((SessionEvent(seq=seq, type=type_, at=0, **data).model_dump_json() + "\n").encode())
+        out.append(event_line(SESSION_EVENT.validate_python({"seq": seq, "type": type_, "at": 0, **data})).encode())
     return out
 
 

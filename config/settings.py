@@ -59,7 +59,8 @@ class OpenAISettings(_Section):
     @property
     def longest_call_s(self) -> float:
         """One model call at worst: every attempt times out, with the exponential backoff between."""
-        return self.timeout_s * self.max_attempts + self.retry_backoff_s * (2 ** (self.max_attempts - 1) - 1)
+        doublings: int = 2 ** (self.max_attempts - 1) - 1  # max_attempts >= 1: an int, never a float
+        return self.timeout_s * self.max_attempts + self.retry_backoff_s * doublings
 
 
 class AgentSettings(_Section):
@@ -442,10 +443,11 @@ def _describe(error: ValidationError) -> list[str]:
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings or raise SettingsError with one line per bad or unknown variable."""
     problems = _unknown_variables(os.environ)
+    settings: Settings | None = None
     try:
         settings = Settings(**overrides)
     except ValidationError as error:
         problems += _describe(error)
-    if problems:
+    if problems or settings is None:
         raise SettingsError("invalid kefu configuration:\n" + "\n".join(problems))
     return settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
@@ -11,7 +11,7 @@ from runtime.errors import AccountUnknown, KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import Account
+from runtime.store.tables import Account, table_of
 
 
 class AccountSpec(BaseModel):
@@ -39,7 +39,7 @@ def identity_clash(conn: Connection, spec: AccountSpec) -> None:
 def insert_account(conn: Connection, spec: AccountSpec) -> Account:
     identity_clash(conn, spec)
     row = Account(**spec.model_dump(), simulated=spec.platform == "simulator", created_at=now_ms())
-    conn.execute(Account.__table__.insert().values(**row.model_dump()))
+    conn.execute(table_of(Account).insert().values(**row.model_dump()))
     return row
 
 
@@ -112,7 +112,7 @@ def delete_account(store: DeliveryStore, account_id: str, expected_revision: int
     its platform identity may be added again. Returns the tombstone's revision."""
     with store.write() as conn:
 
-        def delete() -> dict:
+        def delete() -> dict[str, Any]:
             account = require_account(conn, account_id)
             if account.revision != expected_revision:
                 raise KefuError(
@@ -132,4 +132,5 @@ def delete_account(store: DeliveryStore, account_id: str, expected_revision: int
             conn.execute(sql("DELETE FROM credential WHERE account_id = :a"), {"a": account_id})
             return {"revision": account.revision + 1}
 
-        return run_once(conn, op_id, "account.delete", delete)["revision"]
+        revision: int = run_once(conn, op_id, "account.delete", delete)["revision"]
+        return revision

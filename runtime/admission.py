@@ -17,7 +17,7 @@ from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import AdmissionBatch, Customer, Route
+from runtime.store.tables import AdmissionBatch, Customer, Route, table_of
 
 Reason = Literal[
     "admitted",
@@ -105,7 +105,9 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         batch_id = f"b{customer_id}-{ids[0]}"  # stable: derived from the first claimed message
         at = now_ms()
         conn.execute(
-            AdmissionBatch.__table__.insert().values(
+            table_of(AdmissionBatch)
+            .insert()
+            .values(
                 id=batch_id,
                 customer_id=customer_id,
                 handling_epoch=customer.handling_epoch,

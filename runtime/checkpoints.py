@@ -89,9 +89,12 @@ def compute_report(conn: Connection, account_id: str, generation: int) -> Checkp
             params,
         ).scalar_one(),
     )
-    cursors = dict(
-        conn.execute(sql("SELECT stream_id, cursor FROM provider_cursor WHERE account_id = :a"), params).all()
-    )
+    cursors: dict[str, str] = {
+        stream_id: cursor
+        for stream_id, cursor in conn.execute(
+            sql("SELECT stream_id, cursor FROM provider_cursor WHERE account_id = :a"), params
+        )
+    }
     return CheckpointReport(
         account_id=account_id,
         generation=generation,

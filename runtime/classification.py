@@ -36,7 +36,8 @@ def evidence_role(provider_role: str) -> SenderRole:
 def classify_inbound_sender(
     conn: Connection, account_id: str, platform_message_id: str, provider_role: str
 ) -> SenderRole:
-    return conn.execute(
+    role: SenderRole = conn.execute(
         sql("SELECT " + role_sql(":a", ":m", ":e")),
         {"a": account_id, "m": platform_message_id, "e": evidence_role(provider_role)},
     ).scalar_one()
+    return role

@@ -41,4 +41,5 @@ def load_credentials(store: DeliveryStore, account_id: str) -> dict[str, Any]:
         ).scalar_one_or_none()
     if secret is None:
         raise CredentialsMissing(account_id)
-    return json.loads(secret)
+    credentials: dict[str, Any] = json.loads(secret)
+    return credentials

@@ -43,7 +43,7 @@ def list_customers(
     reader: str = "operator",
 ) -> list[CustomerSummary]:
     with store.read() as conn:
-        rows = conn.execute(
+        found = conn.execute(
             sql(
                 "SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title, c.last_activity_at,"
                 " c.handling_paused, c.handling_reason FROM customer c JOIN account a ON a.id = c.account_id"
@@ -60,7 +60,7 @@ def list_customers(
                 "n": limit,
             },
         ).mappings()
-        rows = [dict(row) for row in rows]
+        rows = [dict(row) for row in found]
     unread = unread_counts(store).get(reader, [row["id"] for row in rows])
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
 
@@ -142,7 +142,7 @@ def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, water
                 f"watermark {watermark} is beyond customer {customer_id}'s messages (newest is {newest})",
                 "pass an id no newer than that, or omit it to mark everything read",
             )
-        return conn.execute(
+        stored: int = conn.execute(
             sql(
                 "INSERT INTO reader_watermark (customer_id, reader, watermark, updated_at) VALUES (:c, :r, :w, :at)"
                 " ON CONFLICT (customer_id, reader) DO UPDATE SET watermark = max(watermark, excluded.watermark),"
@@ -150,3 +150,4 @@ def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, water
             ),
             {"c": customer_id, "r": reader, "w": target, "at": now_ms()},
         ).scalar_one()
+        return stored

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class KefuError(Exception):
     """An error an operator can meet: a stable code, what happened, and what to do."""
@@ -38,3 +40,18 @@ class PageRejected(KefuError):
             "inbound page rejected: " + "; ".join(problems),
             "fix the transport that produced it; the provider cursor was not advanced",
         )
+
+
+def validation_problems(error: ValidationError, whole: str) -> list[str]:
+    """Each failed field as "where: what is wrong", never its value: a value may be a message
+    body, a cursor or a secret. `whole` names a failure of the object itself."""
+    return [
+        f"{'.'.join(map(str, item['loc'])) or whole}: {item['msg'].removeprefix('Value error, ')}"
+        for item in error.errors(include_input=False, include_url=False)
+    ]
+
+
+def invalid_fields(error: ValidationError, whole: str) -> str:
+    """The failed fields' names alone, for a log line: "invalid a, b.c"."""
+    fields = sorted({".".join(map(str, item["loc"])) or whole for item in error.errors(include_input=False)})
+    return "invalid " + ", ".join(fields)

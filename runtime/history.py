@@ -17,14 +17,17 @@ class HistoryPage(BaseModel):
 
 
 def query_history(conn: Connection, customer_id: int, limit: int, before: int | None, zone: ZoneInfo) -> HistoryPage:
-    rows = conn.execute(
-        sql(
-            "SELECT id, sender_role, sender_name, content_type, body, received_at FROM inbound_message"
-            " WHERE customer_id = :c AND (:before IS NULL OR id < :before) ORDER BY id DESC LIMIT :n"
-        ),
-        {"c": customer_id, "before": before, "n": limit + 1},
-    ).mappings()
-    rows = list(rows)
+    rows = (
+        conn.execute(
+            sql(
+                "SELECT id, sender_role, sender_name, content_type, body, received_at FROM inbound_message"
+                " WHERE customer_id = :c AND (:before IS NULL OR id < :before) ORDER BY id DESC LIMIT :n"
+            ),
+            {"c": customer_id, "before": before, "n": limit + 1},
+        )
+        .mappings()
+        .all()
+    )
     page, more = rows[:limit], len(rows) > limit
     lines = [render_line(RenderableMessage.model_validate(dict(row)), zone) for row in reversed(page)]
     return HistoryPage(lines=lines, next_before=page[-1]["id"] if more else None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -119,7 +120,7 @@ def advance_cursor(db: sqlite3.Connection, account_id: str, stream_id: str) -> N
     )
 
 
-def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict]:
+def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict[str, Any]]:
     """Pages still not ingested, published more than a grace ago (doubling with each publish,
     so a backlog in the broker is not multiplied), oldest first, marked as published again.
     Pages held by an input pause wait for the resume instead."""
@@ -147,7 +148,7 @@ def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict]:
 def received_not_ingested(conn: Connection, account_id: str) -> int:
     """Messages of the account's pages that were received and are not ingested yet: input a
     checkpoint counts as pending, like stored input not yet answered."""
-    return conn.execute(
+    messages: int = conn.execute(
         sql(
             "SELECT coalesce(sum((SELECT sum(json_array_length(g.value, '$.messages'))"
             " FROM json_each(r.page, '$.groups') g)), 0)"
@@ -155,6 +156,7 @@ def received_not_ingested(conn: Connection, account_id: str) -> int:
         ),
         {"a": account_id},
     ).scalar_one()
+    return messages
 
 
 def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int:

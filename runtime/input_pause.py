@@ -4,7 +4,7 @@ to upgrade safely, without losing any.
 While paused, a page is held instead of persisted: each conversation group checks the pause
 inside its own transaction, so a page caught midway keeps what it committed, its cursor stays,
 and it is held whole (replaying it later skips the committed groups). Admission stops too.
-Turns already admitted finish, and `drained` says when nothing is in flight. Resuming returns
+Turns already admitted finish, and `in_flight` says what is still on its way. Resuming returns
 the held pages for publishing again; a held page leaves the table once it is ingested.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Connection
@@ -79,7 +79,7 @@ class Resumed(BaseModel):
     """What the pause held back: pages to publish again, oldest first, and customers whose
     committed input the pause kept from admission (to admit now)."""
 
-    pages: list[dict]
+    pages: list[dict[str, Any]]
     customers: list[int]
 
 
@@ -100,7 +100,7 @@ def resume_input(store: DeliveryStore, account_id: str | None = None) -> Resumed
     return Resumed(pages=held_pages(store, account_id), customers=waiting)
 
 
-def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict]:
+def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:
     with store.read() as conn:
         rows = conn.execute(
             sql("SELECT page FROM held_page WHERE :a IS NULL OR account_id = :a ORDER BY held_at"), {"a": account_id}
@@ -143,7 +143,7 @@ def in_flight(store: DeliveryStore, account_id: str | None = None) -> int:
 
 
 def count_in_flight(conn: Connection, account_id: str | None) -> int:
-    return conn.execute(
+    count: int = conn.execute(
         sql(
             "SELECT (SELECT count(DISTINCT g.page_op_id) FROM group_receipt g"
             "  WHERE (:a IS NULL OR g.account_id = :a)"
@@ -156,13 +156,4 @@ def count_in_flight(conn: Connection, account_id: str | None) -> int:
         ),
         {"a": account_id},
     ).scalar_one()
-
-
-def drained(store: DeliveryStore, account_id: str | None = None, timeout_s: float = 30.0, poll_s: float = 0.1) -> bool:
-    """Wait until nothing of the scope is in flight. False if it still is after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while in_flight(store, account_id):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)
-    return True
+    return count

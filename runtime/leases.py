@@ -35,9 +35,7 @@ _GRANT = sql(
     " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
     " RETURNING token"
 )
-_RENEW = sql(
-    "UPDATE lease SET expires_at = :e WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :now"
-)
+_RENEW = sql("UPDATE lease SET expires_at = :e WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :now")
 
 
 class LeaseLost(KefuError):
@@ -57,7 +55,6 @@ def new_owner() -> str:
 class Fence:
     """Proof of one grant of a lease. `check` inside a write transaction fences that write."""
 
-
     store: DeliveryStore
     name: str
     owner: str
@@ -71,7 +68,6 @@ class Fence:
         params = {"n": self.name, "o": self.owner, "t": self.token, "e": at + self.ttl_ms, "now": at}
         if conn.execute(_RENEW, params).rowcount != 1:
             raise LeaseLost(self.name)
-
 
 
 @contextmanager

@@ -32,16 +32,6 @@ from runtime.store.sql import sql
 ListenerState = Literal["stopped", "starting", "running", "reconnecting", "failed"]
 
 
-class ListenerFailure(Exception):
-    """A listening connection could not be opened or was lost. `code` is safe to show and
-    store (never a secret, cursor or message text); `authorization` failures are final."""
-
-    def __init__(self, code: str, authorization: bool = False) -> None:
-        super().__init__(code)
-        self.code = code
-        self.authorization = authorization
-
-
 @dataclass
 class ListenerPolicy:
     settings: ListenerSettings
@@ -87,7 +77,7 @@ class ListenerPolicy:
         if self.failures >= s.reconnect_max_attempts:
             self.state, self.last_error = "failed", "KEFU_LISTENER_RETRIES_EXHAUSTED"
             return None
-        delay = min(s.reconnect_initial_ms * 2**self.attempts, s.reconnect_max_ms)
+        delay: int = min(s.reconnect_initial_ms * 2**self.attempts, s.reconnect_max_ms)
         if delay < s.reconnect_max_ms:
             self.attempts += 1  # capped: no more doubling to remember
         self.failures += 1

@@ -18,11 +18,11 @@ from runtime.accounts import require_account
 from runtime.admission import load_customer
 from runtime.errors import CustomerUnknown, KefuError, RequestUnknown
 from runtime.media import stage_media
-from runtime.outbox import OutboundIntent, load_request, register_outbound
+from runtime.outbox import load_request, register_outbound
 from runtime.recipients import RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
-from runtime.store.tables import Customer, OutboxRequest
+from runtime.store.tables import Customer, OutboundIntent, OutboxRequest
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
@@ -107,7 +107,7 @@ def _register(conn: Connection, customer: Customer, intent: OutboundIntent) -> O
         return _replayed(existing, intent)
     _check_account_can_send(conn, customer)
     try:
-        recipient = direct_recipient(conn, customer.id)  # type: ignore[arg-type]
+        recipient = direct_recipient(conn, intent.customer_id)  # the customer's id
     except RecipientUnavailable as error:
         return register_outbound(conn, intent, refused=error.code)  # recorded, never submitted
     return register_outbound(conn, intent.model_copy(update={"recipient_id": recipient}))
@@ -131,7 +131,7 @@ def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[Out
                 content = {"content_type": media.kind, "body": media.file_name, "media_sha256": media.sha256}
             intent = OutboundIntent(
                 request_id=send.request_id,
-                customer_id=customer.id,  # type: ignore[arg-type]
+                customer_id=send.customer_id,  # = customer.id, which SQLModel types as optional
                 account_id=customer.account_id,
                 conversation_id=customer.conversation_id,
                 origin="manual",
@@ -187,7 +187,7 @@ def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id:
             account_id=previous.account_id,
             conversation_id=previous.conversation_id,
             origin="manual",
-            content_type=previous.content_type,  # type: ignore[arg-type]
+            content_type=previous.content_type,
             body=previous.body,
             media_sha256=previous.media_sha256,
             handling_epoch=customer.handling_epoch,

@@ -24,7 +24,8 @@ def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], di
                 f"operation id {op_id!r} was already used for {row.kind}",
                 "use a new operation id for a new operation",
             )
-        return json.loads(row.result)
+        stored: dict[str, Any] = json.loads(row.result)
+        return stored
     result = operation()
     conn.execute(
         sql("INSERT INTO operation (id, kind, result, created_at) VALUES (:id, :kind, :result, :at)"),

@@ -17,89 +17,17 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
+from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
+from runtime.states import SETTLED, AttemptState, OutboxState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import OutboxRequest
-
-SETTLED = ("sent", "failed", "revoked", "route-changed", "skipped")
-
-
-class OutboundIntent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    request_id: str = Field(min_length=1, max_length=128)
-    customer_id: int
-    account_id: str
-    conversation_id: str
-    recipient_id: str | None = None
-    origin: Literal["auto", "manual"]
-    content_type: Literal["text", "image", "file"] = "text"
-    body: str = Field(min_length=1, max_length=20_000)  # the text, or a media message's file name
-    media_sha256: str | None = None
-    follows: str | None = None  # the earlier part of the same reply: sent only after it was sent
-    retry_of: str | None = None  # the result-unknown request an operator's retry replaces
-    batch_id: str | None = None
-    session_id: str | None = None
-    tool_call_id: str | None = None
-    route_generation: int | None = None
-    account_revision: int | None = None
-    handling_epoch: int | None = None
-
-
-class MediaPayload(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["image", "file"]
-    mime: str
-    file_name: str
-    data: bytes = Field(repr=False)
-
-
-class OutboundSend(BaseModel):
-    """What a transport is asked to deliver. `request_id` doubles as the client reference."""
-
-    model_config = ConfigDict(frozen=True)
-    request_id: str
-    account_id: str
-    conversation_id: str
-    recipient_id: str | None
-    text: str  # a media message's file name
-    media: MediaPayload | None = None
-
-
-class SendReceipt(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    platform_message_id: str = Field(min_length=1)
-
-
-class NeverReceived(BaseModel):
-    """A receipt query's definitive answer that the platform never got the request (only from a
-    platform that looks sends up by kefu's request id). An attempt older than the attempt lease
-    can no longer arrive, so the request is free to be attempted again: nothing was delivered."""
-
-    model_config = ConfigDict(frozen=True)
-
-
-SendLookup = SendReceipt | NeverReceived | None  # None: the platform cannot tell
-
-
-class SendFailure(Exception):
-    """A transport's classified failure: safe to retry, final, or of unknown outcome.
-
-    `retry_after_s` carries a platform's throttling hint for a not-submitted send.
-    """
-
-    def __init__(
-        self, kind: Literal["not-submitted", "rejected", "unknown"], code: str, retry_after_s: float | None = None
-    ) -> None:
-        self.kind = kind
-        self.code = code
-        self.retry_after_s = retry_after_s
-        super().__init__(f"{kind}: {code}")
+from runtime.store.tables import OutboundIntent, OutboxRequest
 
 
 @dataclass(frozen=True)
@@ -211,7 +139,7 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             return AttemptSkipped("unknown-request")
         if request.state in SETTLED:
             return AttemptSkipped("settled")
-        if request.state == "result-unknown":
+        if request.state == OutboxState.RESULT_UNKNOWN:
             return AttemptSkipped("result-unknown")
         last = conn.execute(
             sql(
@@ -220,7 +148,7 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             ),
             {"r": request_id},
         ).first()
-        if last is not None and last.state == "started":
+        if last is not None and last.state == AttemptState.STARTED:
             if last.started_at > at - int(lease_s * 1000):
                 return AttemptSkipped("in-progress")
             _mark(conn, request_id, last.attempt_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
@@ -350,7 +278,7 @@ def _mark(
     }
     conn.execute(sql(_MARK_ATTEMPT), params)
     changed = conn.execute(sql(_MARK_REQUEST), params).first()
-    if request_state == "sent" and changed is not None:
+    if request_state == OutboxState.SENT and changed is not None:
         for statement in _on_sent(*changed):
             conn.execute(sql(statement), params)
 
@@ -412,7 +340,7 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup,
     left result-unknown."""
     with store.write() as conn:
         request = load_request(conn, request_id)
-        if request is None or request.state != "result-unknown":
+        if request is None or request.state != OutboxState.RESULT_UNKNOWN:
             return False
         attempt_no, started_at = conn.execute(
             sql(
@@ -444,7 +372,7 @@ def confirm_result(
         request = load_request(conn, request_id)
         if request is None:
             raise RequestUnknown(request_id)
-        if request.state != "result-unknown":
+        if request.state != OutboxState.RESULT_UNKNOWN:
             raise KefuError(
                 "KEFU_REQUEST_NOT_UNKNOWN",
                 f"request {request_id!r} is {request.state}; only a result-unknown request can be confirmed",

@@ -12,28 +12,15 @@ from __future__ import annotations
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
 from sqlalchemy import Connection
 
-from runtime.agent.model import READ_NOTICE_PREFIX
-from runtime.pages import Id
+from runtime.ports import READ_NOTICE_PREFIX, BuyerReadReceipt
 from runtime.rendering import shop_time
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import BuyerRead
 
 Decision = Literal["stored", "already-stored", "unknown-message", "not-direct", "not-the-buyer"]
-
-
-class BuyerReadReceipt(BaseModel):
-    """What a transport reports (a DingTalk read-status answer, a Wangwang read push)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    account_id: Id
-    conversation_id: Id
-    platform_message_id: Id
-    reader_id: Id
-    read_at: AwareDatetime
 
 
 def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Decision:

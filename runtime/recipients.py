@@ -44,7 +44,7 @@ def direct_recipient(conn: Connection, customer_id: int) -> str | None:
     conversation_type, conversation_id, peer, platform, last_external = row
     if conversation_type != "direct":
         return None
-    recipient = last_external or peer
+    recipient: str | None = last_external or peer
     if recipient is None and platform == "wangwang":
         raise RecipientUnavailable(conversation_id)
     return recipient

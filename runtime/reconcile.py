@@ -4,6 +4,7 @@ duplicated broker message never loses or repeats work."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -24,7 +25,7 @@ def pending_work(store: DeliveryStore, grace_s: float, attempt_lease_s: float, r
     quiet = now - int(grace_s * 1000)
     with store.read() as conn:
 
-        def ids(query: str, **params: object) -> list:
+        def ids(query: str, **params: object) -> list[Any]:
             return [row[0] for row in conn.execute(sql(query), {"n": LIMIT, **params})]
 
         return PendingWork(

@@ -8,7 +8,7 @@ check (compare-and-set).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import Connection
@@ -18,12 +18,13 @@ from runtime.errors import KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import Route
+from runtime.store.tables import Route, table_of
 
 
-def _trigger(spec_name: str, column: str, default: object = None, **bounds: int) -> object:
-    """Accept the spec's name (`every_n`) as well as the stored column's (`trigger_every_n`)."""
-    return Field(default, validation_alias=AliasChoices(column, spec_name), **bounds)
+def _trigger(spec_name: str, column: str, default: bool | None = None, *, ge: int | None = None) -> Any:
+    """Accept the spec's name (`every_n`) as well as the stored column's (`trigger_every_n`).
+    Any, as pydantic's own `Field()`: the field's annotation gives its type."""
+    return Field(default, validation_alias=AliasChoices(column, spec_name), ge=ge)
 
 
 class RouteSpec(BaseModel):
@@ -89,12 +90,12 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
     _check(spec, batch_size)
     with store.write() as conn:
 
-        def create() -> dict:
+        def create() -> dict[str, Any]:
             require_account(conn, spec.account_id)
             if load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
             row = Route(**spec.model_dump(), created_at=now_ms())
-            conn.execute(Route.__table__.insert().values(**row.model_dump()))
+            conn.execute(table_of(Route).insert().values(**row.model_dump()))
             return row.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.create", create))
@@ -123,7 +124,7 @@ def update_route(
 ) -> Route:
     with store.write() as conn:
 
-        def update() -> dict:
+        def update() -> dict[str, Any]:
             current = _expect_revision(conn, route_id, expected_revision)
             fields = set(RouteSpec.model_fields)
             merged = {k: v for k, v in current.model_dump().items() if k in fields}
@@ -139,9 +140,8 @@ def update_route(
                 revision=current.revision + 1,
                 created_at=current.created_at,
             )
-            conn.execute(
-                Route.__table__.update().where(Route.__table__.c.id == route_id).values(**updated.model_dump())
-            )
+            table = table_of(Route)
+            conn.execute(table.update().where(table.c.id == route_id).values(**updated.model_dump()))
             return updated.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.update", update))
@@ -169,7 +169,7 @@ def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op
     never match again (SPEC 3.2)."""
     with store.write() as conn:
 
-        def delete() -> dict:
+        def delete() -> dict[str, Any]:
             _expect_revision(conn, route_id, expected_revision)
             conn.execute(sql("DELETE FROM route WHERE id = :r"), {"r": route_id})
             return {"deleted": route_id}

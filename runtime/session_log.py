@@ -22,12 +22,169 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import zstandard
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict
 
 from runtime.store import now_ms
 
 log = logging.getLogger(__name__)
 
+# A position (seq, 0..N-1) and a count (offset, 0..N) are different things; both are exact
+# non-negative integers.
+Seq = Annotated[int, Field(ge=0, strict=True)]
+Offset = Annotated[int, Field(ge=0, strict=True)]
+_offset = TypeAdapter(Offset)
+
+
+# --- the events ------------------------------------------------------------------------------
+# One model per event type with exactly that type's fields. An unknown type (a newer version's)
+# or a field the type does not have fails validation: `append` raises, and `load` reads the line
+# as one that is not a whole event (a torn tail if it is the last line, else CorruptSessionLog).
+# A field with a default is one some writers leave out; it stays out of the stored line then
+# (`event_line`), so the JSON on disk is what it always was.
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seq: Seq
+    at: int = Field(ge=0)  # ms since epoch
+
+
+@with_config(ConfigDict(extra="forbid"))
+class ToolCallRecord(TypedDict):
+    """One tool call the model requested (runtime.ports.ToolCall, as a plain mapping)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@with_config(ConfigDict(extra="forbid"))
+class RecallEntry(TypedDict):
+    """One folder of the recall block and the turn that brought it in."""
+
+    folder_id: str
+    turn: str
+
+
+class SystemMessage(_Event):
+    type: Literal["system/message"] = "system/message"
+    text: str
+
+
+class TurnStart(_Event):
+    type: Literal["turn/start"] = "turn/start"
+    turn: str
+    batch_id: str
+    kind: Literal["batch", "follow-up"]
+    follows: str | None = None  # a follow-up's interrupted turn
+
+
+class UserMessage(_Event):
+    type: Literal["user/message"] = "user/message"
+    source: str  # the batch id
+    text: str
+
+
+class StepStart(_Event):
+    type: Literal["step/start"] = "step/start"
+    turn: str
+    step: int = Field(ge=0)
+
+
+class StepEnd(_Event):
+    type: Literal["step/end"] = "step/end"
+    turn: str
+    step: int = Field(ge=0)
+
+
+class AssistantMessage(_Event):
+    type: Literal["assistant/message"] = "assistant/message"
+    text: str = ""
+    tool_calls: list[ToolCallRecord] = []
+    usage: dict[str, Any] | None = None  # the provider's usage and the context use
+
+
+class AssistantAttempt(_Event):
+    """A failed model call (never shown to the model)."""
+
+    type: Literal["assistant/attempt"] = "assistant/attempt"
+    attempt: int = Field(ge=1)
+    code: str
+    status: int | None  # HTTP status, if any
+
+
+class ToolCallStart(_Event):
+    """A requested tool call starts (durable before it runs)."""
+
+    type: Literal["tool/call"] = "tool/call"
+    call_id: str
+    name: str
+
+
+class ToolResult(_Event):
+    type: Literal["tool/result"] = "tool/result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    request_id: str | None = None  # the outbox request a send registered
+    code: str | None = None  # a closer's TOOL_OUTCOME_UNKNOWN or TOOL_NOT_STARTED
+
+
+class TurnEnd(_Event):
+    type: Literal["turn/end"] = "turn/end"
+    turn: str
+    outcome: Literal["complete", "interrupted", "error"]
+    reason: Literal["handling-paused", "model-unavailable"] | None = None
+
+
+class MessageRead(_Event):
+    """The buyer read one of our messages (SPEC 3.9)."""
+
+    type: Literal["im/message-read"] = "im/message-read"
+    request_id: str
+    platform_message_id: str
+    read_at: int  # ms since epoch, 0 if the platform gives none
+    text: str
+
+
+class MemoryArchive(_Event):
+    """Events before `upto` (but the system message) are archived out of the model's view."""
+
+    type: Literal["memory/archive"] = "memory/archive"
+    plan_id: str
+    upto: Offset
+    folders: int = Field(ge=0)
+    segments: int = Field(ge=0)  # cumulative over the session
+    after_percent: float
+    note: str
+
+
+class MemoryRecall(_Event):
+    """The whole recall block: its entries and its text."""
+
+    type: Literal["memory/recall"] = "memory/recall"
+    entries: list[RecallEntry]
+    text: str
+
+
+SessionEvent = Annotated[
+    SystemMessage
+    | TurnStart
+    | UserMessage
+    | StepStart
+    | StepEnd
+    | AssistantMessage
+    | AssistantAttempt
+    | ToolCallStart
+    | ToolResult
+    | TurnEnd
+    | MessageRead
+    | MemoryArchive
+    | MemoryRecall,
+    Field(discriminator="type"),
+]
 EventType = Literal[
     "turn/start",
     "turn/end",
@@ -43,20 +200,13 @@ EventType = Literal[
     "memory/archive",
     "memory/recall",
 ]
+SESSION_EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 
 
-# A position (seq, 0..N-1) and a count (offset, 0..N) are different things; both are exact
-# non-negative integers.
-Seq = Annotated[int, Field(ge=0, strict=True)]
-Offset = Annotated[int, Field(ge=0, strict=True)]
-_offset = TypeAdapter(Offset)
-
-
-class SessionEvent(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-    seq: Seq
-    type: EventType
-    at: int = Field(ge=0)  # ms since epoch
+def event_line(event: SessionEvent) -> str:
+    """The event's line in the log: seq, type and at, then the fields its writer gave."""
+    fields = event.model_dump(exclude_unset=True, exclude={"seq", "type", "at"})
+    return json.dumps({"seq": event.seq, "type": event.type, "at": event.at, **fields}, ensure_ascii=False) + "\n"
 
 
 class CorruptSessionLog(Exception):
@@ -147,7 +297,7 @@ class SessionLog:
             lines = payload.splitlines()
             for position, line in enumerate(lines):
                 try:
-                    event = SessionEvent.model_validate_json(line)
+                    event = SESSION_EVENT.validate_json(line)
                 except ValidationError as error:
                     if index < len(frames) - 1 or position < len(lines) - 1:
                         raise CorruptSessionLog(f"{self.path}: event {len(events)} is not a whole event") from error
@@ -177,11 +327,13 @@ class SessionLog:
         return events
 
     def _frame(self, events: list[SessionEvent]) -> bytes:
-        body = "".join(json.dumps(e.model_dump(), ensure_ascii=False) + "\n" for e in events).encode()
+        body = "".join(map(event_line, events)).encode()
         return self._compressor.compress(body)
 
     def append(self, type: EventType, **data: Any) -> SessionEvent:
-        event = SessionEvent(seq=self.offset, type=type, at=now_ms(), **data)
+        """Buffer one event, validated into its type's model: the caller names the type and
+        gives exactly its fields."""
+        event = SESSION_EVENT.validate_python(dict(seq=self.offset, type=type, at=now_ms(), **data))
         self._pending.append(event)
         return event
 

@@ -85,6 +85,7 @@ class LedgerAudit(BaseModel):
     def lost(self) -> int:
         return self.lost_never_stored + self.lost_not_admitted + self.lost_not_answered
 
+
 def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: str) -> LedgerAudit:
     sends = platform.received(account_id)
     per_ref = Counter(send.client_ref for send in sends)
@@ -105,7 +106,9 @@ def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: 
                 sql("SELECT request_id, batch_id, state FROM outbox_request WHERE account_id = :a"), {"a": account_id}
             )
         }
-        batch_state = dict(conn.execute(sql("SELECT id, state FROM admission_batch")).all())
+        batch_state: dict[str, str] = {
+            batch_id: state for batch_id, state in conn.execute(sql("SELECT id, state FROM admission_batch"))
+        }
     sent_by_batch: dict[str, list[str]] = {}
     unknown_batches: set[str] = set()
     for request_id, (batch_id, state) in requests.items():
@@ -156,6 +159,7 @@ def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: 
 
 
 # -- session logs: can every one still be loaded? ---------------------------------------------
+
 
 class SessionLogScan(BaseModel):
     logs: int  # current session logs (kept-aside copies not included)

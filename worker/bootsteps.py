@@ -17,7 +17,7 @@ LISTEN_OPTION = Option(
 )
 
 
-class ListenerStep(bootsteps.StartStopStep):
+class ListenerStep(bootsteps.StartStopStep):  # type: ignore[misc]  # celery is untyped: the base is Any
     """Starts after the pool and the embedded beat have forked (listeners use SQLite, which must
     not be open across a fork), stops with the worker: shutdown closes every connection."""
 

@@ -9,12 +9,12 @@ from celery import Celery
 from celery.signals import beat_init, worker_init
 from kombu import Exchange, Queue
 
-import worker.tasks  # noqa: F401  (registers the shared tasks on every app)
 from config import Settings, SettingsError, load_settings
 from runtime.errors import KefuError
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
+from worker.tasks import memory, pipeline  # registers the shared tasks on every app
 
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory")
 
@@ -27,6 +27,18 @@ def shard_queues(shard: str) -> list[Queue]:
     """One direct exchange per queue: a message lands in exactly one queue."""
     names = [queue_name(family, shard) for family in FAMILIES]
     return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
+    return {
+        "reconcile": {"task": pipeline.reconcile.name, "schedule": settings.reconcile.interval_s},
+        "checkpoint": {"task": pipeline.checkpoint.name, "schedule": settings.checkpoint.interval_ms / 1000},
+        "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
+        "read-status": {
+            "task": pipeline.read_status.name,
+            "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),
+        },
+    }
 
 
 def make_app(settings: Settings) -> Celery:
@@ -51,19 +63,12 @@ def make_app(settings: Settings) -> Celery:
         task_default_exchange=queue_name("ingest", shard),
         task_default_routing_key=queue_name("ingest", shard),
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
-        beat_schedule={
-            "reconcile": {"task": "kefu.ingest.reconcile", "schedule": settings.reconcile.interval_s},
-            "checkpoint": {"task": "kefu.receipts.checkpoint", "schedule": settings.checkpoint.interval_ms / 1000},
-            "memory-backlog": {"task": "kefu.memory.score_backlog", "schedule": 60.0},
-            "read-status": {
-                "task": "kefu.receipts.read_status",
-                "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),
-            },
-        },
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
         worker_hijack_root_logger=False,
     )
-    app.kefu_settings = settings  # type: ignore[attr-defined]
+    # After the configuration: naming a task object binds the tasks, which read it (acks_late).
+    app.conf.beat_schedule = beat_schedule(settings)
+    app.kefu_settings = settings
     install_listeners(app)
     return app
 

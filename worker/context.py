@@ -18,14 +18,13 @@ from celery import Celery
 from config import Settings
 from runtime.accounts import require_account
 from runtime.agent.memory import MemoryEngine
-from runtime.agent.model import ModelProvider
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.credentials import load_credentials
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
 from runtime.memory.store import MemoryStore
+from runtime.ports import ModelProvider, Transport
 from runtime.store import DeliveryStore
-from transports.base import Transport
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
@@ -138,6 +137,6 @@ class WorkerRuntime:
 def runtime_for(app: Celery) -> WorkerRuntime:
     current = getattr(app, "kefu_runtime", None)
     if current is None or current.pid != os.getpid():
-        current = WorkerRuntime(app.kefu_settings)  # type: ignore[attr-defined]
-        app.kefu_runtime = current  # type: ignore[attr-defined]
+        current = WorkerRuntime(app.kefu_settings)
+        app.kefu_runtime = current
     return current

@@ -73,6 +73,7 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
                 first_page = first_page or transport.page_of(ACCOUNT, [message])
                 console.print(f"[bold cyan]{BUYERS[buyer_id]}[/] ▸ {text}", soft_wrap=True)
             # The platform redelivers the first message (a late ACK): it must not be answered again.
+            assert first_page is not None  # every entry of SCRIPT says something
             receive_page(app, first_page)
             _wait_answered(store, platform)
             seen_sends = _print_replies(platform, seen_sends, console)

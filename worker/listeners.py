@@ -26,16 +26,10 @@ from runtime import leases
 from runtime.accounts import listening_accounts
 from runtime.errors import KefuError
 from runtime.ingest import committed_cursor
-from runtime.listener_policy import (
-    ListenerFailure,
-    ListenerPolicy,
-    ListenerState,
-    committed_since,
-    record_listener_state,
-)
+from runtime.listener_policy import ListenerPolicy, ListenerState, committed_since, record_listener_state
+from runtime.ports import ListenerConnection, ListenerFailure, Received, Transport
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import Account
-from transports.base import ListenerConnection, Received, Transport
 from worker.context import runtime_for
 from worker.receiving import Publish, broker_publisher
 

@@ -1,9 +1,9 @@
 """The one way a page enters kefu: record it in the delivery store, then publish it.
 
 Listeners, the DingTalk HTTP callback, the reconciler's catch-up, the demo and the benchmarks
-all publish through `receive_page`, so no page lives only in the broker (runtime.inbox). A page
-that is recorded but could not be published is not an error for the receiver: it may ACK the
-platform, and the reconciler publishes the record again after its grace.
+all receive through `receive_page` (runtime.pipeline.receive), so no page lives only in the
+broker. A page that is recorded but could not be published is not an error for the receiver:
+it may ACK the platform, and the reconciler publishes the record again after its grace.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ from collections.abc import Callable
 
 from celery import Celery
 
-from runtime.inbox import UNCHECKED, Unchecked, record_received
+from runtime import pipeline
+from runtime.inbox import UNCHECKED, Unchecked
 from runtime.pages import InboundPage
-from runtime.read_receipts import BuyerReadReceipt
+from runtime.ports import BuyerReadReceipt
 from worker.context import runtime_for
+from worker.dispatch import dispatch
 
 log = logging.getLogger(__name__)
-
-INGEST_TASK = "kefu.ingest.page"
-BUYER_READ_TASK = "kefu.receipts.buyer_read"
 
 Publish = Callable[[InboundPage | BuyerReadReceipt], None]
 
@@ -30,17 +29,13 @@ def receive_page(app: Celery, page: InboundPage, fetched_after: str | None | Unc
     """Record the page, then publish it unless it was ingested already (or, for a page fetched
     after a committed cursor, the cursor moved on). Returns whether it was published now; False
     also when the broker refused it (the record is republished later)."""
-    if not record_received(runtime_for(app).store, page, fetched_after):
+    step = pipeline.receive(runtime_for(app), page, fetched_after)
+    if not step.follow_ups:
         return False
-    return publish_recorded(app, page.model_dump(mode="json"))
-
-
-def publish_recorded(app: Celery, page: dict) -> bool:
-    """Publish a page that is already recorded. A broker failure is logged, never raised."""
     try:
-        app.send_task(INGEST_TASK, args=[page])
+        dispatch(app, step.follow_ups)
     except Exception as error:  # kept in SQLite: the reconciler publishes it after the grace
-        log.warning("page %s recorded, not yet published (%s)", page.get("page_op_id"), type(error).__name__)
+        log.warning("page %s recorded, not yet published (%s)", page.page_op_id, type(error).__name__)
         return False
     return True
 
@@ -53,6 +48,6 @@ def broker_publisher(app: Celery) -> Publish:
         if isinstance(item, InboundPage):
             receive_page(app, item)
         else:
-            app.send_task(BUYER_READ_TASK, args=[item.model_dump(mode="json")])
+            dispatch(app, pipeline.receive_read(item).follow_ups)
 
     return publish

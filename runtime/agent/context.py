@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import unicodedata
 
-from runtime.agent.model import AssistantReply, ChatMessage
+from runtime.ports import AssistantReply, ChatMessage
 
 PER_MESSAGE_TOKENS = 4  # role and framing
 

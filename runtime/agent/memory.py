@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +32,7 @@ from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
 from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, IndexedFolder, MemoryStore
-from runtime.session_log import SessionEvent, SessionLog
+from runtime.session_log import SessionEvent, SessionLog, ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -134,10 +135,11 @@ def _archived_messages(
 ) -> tuple[list[ArchivedMessage], dict[str, Path]]:
     """The archived messages and the images' files by name. A reply reads as what was sent
     (an image as a placeholder); the delivery receipt of a sent reply is left out."""
-    messages, images = [], {}
+    messages: list[ArchivedMessage] = []
+    images: dict[str, Path] = {}
     for event in events:
         message = chat_message(event)
-        if message is None or (event.type == "tool/result" and _sent_ok(event)):
+        if message is None or message.role == "system" or (isinstance(event, ToolResult) and _sent_ok(event)):
             continue
         parts = [message.content] if message.content else []
         for call in message.tool_calls:
@@ -150,15 +152,15 @@ def _archived_messages(
         text = "\n".join(parts)
         if text.strip():
             headline = _LABELS.sub("", text) if event.type == "user/message" else None
-            messages.append(ArchivedMessage(role=message.role, text=text, at_ms=event.at, headline=headline))  # type: ignore[arg-type]
+            messages.append(ArchivedMessage(role=message.role, text=text, at_ms=event.at, headline=headline))
     return messages, images
 
 
 _LABELS = re.compile(r"^\[[^\]]*\] \[[^\]]*\] ?", re.MULTILINE)  # "[time] [counterpart name] "
 
 
-def _sent_ok(event: SessionEvent) -> bool:
-    return getattr(event, "name", None) == "im_send_message" and not getattr(event, "is_error", False)
+def _sent_ok(result: ToolResult) -> bool:
+    return result.name == "im_send_message" and not result.is_error
 
 
 def _sent_text(arguments: str) -> str:
@@ -254,24 +256,32 @@ def _archive_turns(
         cuts.append((end, removed))
         if removed >= target:
             break
-    first = starts[0] if starts else upto
-    while cuts:  # one run makes at most max_folders_per_run folders: archive fewer turns if need be
-        cut, removed = cuts[-1]
-        messages, files = _archived_messages(events[first:cut], memory)
-        try:
-            planned = plan_folders(messages, memory.settings.target_chunk_chars, memory.settings.max_folders_per_run)
-            break
-        except TooManyFolders:
-            cuts.pop()
-    else:
+    fitting = _fitting_plan(events, starts[0] if starts else upto, cuts, memory)
+    if fitting is None:
         log_skip(memory, "no-cut")
         return ArchiveOutcome("no-cut", trimmed=trimmed)
+    cut, removed, planned, files = fitting
     images = _keep_images(planned, files, memory)
     source = ArchiveSource(session_id=session_id, from_seq=upto, to_seq=cut)
     folders = memory.store.commit_archive(memory.scope, plan_id(source), planned, source, images)
     _append_archive_event(log, memory, source, len(folders), used - removed)
     memory.store.record(memory.scope, "archive", folders=len(folders), removed_tokens=removed, trimmed=trimmed)
     return ArchiveOutcome("archived", len(folders), trimmed)
+
+
+def _fitting_plan(
+    events: list[SessionEvent], first: int, cuts: list[tuple[int, int]], memory: SessionMemory
+) -> tuple[int, int, list[PlannedFolder], dict[str, Path]] | None:
+    """The latest cut that fits one run, with its tokens removed, folders and images: one run
+    makes at most max_folders_per_run folders, so fewer turns are archived if need be."""
+    for cut, removed in reversed(cuts):
+        messages, files = _archived_messages(events[first:cut], memory)
+        try:
+            planned = plan_folders(messages, memory.settings.target_chunk_chars, memory.settings.max_folders_per_run)
+        except TooManyFolders:
+            continue
+        return cut, removed, planned, files
+    return None
 
 
 def plan_id(source: ArchiveSource) -> str:
@@ -356,7 +366,7 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
 
 
 def _within_limits(
-    entries: list[BlockEntry], folders: dict[str, Folder], memory: SessionMemory, turn: str
+    entries: list[BlockEntry], folders: Mapping[str, Folder | IndexedFolder], memory: SessionMemory, turn: str
 ) -> tuple[list[BlockEntry], list[str]]:
     """Drop lowest-priority blocks (σ) until the block fits its limits; this turn's picks go
     last and the final block always stays."""
@@ -379,7 +389,7 @@ def _within_limits(
 
 
 def _lowest_priority_first(
-    entries: list[BlockEntry], folders: dict[str, Folder], protect: str | None = None
+    entries: list[BlockEntry], folders: Mapping[str, Folder | IndexedFolder], protect: str | None = None
 ) -> list[BlockEntry]:
     """Blocks not injected by turn `protect`, in reverse σ order."""
     candidates = [e for e in entries if e.turn != protect and e.folder_id in folders]

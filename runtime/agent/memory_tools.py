@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.agent.memory import SessionMemory, render_memory
-from runtime.agent.model import ToolCall, ToolSpec
 from runtime.agent.tools import Args, Tool, ToolOutcome, Tools, TurnBinding, parse_arguments
 from runtime.memory.judge import EVENT_SIMILAR, JudgeCallInvalid, dice, judge, normalize_event, similar_event
 from runtime.memory.recall import RecallIndex
 from runtime.memory.store import IndexedFolder
 from runtime.memory.time_window import Window, overlaps, time_query
+from runtime.ports import ToolCall, ToolSpec
 from runtime.store import now_ms
 
 RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
@@ -133,7 +133,7 @@ def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
 
 class MemoryJudgeArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    updates: list[dict] = Field(
+    updates: list[dict[str, Any]] = Field(
         description="[{id, alpha 0.01-1, beta -10..10, keywords (3-8), event?, keep?, reason?}]"
     )
 

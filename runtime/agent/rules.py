@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runtime.agent.model import FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
 from runtime.errors import KefuError
+from runtime.ports import FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
 
 _LINE = re.compile(r"^\[[^\]]*\] \[counterpart(?: [^\]]*)?\] (?P<text>.*)$")
 

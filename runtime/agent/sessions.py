@@ -43,7 +43,9 @@ def damaged_folder(sessions_dir: Path) -> Path:
 
 def ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> str:
     with fenced(store, fence) as conn:
-        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar_one()
+        session_id: str | None = conn.execute(
+            sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
+        ).scalar_one()
         if session_id is None:
             session_id = f"s{customer_id}-1"
             conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})

@@ -14,16 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Connection
 
 from runtime.agent.memory import SessionMemory
-from runtime.agent.model import ToolCall, ToolSpec
-from runtime.errors import KefuError
+from runtime.errors import KefuError, validation_problems
 from runtime.handling import is_current, pause_handling
 from runtime.history import query_history
 from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
-from runtime.outbox import OutboundIntent, find_same_text, register_outbound
+from runtime.outbox import find_same_text, register_outbound
+from runtime.ports import ToolCall, ToolSpec
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
-from runtime.store.tables import AdmissionBatch, Customer, OutboxRequest
+from runtime.store.tables import AdmissionBatch, Customer, OutboundIntent, OutboxRequest
 
 
 class ImSendMessageArgs(BaseModel):
@@ -85,9 +85,7 @@ def parse_arguments(call: ToolCall, model: type[Args]) -> Args | ToolOutcome:
             f"Error: arguments of {call.name} are not valid JSON ({error.msg}); send a JSON object", True
         )
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors(include_input=False)
-        )
+        problems = "; ".join(validation_problems(error, "arguments"))
         return ToolOutcome(f"Error: invalid arguments for {call.name}: {problems}", True)
 
 
@@ -108,28 +106,31 @@ def _register_reply(
     """
     customer, batch = binding.customer, binding.batch
     text_id = request_id_for(binding.session_id, binding.turn_id, call.id)
-    common = {
-        "customer_id": customer.id,
-        "account_id": customer.account_id,
-        "conversation_id": customer.conversation_id,
-        "origin": "auto",
-        "batch_id": batch.id,
-        "session_id": binding.session_id,
-        "tool_call_id": call.id,
-        "route_generation": batch.route_generation,
-        "account_revision": binding.account_revision,
-        "handling_epoch": batch.handling_epoch,
-    }
-    text = OutboundIntent(request_id=text_id, body=args.text, **common)  # type: ignore[arg-type]
+    assert customer.id is not None  # a loaded row
+    text = OutboundIntent(
+        request_id=text_id,
+        body=args.text,
+        customer_id=customer.id,
+        account_id=customer.account_id,
+        conversation_id=customer.conversation_id,
+        origin="auto",
+        batch_id=batch.id,
+        session_id=binding.session_id,
+        tool_call_id=call.id,
+        route_generation=batch.route_generation,
+        account_revision=binding.account_revision,
+        handling_epoch=batch.handling_epoch,
+    )
     try:
-        recipient = direct_recipient(conn, customer.id)  # type: ignore[arg-type]
+        recipient = direct_recipient(conn, customer.id)
     except RecipientUnavailable as error:
         return [register_outbound(conn, text, refused=error.code)], error
     media = _stage_attachments(binding, conn, args.attachments) if args.attachments else []
     parts = [
-        OutboundIntent(
-            request_id=f"{text_id}-{n}", content_type=m.kind, body=m.file_name, media_sha256=m.sha256, **common
-        )  # type: ignore[arg-type]
+        OutboundIntent.model_validate(
+            {**text.model_dump(), "request_id": f"{text_id}-{n}", "content_type": m.kind, "body": m.file_name}
+            | {"media_sha256": m.sha256}
+        )
         for n, m in enumerate(media, 1)
     ] + [text]
     follows: str | None = None

@@ -30,16 +30,26 @@ from runtime.admission import (
 from runtime.agent.context import context_use
 from runtime.agent.memory import MemoryEngine, archive, context_tokens, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
-from runtime.agent.model import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider
 from runtime.agent.sessions import DAMAGED_NOTE, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
 from runtime.handling import is_current
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
+from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, render_batch
-from runtime.session_log import SessionEvent, SessionLog
+from runtime.session_log import (
+    AssistantMessage,
+    SessionEvent,
+    SessionLog,
+    StepEnd,
+    StepStart,
+    ToolCallStart,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 from runtime.store.tables import AdmissionBatch
@@ -74,15 +84,17 @@ class TurnResult:
 def repair(log: SessionLog) -> bool:
     """Close an unfinished turn at the tail. Returns True if closers were appended."""
     start = next(
-        (i for i in range(len(log.events) - 1, -1, -1) if log.events[i].type in ("turn/start", "turn/end")), None
+        (i for i in range(len(log.events) - 1, -1, -1) if isinstance(log.events[i], TurnStart | TurnEnd)), None
     )
-    if start is None or log.events[start].type == "turn/end":
+    if start is None:
         return False
     turn = log.events[start]
+    if not isinstance(turn, TurnStart):
+        return False
     tail = log.events[start:]
-    requested = [c for e in tail if e.type == "assistant/message" for c in getattr(e, "tool_calls", [])]
-    started = {e.call_id for e in tail if e.type == "tool/call"}
-    finished = {e.call_id for e in tail if e.type == "tool/result"}
+    requested = [c for e in tail if isinstance(e, AssistantMessage) for c in e.tool_calls]
+    started = {e.call_id for e in tail if isinstance(e, ToolCallStart)}
+    finished = {e.call_id for e in tail if isinstance(e, ToolResult)}
     for call in requested:
         if call["id"] in finished:
             continue
@@ -100,9 +112,9 @@ def repair(log: SessionLog) -> bool:
             code=code,
             content=f"Error: {code}: {note}",
         )
-    steps = [e for e in tail if e.type in ("step/start", "step/end")]
-    if steps and steps[-1].type == "step/start":
-        log.append("step/end", turn=steps[-1].turn, step=steps[-1].step)
+    step = next((e for e in reversed(tail) if isinstance(e, StepStart | StepEnd)), None)
+    if isinstance(step, StepStart):
+        log.append("step/end", turn=step.turn, step=step.step)
     log.append("turn/end", turn=turn.turn, outcome="interrupted")
     log.flush()
     return True
@@ -129,14 +141,14 @@ def deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone:
     mark_delivered(store, reads)
 
 
-def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[SessionEvent, str | None]]:
+def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[TurnStart, str | None]]:
     """(turn/start, outcome or None) for every turn recorded for a batch."""
-    ends = {e.turn: e.outcome for e in events if e.type == "turn/end"}
-    return [(e, ends.get(e.turn)) for e in events if e.type == "turn/start" and e.batch_id == batch_id]
+    ends = {e.turn: e.outcome for e in events if isinstance(e, TurnEnd)}
+    return [(e, ends.get(e.turn)) for e in events if isinstance(e, TurnStart) and e.batch_id == batch_id]
 
 
 def reconcile_session(
-    store: DeliveryStore, turns: list[tuple[SessionEvent, str | None]], batch: AdmissionBatch, fence: Fence | None
+    store: DeliveryStore, turns: list[tuple[TurnStart, str | None]], batch: AdmissionBatch, fence: Fence | None
 ) -> bool:
     """The session log already holds this batch's finished turn but the store never heard
     (a crash between the two), or the log that held it was damaged and retired while the
@@ -160,7 +172,7 @@ def replied_for(conn: Connection, batch: AdmissionBatch) -> bool:
 
 
 def call_model(
-    provider: ModelProvider, log: SessionLog, tools: list, retry: OpenAISettings, task: str = ""
+    provider: ModelProvider, log: SessionLog, tools: list[ToolSpec], retry: OpenAISettings, task: str = ""
 ) -> AssistantReply | None:
     """One model call with retries; each failed attempt is logged and never shown to the model.
     `task` is the memory scoring task of the system message. None when the model stayed

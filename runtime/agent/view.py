@@ -7,8 +7,8 @@ model saw before it.
 
 from __future__ import annotations
 
-from runtime.agent.model import ChatMessage, ToolCall
-from runtime.session_log import SessionEvent
+from runtime.ports import ChatMessage, ToolCall
+from runtime.session_log import MessageRead, SessionEvent, UserMessage
 
 # Sessions started before the memory engine carry this placeholder in their system message.
 LEGACY_MEMORY_SLOT = "\n\n[长期记忆]\n（暂无）"
@@ -16,11 +16,11 @@ LEGACY_MEMORY_SLOT = "\n\n[长期记忆]\n（暂无）"
 
 def chat_message(event: SessionEvent) -> ChatMessage | None:
     """The event as the model sees it, or None for events the model never sees."""
-    if event.type in ("user/message", "im/message-read"):
+    if isinstance(event, UserMessage | MessageRead):
         return ChatMessage(role="user", content=event.text)
     if event.type == "assistant/message":
-        calls = [ToolCall(**c) for c in getattr(event, "tool_calls", [])]
-        return ChatMessage(role="assistant", content=getattr(event, "text", ""), tool_calls=calls)
+        calls = [ToolCall(**c) for c in event.tool_calls]
+        return ChatMessage(role="assistant", content=event.text, tool_calls=calls)
     if event.type == "tool/result":
         return ChatMessage(role="tool", content=event.content, tool_call_id=event.call_id)
     return None

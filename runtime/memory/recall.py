@@ -182,7 +182,7 @@ def select(
     matched = [keys[i] for i in index.candidates(query, found) if i not in taken]
     high = heapq.nsmallest(k, (key for key in matched if -key[0] >= HIGH_ALPHA))
     low = sorted(key for key in matched if -key[0] < HIGH_ALPHA)
-    cursor = tuple(state.low_cursor) if state.low_cursor is not None else None
+    cursor = state.low_cursor
     start = bisect.bisect_right(low, cursor) if cursor is not None else 0
     after = low[start : start + k]
     rotation = after + low[: min(start, k - len(after))]  # after the cursor, then wrapping around

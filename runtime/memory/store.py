@@ -272,6 +272,7 @@ class MemoryStore:
                         (folder_id, compressor.compress(folder.text.encode())),
                     )
                     terms = self._write_index_entry(db, folder_id, folder.text, compressor)
+                    assert inserted.lastrowid is not None  # set by every successful INSERT
                     new_terms.append((inserted.lastrowid, terms))
                     for image in (images or {}).get(folder.seq, []):
                         db.execute(
@@ -305,7 +306,8 @@ class MemoryStore:
 
     def plan_size(self, plan_id: str) -> int:
         row = self._connection().execute("SELECT folder_count FROM archive_plan WHERE plan_id = ?", (plan_id,))
-        return row.fetchone()[0]
+        count: int = row.fetchone()[0]
+        return count
 
     def index_folders(self, scope: str) -> list[IndexedFolder]:
         """The scope's scored folders as recall reads them, in one query."""
@@ -327,7 +329,7 @@ class MemoryStore:
             .execute("SELECT data, keywords, extras FROM scope_postings WHERE scope = ?", (scope,))
             .fetchone()
         )
-        return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})  # type: ignore[return-value]
+        return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})
 
     def rebuild_index(self, scope: str | None = None) -> int:
         """Rewrite the index entries and postings of a scope (or of every scope) from the
@@ -457,7 +459,7 @@ def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int,
     """Add folders' term counts to the scope's postings snapshot (inside the caller's transaction)."""
     row = db.execute("SELECT data FROM scope_postings WHERE scope = ?", (scope,)).fetchone()
     postings: dict[str, bytes] = marshal.loads(row[0]) if row else {}
-    grown: dict[str, array] = {}
+    grown: dict[str, array[int]] = {}
     for rowid, terms in entries:
         for term, count in terms.items():
             packed = grown.get(term)
@@ -475,8 +477,8 @@ def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int,
 def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
     """Rewrite the scope's keyword and title/event postings from its scored folders (judging is
     rare and off the recall path; reading them back is one unmarshal)."""
-    keywords: dict[str, array] = {}
-    extras: dict[str, array] = {}
+    keywords: dict[str, array[int]] = {}
+    extras: dict[str, array[int]] = {}
     rows = db.execute("SELECT rowid, keywords, extra_terms FROM folder WHERE scope = ? AND scored = 1", (scope,))
     for rowid, words, extra in rows:
         for word in json.loads(words):

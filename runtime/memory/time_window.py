@@ -97,20 +97,21 @@ def time_query(
     given = [t for t in (time_from, time_to) if t is not None and t.strip()]
     if not given:
         return TimeQuery(windows=[])
-    points = [_point(t, zone, granularity) for t in given]
-    if any(p is None for p in points):
+    parsed = [_point(t, zone, granularity) for t in given]
+    points = [p for p in parsed if p is not None]
+    if len(points) < len(parsed):
         return TimeQuery(
             windows=[],
             warnings=["time: use YYYY, YYYY-MM, YYYY-MM-DD or epoch milliseconds; no time constraint applied"],
         )
     today = datetime.fromtimestamp(now_ms / 1000, tz=zone).date()
     if len(points) == 1:
-        day, unit = points[0]  # type: ignore[misc]
+        day, unit = points[0]
         if time_to is not None and time_from is None:  # only an end: the minimum range before it
             first = _unit_range(day, unit)[1] - timedelta(days=MIN_DAYS)
             return TimeQuery(windows=[_window(first, _unit_range(day, unit)[1], zone, "range", now_ms)])
         return TimeQuery(windows=_ladder(min(day, today), unit, zone, now_ms))
-    (a, unit_a), (b, unit_b) = points  # type: ignore[misc]
+    (a, unit_a), (b, unit_b) = points
     if a > b:
         (a, unit_a), (b, unit_b) = (b, unit_b), (a, unit_a)
     first, last = _unit_range(a, unit_a)[0], _unit_range(b, unit_b)[1]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DatabaseError, OperationalError
@@ -135,7 +135,8 @@ class DeliveryStore:
         """A pooled DBAPI connection in autocommit mode, for hot paths that run several short
         transactions with `immediate()`; no SQLAlchemy statement overhead."""
         with self.engine.connect() as conn:
-            yield conn.connection.dbapi_connection  # type: ignore[misc]
+            # SQLAlchemy declares a generic, optional DBAPI connection; pysqlite's is a sqlite3.Connection.
+            yield cast(sqlite3.Connection, conn.connection.dbapi_connection)
 
     def close(self) -> None:
         self.engine.dispose()

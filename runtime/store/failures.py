@@ -21,7 +21,7 @@ DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN", "SQLITE_IOERR",
 SQLiteError = sqlite3.DatabaseError | sqlalchemy.exc.DatabaseError
 
 
-def _driver_error(error: SQLiteError) -> BaseException:
+def _driver_error(error: SQLiteError) -> BaseException | None:
     return error.orig if isinstance(error, sqlalchemy.exc.DBAPIError) else error
 
 

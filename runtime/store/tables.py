@@ -1,11 +1,26 @@
 """SQLModel mappings of the delivery tables (the DDL itself lives in migrations.py).
 
-tests/unit/test_migrations.py checks that these mappings and the migrated schema agree.
+tests/unit/test_store.py checks that these mappings and the migrated schema agree. States are
+the enums of runtime.states; a Literal or enum column is stored as text (`sa_type`).
 """
 
 from __future__ import annotations
 
-from sqlmodel import Field, SQLModel
+from typing import Literal
+
+from sqlalchemy import Table
+from sqlmodel import AutoString, Field, SQLModel
+
+from runtime.states import AttemptState, BatchState, ListenerState, MessageState, OutboxState
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The SQLAlchemy table of a `table=True` model: SQLModel sets `__table__` on such a class
+    but does not declare it, so `Model.__table__` is untyped."""
+    table = getattr(model, "__table__", None)
+    if not isinstance(table, Table):
+        raise TypeError(f"{model.__name__} is not a table model")
+    return table
 
 
 class Account(SQLModel, table=True):
@@ -17,7 +32,7 @@ class Account(SQLModel, table=True):
     revision: int = 1
     connection_intent: str = "connected"
     authorization: str = "ready"
-    listener_state: str = "stopped"
+    listener_state: ListenerState = Field(default=ListenerState.STOPPED, sa_type=AutoString)
     last_error: str | None = None
     simulated: bool = False
     created_at: int
@@ -75,7 +90,7 @@ class InboundMessageRow(SQLModel, table=True):
     mention: bool | None = None
     direct_peer_id: str | None = None
     origin: str = "live"  # live | history
-    state: str = "pending"  # pending | claimed | committed | ignored | history | suppressed
+    state: MessageState = Field(default=MessageState.PENDING, sa_type=AutoString)
     batch_id: str | None = None
 
 
@@ -138,37 +153,43 @@ class AdmissionBatch(SQLModel, table=True):
     handling_epoch: int
     route_id: str
     route_generation: int
-    state: str = "claimed"  # claimed | committed | done | revoked
+    state: BatchState = Field(default=BatchState.CLAIMED, sa_type=AutoString)
     message_count: int
     created_at: int
     updated_at: int
 
 
-class OutboxRequest(SQLModel, table=True):
-    __tablename__ = "outbox_request"
-    request_id: str = Field(primary_key=True)
+class OutboundIntent(SQLModel):
+    """A message to send, as a turn's tool or an operator asks for it: validated, then
+    registered (runtime.outbox.register_outbound). Its row adds what became of it."""
+
+    model_config = {"extra": "forbid"}  # SQLModel's own ConfigDict type
+    request_id: str = Field(primary_key=True, min_length=1, max_length=128)
     customer_id: int
     account_id: str
     conversation_id: str
     recipient_id: str | None = None
-    origin: str  # auto | manual
-    content_type: str
-    body: str
+    origin: Literal["auto", "manual"] = Field(sa_type=AutoString)
+    content_type: Literal["text", "image", "file"] = Field(default="text", sa_type=AutoString)
+    body: str = Field(min_length=1, max_length=20_000)  # the text, or a media message's file name
+    media_sha256: str | None = None
+    follows: str | None = None  # the earlier part of the same reply: sent only after it was sent
+    retry_of: str | None = None  # the result-unknown request an operator's retry replaces
     batch_id: str | None = None
     session_id: str | None = None
     tool_call_id: str | None = None
     route_generation: int | None = None
     account_revision: int | None = None
     handling_epoch: int | None = None
-    # pending | sending | sent | failed | result-unknown | revoked | route-changed | skipped
-    state: str = "pending"
+
+
+class OutboxRequest(OutboundIntent, table=True):
+    __tablename__ = "outbox_request"
+    state: OutboxState = Field(default=OutboxState.PENDING, sa_type=AutoString)
     platform_message_id: str | None = None
     error_code: str | None = None
     created_at: int
     updated_at: int
-    retry_of: str | None = None
-    follows: str | None = None
-    media_sha256: str | None = None
     receipt_queries: int = 0
 
 
@@ -176,7 +197,7 @@ class OutboxAttempt(SQLModel, table=True):
     __tablename__ = "outbox_attempt"
     request_id: str = Field(primary_key=True)
     attempt_no: int = Field(primary_key=True)
-    state: str = "started"  # started | sent | not-submitted | rejected | unknown
+    state: AttemptState = Field(default=AttemptState.STARTED, sa_type=AutoString)
     owner: str
     started_at: int
     finished_at: int | None = None

@@ -42,7 +42,7 @@ def test_a_malformed_receipt_is_refused_naming_the_field_not_its_value(settings,
         "reader_id": "秘密",
         "read_at": "昨天",
     }
-    with captured("worker.tasks.receipts") as seen:
+    with captured("runtime.pipeline") as seen:
         assert app.tasks["kefu.receipts.buyer_read"].apply(args=[bad]).get() == "invalid"
     assert seen == ["buyer read receipt rejected: invalid read_at"]  # the field, never its value
     assert _reads(store) == []

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from runtime.admission import evaluate
-from runtime.agent.model import ChatMessage, ToolCall
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
 from runtime.agent.tools import TurnBinding, execute
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
+from runtime.ports import ChatMessage, ToolCall
 from runtime.session_log import SessionLog
 
 KNOWLEDGE = load_knowledge(None)

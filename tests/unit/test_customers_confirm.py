@@ -8,15 +8,10 @@ from runtime.accounts import AccountSpec, create_account
 from runtime.customers import list_customers
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
-from runtime.outbox import (
-    OutboundIntent,
-    SendFailure,
-    begin_attempt,
-    confirm_result,
-    record_failure,
-    register_outbound,
-)
+from runtime.outbox import begin_attempt, confirm_result, record_failure, register_outbound
 from runtime.pages import parse_page
+from runtime.ports import SendFailure
+from runtime.store.tables import OutboundIntent
 
 
 def page(account: str, op: str, conversation: str, name: str) -> dict:

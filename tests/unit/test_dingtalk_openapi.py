@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from config import DingTalkSettings
-from runtime.outbox import MediaPayload, OutboundSend, SendFailure
+from runtime.ports import MediaPayload, OutboundSend, SendFailure
 from tests.fakes.dingtalk import FakeDingTalk
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.openapi import DingTalkOpenAPI

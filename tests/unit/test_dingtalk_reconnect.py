@@ -14,8 +14,8 @@ import pytest
 
 from config import DingTalkSettings, ListenerSettings
 from runtime.accounts import AccountSpec, create_account, load_account
-from runtime.listener_policy import ListenerFailure
 from runtime.pages import InboundPage
+from runtime.ports import ListenerFailure
 from runtime.routes import RouteSpec, create_route
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.unit.test_listeners import Observer, Published

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from runtime.classification import classify_inbound_sender
 from runtime.errors import KefuError, PageRejected
 from runtime.ingest import commit_cursor, commit_group, committed_cursor, ingest_page
-from runtime.outbox import OutboundIntent, register_outbound
+from runtime.outbox import register_outbound
 from runtime.pages import parse_page
+from runtime.store.tables import OutboundIntent
 
 AT = "2026-11-30T06:05:00+00:00"
 

@@ -15,11 +15,9 @@ from config import ListenerSettings
 from runtime.accounts import AccountSpec, create_account, load_account, set_connection_intent
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
-from runtime.listener_policy import ListenerFailure
 from runtime.pages import InboundPage
-from runtime.read_receipts import BuyerReadReceipt
+from runtime.ports import BuyerReadReceipt, Heartbeat, ListenerFailure, Received
 from runtime.routes import RouteChanges, update_route
-from transports.base import Heartbeat, Received
 from worker.listeners import AccountListener, ListenerChange, ListenerSupervisor
 
 FAST = ListenerSettings(

@@ -10,13 +10,8 @@ from runtime.handling import pause_handling
 from runtime.history import query_history
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, query_manual, retry_manual, send_manual, send_manual_parts
-from runtime.outbox import (
-    AttemptGrant,
-    SendFailure,
-    begin_attempt,
-    record_failure,
-    record_sent,
-)
+from runtime.outbox import AttemptGrant, begin_attempt, record_failure, record_sent
+from runtime.ports import SendFailure
 from runtime.store.sql import sql
 
 

@@ -11,14 +11,14 @@ import pytest
 
 from runtime.accounts import AccountSpec, create_account
 from runtime.admission import evaluate, load_batch, load_customer
-from runtime.agent.model import ToolCall
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, query_manual, send_manual, send_manual_parts
 from runtime.media import AttachmentPolicy, describe, read_media_file
-from runtime.outbox import AttemptGrant, AttemptSkipped, SendFailure, begin_attempt, record_failure, record_sent
+from runtime.outbox import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
 from runtime.pages import parse_page
+from runtime.ports import SendFailure, ToolCall
 from runtime.routes import RouteSpec, create_route
 from runtime.store.sql import sql
 

@@ -8,17 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from config import Settings
 from runtime.admission import evaluate
 from runtime.agent.memory import MemoryEngine, archive, block_entries, rearchive, scope_of
 from runtime.agent.memory_jobs import SessionJobs, archive_job, score_scope
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
-from runtime.agent.turn import run_turn
+from runtime.agent.turn import TurnResult, run_turn
 from runtime.agent.view import model_view, system_text
 from runtime.ingest import ingest_page
 from runtime.memory.recall import load_state
 from runtime.memory.store import MemoryStore
 from runtime.session_log import SessionLog
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 KNOWLEDGE = load_knowledge(None)
 EARLY = [
@@ -35,12 +38,21 @@ EARLY = [
 ]
 
 
-def engine(settings, window=1000, allow_small=True, model_scores=False):
+def engine(
+    settings: Settings, window: int = 1000, allow_small: bool = True, model_scores: bool = False
+) -> MemoryEngine:
     memory = settings.memory.model_copy(update={"allow_small_window": allow_small})
     return MemoryEngine(MemoryStore(settings.memory_path), memory, window, settings.zone, model_scores)
 
 
-def say_and_turn(store, settings, transport, platform, memory, text):
+def say_and_turn(
+    store: DeliveryStore,
+    settings: Settings,
+    transport: SimulatorTransport,
+    platform: SimulatedPlatform,
+    memory: MemoryEngine,
+    text: str,
+) -> tuple[int, TurnResult]:
     message = platform.buyer_says("shop", "b1", "张三", text)
     customer = ingest_page(store, transport.page_of("shop", [message])).customer_ids[0]
     evaluate(store, customer, 1000)
@@ -48,24 +60,38 @@ def say_and_turn(store, settings, transport, platform, memory, text):
         store, RulesProvider(KNOWLEDGE), customer, settings.sessions_dir, settings.zone, settings.agent,
         memory_engine=memory,
     )  # fmt: skip
+    assert result is not None
     if result.archive_due:  # what the kefu.memory.archive task does after the turn
         SessionJobs(store, settings.sessions_dir, memory, 60).run(customer, archive_job)
     return customer, result
 
 
-def session(settings, result):
-    log = SessionLog(session_path(settings.sessions_dir, result.session_id))
+def session_of(result: TurnResult) -> str:
+    assert result.session_id is not None
+    return result.session_id
+
+
+def session(settings: Settings, result: TurnResult) -> SessionLog:
+    log = SessionLog(session_path(settings.sessions_dir, session_of(result)))
     log.load()
     return log
 
 
-def converse(store, settings, transport, platform, memory, texts):
-    for text in texts:
-        customer, result = say_and_turn(store, settings, transport, platform, memory, text)
-    return customer, result
+def converse(
+    store: DeliveryStore,
+    settings: Settings,
+    transport: SimulatorTransport,
+    platform: SimulatedPlatform,
+    memory: MemoryEngine,
+    texts: list[str],
+) -> tuple[int, TurnResult]:
+    turns = [say_and_turn(store, settings, transport, platform, memory, text) for text in texts]
+    return turns[-1]
 
 
-def test_old_turns_are_archived_whole_and_the_surface_gets_one_merged_note(store, settings, shop, transport, platform):
+def test_old_turns_are_archived_whole_and_the_surface_gets_one_merged_note(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings)
     customer, result = converse(store, settings, transport, platform, memory, EARLY)
     log = session(settings, result)
@@ -89,16 +115,20 @@ def test_old_turns_are_archived_whole_and_the_surface_gets_one_merged_note(store
     assert all(m.role != "tool" or m.tool_call_id in {c.id for v in view for c in v.tool_calls} for m in view)
 
 
-def test_a_small_window_is_not_archived_unless_allowed(store, settings, shop, transport, platform):
+def test_a_small_window_is_not_archived_unless_allowed(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings, allow_small=False)
     customer, result = converse(store, settings, transport, platform, memory, EARLY)
     assert memory.store.folders(scope_of(customer)) == []
     log = session(settings, result)
     log.open_for_append()
-    assert archive(log, result.session_id, memory.session(customer), 60).reason == "small-window"
+    assert archive(log, session_of(result), memory.session(customer), 60).reason == "small-window"
 
 
-def test_archiving_stops_after_two_episodes_above_the_hard_limit(store, settings, shop, transport, platform):
+def test_archiving_stops_after_two_episodes_above_the_hard_limit(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings, window=100_000)
     customer, result = converse(store, settings, transport, platform, memory, EARLY[:3])
     log = session(settings, result)
@@ -106,7 +136,7 @@ def test_archiving_stops_after_two_episodes_above_the_hard_limit(store, settings
     for _ in range(2):
         log.append("memory/archive", plan_id="x", upto=0, folders=0, segments=0, after_percent=120.0, note="")
     small = engine(settings, window=1000).session(customer)
-    assert archive(log, result.session_id, small, 10).reason == "hard-limit"
+    assert archive(log, session_of(result), small, 10).reason == "hard-limit"
 
 
 class CrashOnArchiveEvent(SessionLog):
@@ -116,26 +146,30 @@ class CrashOnArchiveEvent(SessionLog):
         return super().flush()
 
 
-def test_folders_committed_before_a_crash_are_adopted_not_archived_twice(store, settings, shop, transport, platform):
+def test_folders_committed_before_a_crash_are_adopted_not_archived_twice(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings, window=100_000)  # large: nothing archives during the turns
     customer, result = converse(store, settings, transport, platform, memory, EARLY[:4])
-    path = session_path(settings.sessions_dir, result.session_id)
+    path = session_path(settings.sessions_dir, session_of(result))
     small = engine(settings).session(customer)
     crashing = CrashOnArchiveEvent(path)
     crashing.open_for_append()
     with pytest.raises(RuntimeError, match="power cut"):
-        archive(crashing, result.session_id, small, 30)
+        archive(crashing, session_of(result), small, 30)
     made = memory.store.folders(scope_of(customer))
     assert made and not any(e.type == "memory/archive" for e in SessionLog(path).load())
     log = SessionLog(path)
     log.open_for_append()
-    outcome = archive(log, result.session_id, small, 30)
+    outcome = archive(log, session_of(result), small, 30)
     assert (outcome.reason, outcome.folders) == ("adopted", len(made))
     assert memory.store.folders(scope_of(customer)) == made  # no second plan
     assert [e.type for e in SessionLog(path).load()].count("memory/archive") == 1
 
 
-def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(store, settings, shop, transport, platform):
+def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings)
     customer, _ = converse(store, settings, transport, platform, memory, EARLY)
     scope = scope_of(customer)
@@ -149,14 +183,14 @@ def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(store, 
     system = model_view(log.events)[0].content
     assert "[长期记忆]" in system and all(f'id="{i}"' in system for i in picked)
     assert archived[picked[0]].rstrip() in system
-    restarted = SessionLog(session_path(settings.sessions_dir, result.session_id))
+    restarted = SessionLog(session_path(settings.sessions_dir, session_of(result)))
     assert system_text(restarted.load()) == system_text(log.events)  # byte for byte after a restart
     assert load_state(memory.store, scope).block == picked
 
 
 def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
-    store, settings, shop, transport, platform
-):
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     customer, _ = converse(store, settings, transport, platform, engine(settings), EARLY)
     memory = engine(settings, window=50_000)  # the recall block's limits leave both recalls in
     say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
@@ -177,7 +211,9 @@ def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
     assert not any(f.review for f in memory.store.folders(scope_of(customer)))
 
 
-def test_the_rearchive_task_trims_through_the_worker_shell(store, settings, shop, transport, platform):
+def test_the_rearchive_task_trims_through_the_worker_shell(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     from worker.celery_app import make_app
 
     customer, _ = converse(store, settings, transport, platform, engine(settings), EARLY)
@@ -199,7 +235,9 @@ def test_the_rearchive_task_trims_through_the_worker_shell(store, settings, shop
     assert all(f.scored and not f.review for f in memory.store.folders(scope_of(customer)))  # rescored
 
 
-def test_the_rules_agent_never_reuses_a_request_id_after_archiving(store, settings, shop, transport, platform):
+def test_the_rules_agent_never_reuses_a_request_id_after_archiving(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings)
     texts = EARLY + ["有优惠券吗", "可以开发票吗"]
     converse(store, settings, transport, platform, memory, texts)
@@ -212,10 +250,12 @@ def test_the_rules_agent_never_reuses_a_request_id_after_archiving(store, settin
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 
 
-def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(settings, tmp_path):
+def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(
+    settings: Settings, tmp_path: Path
+) -> None:
     from runtime.agent.memory_tools import MEMORY_TOOLS
-    from runtime.agent.model import ToolCall
     from runtime.agent.tools import TurnBinding, execute
+    from runtime.ports import ToolCall
 
     attachments = tmp_path / "attachments"
     attachments.mkdir()
@@ -253,8 +293,13 @@ def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(s
     (image,) = memory.store.images(scope_of(1))
     assert image.exists and Path(image.path).read_bytes() == PNG and image.mime == "image/png"
     binding = TurnBinding(
-        store=None, customer=None, batch=None, session_id="s1", account_revision=0, zone=settings.zone
-    )  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        customer=None,  # type: ignore[arg-type]
+        batch=None,  # type: ignore[arg-type]
+        session_id="s1",
+        account_revision=0,
+        zone=settings.zone,
+    )
     binding.memory = memory.session(1)
     found = execute(binding, ToolCall(id="x", name="memory_image", arguments='{"name": "size"}'), MEMORY_TOOLS)
     assert image.path in found.content and "exists=True" in found.content
@@ -262,7 +307,9 @@ def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(s
     assert missing.content == "No archived image matches."
 
 
-def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(store, settings, shop, transport, platform):
+def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
     memory = engine(settings, window=100_000)
     customer, result = converse(store, settings, transport, platform, memory, EARLY)
     log = session(settings, result)
@@ -276,7 +323,7 @@ def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(store, sett
         settings.zone,
         model_scores=False,
     )
-    outcome = archive(log, result.session_id, capped.session(customer), 10)
+    outcome = archive(log, session_of(result), capped.session(customer), 10)
     assert outcome.reason == "archived" and 1 <= outcome.folders <= 3
     (event,) = [e for e in log.all_events if e.type == "memory/archive"]
     assert event.upto in {e.seq for e in log.all_events if e.type == "turn/start"}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -17,13 +18,13 @@ import pytest
 from config import MemorySettings
 from runtime.agent.memory import MemoryEngine
 from runtime.agent.memory_tools import MEMORY_TOOLS, match_event
-from runtime.agent.model import ToolCall
 from runtime.agent.tools import TurnBinding, execute
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.judge import judge
 from runtime.memory.recall import load_state
 from runtime.memory.report import selfcheck
 from runtime.memory.store import MemoryStore
+from runtime.ports import ToolCall
 
 ZONE = ZoneInfo("Asia/Shanghai")
 SCOPE = "customer-1"
@@ -46,7 +47,7 @@ FOLDERS = [
 
 
 @pytest.fixture
-def memory(tmp_path):
+def memory(tmp_path: Path) -> MemoryEngine:
     store = MemoryStore(tmp_path / "var" / "memory-default.sqlite")
     planned = [
         PlannedFolder(seq=n, title=text[6:20], text=text, event_from=at(day), event_to=at(day, 13))
@@ -62,8 +63,15 @@ def memory(tmp_path):
     return MemoryEngine(store, MemorySettings(), 100_000, ZONE, model_scores=True, images_dir=tmp_path / "images")
 
 
-def call(memory, name, arguments) -> str:
-    binding = TurnBinding(store=None, customer=None, batch=None, session_id="s1", account_revision=0, zone=ZONE)  # type: ignore[arg-type]
+def call(memory: MemoryEngine, name: str, arguments: str | dict[str, Any]) -> str:
+    binding = TurnBinding(
+        store=None,  # type: ignore[arg-type]
+        customer=None,  # type: ignore[arg-type]
+        batch=None,  # type: ignore[arg-type]
+        session_id="s1",
+        account_revision=0,
+        zone=ZONE,
+    )
     binding.memory = memory.session(1)
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return execute(binding, ToolCall(id="c1", name=name, arguments=raw), MEMORY_TOOLS).content
@@ -73,7 +81,7 @@ def ids(result: str) -> list[str]:
     return [line.split('"')[1] for line in result.splitlines() if line.startswith("<memory id=")]
 
 
-def test_pages_are_stable_disjoint_and_never_advance_the_lanes(memory):
+def test_pages_are_stable_disjoint_and_never_advance_the_lanes(memory: MemoryEngine) -> None:
     pages = [call(memory, "memory_recall", {"keywords": "订单", "limit": 2, "offset": o}) for o in (0, 2, 4, 6)]
     found = [ids(page) for page in pages]
     flat = [i for page in found for i in page]
@@ -83,7 +91,7 @@ def test_pages_are_stable_disjoint_and_never_advance_the_lanes(memory):
     assert load_state(memory.store, SCOPE).round == 0  # a lookup, not a recall decision
 
 
-def test_a_day_widens_to_three_days_and_an_explicit_range_is_hard(memory):
+def test_a_day_widens_to_three_days_and_an_explicit_range_is_hard(memory: MemoryEngine) -> None:
     widened = call(memory, "memory_recall", {"keywords": "订单", "timeFrom": "2025-03-05"})
     assert "(day3)" in widened and len(ids(widened)) == 1  # 03-04 only: 03-03 is outside ±1 day
     monthly = call(memory, "memory_recall", {"keywords": "羽绒被", "timeFrom": "2025-06-20"})
@@ -94,7 +102,7 @@ def test_a_day_widens_to_three_days_and_an_explicit_range_is_hard(memory):
     assert len(ids(browse)) == 2  # no keywords: browse the time range
 
 
-def test_event_states_exact_ambiguous_unknown(memory):
+def test_event_states_exact_ambiguous_unknown(memory: MemoryEngine) -> None:
     labels = memory.store.events(SCOPE)
     assert match_event("四件套订单", labels).state == "exact"
     assert match_event("空", labels).state == "none"
@@ -108,7 +116,7 @@ def test_event_states_exact_ambiguous_unknown(memory):
     assert "No memory carries an event" in call(memory, "memory_recall", {"keywords": "订单", "event": "冰箱维修"})
 
 
-def test_judge_through_the_tool_boundary(memory):
+def test_judge_through_the_tool_boundary(memory: MemoryEngine) -> None:
     broken = call(memory, "memory_judge", '{"updates": [')
     assert broken.startswith("Error: arguments of memory_judge are not valid JSON")
     folder = memory.store.folders(SCOPE)[0]
@@ -121,12 +129,13 @@ def test_judge_through_the_tool_boundary(memory):
     )
     assert result["updated"] == [folder.id] and result["rejected"][0]["id"] == "mem-nope"
     stored = memory.store.folder(folder.id)
+    assert stored is not None
     assert (stored.alpha, stored.beta) == (1.0, 3.1)
     too_many = call(memory, "memory_judge", {"updates": [{"id": folder.id, "keep": True}] * 101})
     assert "KEFU_MEMORY_JUDGE_INVALID" in too_many
 
 
-def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory, tmp_path):
+def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory: MemoryEngine, tmp_path: Path) -> None:
     assert all(c.status == "PASS" for c in selfcheck(memory.store.path))
     db = sqlite3.connect(memory.store.path)
     with db:

@@ -9,10 +9,6 @@ import pytest
 from runtime.outbox import (
     AttemptGrant,
     AttemptSkipped,
-    NeverReceived,
-    OutboundIntent,
-    SendFailure,
-    SendReceipt,
     begin_attempt,
     load_request,
     next_pending,
@@ -21,6 +17,8 @@ from runtime.outbox import (
     register_outbound,
     settle_by_receipt,
 )
+from runtime.ports import NeverReceived, SendFailure, SendReceipt
+from runtime.store.tables import OutboundIntent
 
 
 def intent(request_id: str, origin: str, body: str, **frozen: object) -> OutboundIntent:

@@ -24,10 +24,7 @@ from runtime.handling import pause_handling, resume_handling
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, retry_manual, send_manual
 from runtime.outbox import (
-    SETTLED,
     AttemptGrant,
-    OutboundIntent,
-    SendFailure,
     begin_attempt,
     confirm_result,
     load_request,
@@ -36,9 +33,12 @@ from runtime.outbox import (
     register_outbound,
     settle_by_receipt,
 )
+from runtime.ports import SendFailure
 from runtime.routes import RouteSpec, create_route
+from runtime.states import SETTLED
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
+from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 FATES = (

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from runtime.manual import ManualSend, send_manual
-from runtime.outbox import SendReceipt, begin_attempt, record_sent
+from runtime.outbox import begin_attempt, record_sent
+from runtime.ports import SendReceipt
 from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 
 

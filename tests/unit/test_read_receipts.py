@@ -12,12 +12,14 @@ from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
-from runtime.outbox import AttemptGrant, OutboundIntent, SendReceipt, begin_attempt, record_sent, register_outbound
+from runtime.outbox import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.pages import parse_page
-from runtime.read_receipts import BuyerReadReceipt, accept_buyer_receipt
+from runtime.ports import BuyerReadReceipt, SendReceipt
+from runtime.read_receipts import accept_buyer_receipt
 from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
+from runtime.store.tables import OutboundIntent
 
 
 def say(store, transport, platform, text: str) -> int:

@@ -6,9 +6,10 @@ import time
 
 from runtime.admission import evaluate
 from runtime.ingest import ingest_page
-from runtime.outbox import OutboundIntent, begin_attempt, register_outbound
+from runtime.outbox import begin_attempt, register_outbound
 from runtime.reconcile import pending_work
 from runtime.status import is_quiet, stage_counts
+from runtime.store.tables import OutboundIntent
 
 
 def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):

@@ -15,7 +15,10 @@ from tests.unit.test_agent_turn import say, turn
 def write_frames(path, count: int) -> SessionLog:
     log = SessionLog(path)
     for n in range(count):
-        log.append("system/message" if n == 0 else "user/message", text=f"第{n}条", source="b")
+        if n == 0:
+            log.append("system/message", text="第0条")
+        else:
+            log.append("user/message", source="b", text=f"第{n}条")
         log.append("turn/end", turn=f"t{n}", outcome="complete")
         log.flush()
     return log

@@ -1,16 +1,35 @@
-"""Session log: zstd frames, contiguous seq, torn last frame ignored, crash closers."""
+"""Session log: zstd frames, contiguous seq, torn last frame ignored, crash closers, one model
+per event type with the JSON on disk as it always was."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 import zstandard
 from pydantic import ValidationError
 
 from runtime.agent.turn import repair
-from runtime.session_log import CorruptSessionLog, SessionEvent, SessionLog
+from runtime.session_log import (
+    SESSION_EVENT,
+    AssistantMessage,
+    CorruptSessionLog,
+    EventType,
+    MemoryRecall,
+    SessionEvent,
+    SessionLog,
+    SystemMessage,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+    event_line,
+)
 
 
-def test_flush_reports_durability_and_frames_read_back(tmp_path):
+def test_flush_reports_durability_and_frames_read_back(tmp_path: Path) -> None:
     log = SessionLog(tmp_path / "s.jsonl.zst")
     assert log.flush() is False
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
@@ -21,10 +40,10 @@ def test_flush_reports_durability_and_frames_read_back(tmp_path):
     log.flush()
     events = SessionLog(log.path).load()
     assert [e.seq for e in events] == [0, 1, 2]
-    assert events[1].text.endswith("你好")
+    assert isinstance(events[1], UserMessage) and events[1].text.endswith("你好")
 
 
-def test_a_torn_last_frame_is_ignored_then_truncated_before_appending(tmp_path):
+def test_a_torn_last_frame_is_ignored_then_truncated_before_appending(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl.zst"
     log = SessionLog(path)
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
@@ -46,12 +65,18 @@ def test_a_torn_last_frame_is_ignored_then_truncated_before_appending(tmp_path):
 
 
 @pytest.mark.parametrize("seq", [-1, 1.5, "2"])
-def test_seq_must_be_a_non_negative_integer(seq):
+def test_seq_must_be_a_non_negative_integer(seq: object) -> None:
     with pytest.raises(ValidationError):
-        SessionEvent(seq=seq, type="turn/start", at=0)
+        SESSION_EVENT.validate_python({"seq": seq, "type": "system/message", "at": 0, "text": ""})
 
 
-def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
+def _closer(event: SessionEvent) -> tuple[str, str | None]:
+    if isinstance(event, ToolResult):
+        return event.type, event.code
+    return event.type, event.outcome if isinstance(event, TurnEnd) else None
+
+
+def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path: Path) -> None:
     log = SessionLog(tmp_path / "s.jsonl.zst")
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
     log.append("step/start", turn="t0", step=0)
@@ -65,7 +90,7 @@ def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path):
     reopened = SessionLog(log.path)
     reopened.open_for_append()
     assert repair(reopened) is True
-    tail = [(e.type, getattr(e, "code", None) or getattr(e, "outcome", None)) for e in SessionLog(log.path).load()[4:]]
+    tail = [_closer(e) for e in SessionLog(log.path).load()[4:]]
     assert tail == [
         ("tool/result", "TOOL_OUTCOME_UNKNOWN"),
         ("tool/result", "TOOL_NOT_STARTED"),
@@ -79,11 +104,11 @@ def _frame(*lines: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(b"".join(line + b"\n" for line in lines))
 
 
-def _event(seq: int, type_: str = "system/message") -> bytes:
-    return SessionEvent(seq=seq, type=type_, at=1).model_dump_json().encode()
+def _event(seq: int) -> bytes:
+    return event_line(SystemMessage(seq=seq, at=1, text=f"第{seq}条")).rstrip("\n").encode()
 
 
-def test_a_truncated_json_line_at_the_tail_loads_up_to_the_last_whole_event(tmp_path):
+def test_a_truncated_json_line_at_the_tail_loads_up_to_the_last_whole_event(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl.zst"
     path.write_bytes(_frame(_event(0), _event(1)) + _frame(_event(2), _event(3)[:-7]))
     assert [e.seq for e in SessionLog(path).load()] == [0, 1, 2]
@@ -99,20 +124,132 @@ def test_a_truncated_json_line_at_the_tail_loads_up_to_the_last_whole_event(tmp_
     ]
 
 
-def test_damage_before_the_tail_is_corruption_not_a_torn_tail(tmp_path):
+def test_damage_before_the_tail_is_corruption_not_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl.zst"
     path.write_bytes(_frame(_event(0), b'{"seq": 1, "type"') + _frame(_event(2)))
     with pytest.raises(CorruptSessionLog, match="event 1 is not a whole event"):
         SessionLog(path).load()
 
 
-def test_an_offset_is_a_count_of_events(tmp_path):
+def test_an_offset_is_a_count_of_events(tmp_path: Path) -> None:
     log = SessionLog(tmp_path / "s.jsonl.zst")
     for text in ("a", "b", "c"):
         log.append("system/message", text=text)
     log.flush()
-    assert [e.text for e in log.since(1)] == ["b", "c"]
+    assert [e.text for e in log.since(1) if isinstance(e, SystemMessage)] == ["b", "c"]
     assert log.since(3) == [] and len(log.since(0)) == 3
+    bad: object
     for bad in (-1, 1.5, "2", 4):
         with pytest.raises(ValueError):
-            log.since(bad)
+            log.since(bad)  # type: ignore[arg-type]
+
+
+# --- the event models ------------------------------------------------------------------------
+
+CALL = {"id": "c1", "name": "im_send_message", "arguments": '{"text": "现货48小时内发货。"}'}
+# One line of every event type as the writers have always stored it: seq, type, at, then the
+# writer's fields (those some writers leave out are left out here too).
+LEGACY: list[tuple[EventType, dict[str, Any]]] = [
+    ("system/message", {"text": "你是本店客服。"}),
+    ("turn/start", {"turn": "t1", "batch_id": "b1-1", "kind": "batch"}),
+    ("user/message", {"source": "b1-1", "text": "[2026-11-30 14:05] [counterpart 张三] 什么时候发货？"}),
+    ("step/start", {"turn": "t1", "step": 0}),
+    ("assistant/attempt", {"attempt": 1, "code": "KEFU_MODEL_RATE_LIMITED", "status": 429}),
+    ("assistant/attempt", {"attempt": 2, "code": "KEFU_MODEL_TIMEOUT", "status": None}),
+    ("assistant/message", {"text": "", "tool_calls": [CALL], "usage": {"context_tokens": 812, "source": "estimate"}}),
+    ("assistant/message", {"text": "已回复顾客。", "tool_calls": []}),
+    ("tool/call", {"call_id": "c1", "name": "im_send_message"}),
+    (
+        "tool/result",
+        {"call_id": "c1", "name": "im_send_message", "content": "Queued", "is_error": False, "request_id": "auto-1"},
+    ),
+    ("tool/result", {"call_id": "c2", "name": "memory_recall", "content": "-", "is_error": False, "request_id": None}),
+    (
+        "tool/result",
+        {"call_id": "c3", "name": "im_send_message", "is_error": True, "code": "TOOL_NOT_STARTED", "content": "Error"},
+    ),
+    ("step/end", {"turn": "t1", "step": 0}),
+    ("im/message-read", {"request_id": "auto-1", "platform_message_id": "p1", "read_at": 0, "text": "[im-read] 已读"}),
+    ("turn/end", {"turn": "t1", "outcome": "complete"}),
+    ("turn/end", {"turn": "t2", "outcome": "interrupted", "reason": "handling-paused"}),
+    ("turn/start", {"turn": "t3", "batch_id": "b1-1", "kind": "follow-up", "follows": "t2"}),
+    (
+        "memory/archive",
+        {"plan_id": "ab12", "upto": 14, "folders": 2, "segments": 2, "after_percent": 41.5, "note": "[memory] 2"},
+    ),
+    ("memory/recall", {"entries": [{"folder_id": "f1", "turn": "t3"}], "text": "[长期记忆] …"}),
+]
+
+
+def _legacy_lines() -> list[str]:
+    """The lines as the log wrote them before the event models (json.dumps of the event)."""
+    return [
+        json.dumps({"seq": seq, "type": type_, "at": 1_700_000_000_000 + seq, **data}, ensure_ascii=False)
+        for seq, (type_, data) in enumerate(LEGACY)
+    ]
+
+
+def test_every_event_type_has_one_model_in_the_union() -> None:
+    types = {type_ for type_, _ in LEGACY}
+    assert types == set(get_args(EventType))
+    members = get_args(get_args(SessionEvent)[0])
+    assert sorted(m.model_fields["type"].default for m in members) == sorted(get_args(EventType))
+
+
+def test_existing_lines_load_into_their_models_and_are_written_back_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    lines = _legacy_lines()
+    path.write_bytes(_frame(*(line.encode() for line in lines)))
+    events = SessionLog(path).load()
+    assert [type(e).__name__ for e in events[:4]] == ["SystemMessage", "TurnStart", "UserMessage", "StepStart"]
+    assert all(e.type == type_ for e, (type_, _) in zip(events, LEGACY, strict=True))
+    # Nothing added (no null for a field a writer left out), nothing lost; the same keys in
+    # the same order where the models declare them in the writers' order.
+    assert [json.loads(event_line(e)) for e in events] == [json.loads(line) for line in lines]
+    # (the closers of repair give is_error and code before content: only there the order differs)
+    assert [event_line(e).rstrip("\n") for e in events if e.seq != 11] == [x for i, x in enumerate(lines) if i != 11]
+    message = events[6]
+    assert isinstance(message, AssistantMessage) and message.tool_calls == [CALL]
+    assert isinstance(events[16], TurnStart) and events[16].follows == "t2"
+    assert isinstance(events[18], MemoryRecall) and events[18].entries == [{"folder_id": "f1", "turn": "t3"}]
+
+
+def test_append_validates_into_the_type_model_and_writes_the_same_lines(tmp_path: Path) -> None:
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    for type_, data in LEGACY:
+        log.append(type_, **data)
+    log.flush()
+    written = zstandard.ZstdDecompressor().decompressobj().decompress(log.path.read_bytes()).decode()
+    stored = [{k: v for k, v in json.loads(line).items() if k != "at"} for line in written.splitlines()]
+    assert stored == [{"seq": seq, "type": t, **data} for seq, (t, data) in enumerate(LEGACY)]
+    assert isinstance(SessionLog(log.path).load()[9], ToolResult)
+
+
+@pytest.mark.parametrize(
+    ("type_", "data"),
+    [
+        ("system/message", {"text": "x", "source": "b1"}),  # a field the type does not have
+        ("turn/start", {"turn": "t0", "batch_id": "b1"}),  # a field the type needs
+        ("turn/end", {"turn": "t0", "outcome": "done"}),  # a value the type does not take
+        ("assistant/message", {"tool_calls": [{"id": "c1", "name": "x"}]}),
+        ("memory/recall", {"entries": [{"folder_id": "f1"}], "text": ""}),
+        ("kefu/unknown", {}),  # a type no model has
+    ],
+)
+def test_append_refuses_what_the_type_does_not_have(tmp_path: Path, type_: Any, data: dict[str, Any]) -> None:
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    with pytest.raises(ValidationError):
+        log.append(type_, **data)
+    assert log.offset == 0
+
+
+def test_an_unknown_type_loads_as_it_always_did_as_an_event_that_is_not_whole(tmp_path: Path) -> None:
+    """A newer version's event type: corruption before the tail, a torn tail at the end."""
+    newer = b'{"seq": 1, "type": "kefu/from-the-future", "at": 1}'
+    path = tmp_path / "s.jsonl.zst"
+    path.write_bytes(_frame(_event(0), newer) + _frame(_event(2)))
+    with pytest.raises(CorruptSessionLog, match="event 1 is not a whole event"):
+        SessionLog(path).load()
+    path.write_bytes(_frame(_event(0)) + _frame(newer))
+    log = SessionLog(path)
+    assert [e.seq for e in log.load()] == [0] and log.torn_bytes > 0

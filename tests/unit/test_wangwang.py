@@ -10,8 +10,7 @@ import pytest
 
 from runtime.accounts import AccountSpec, create_account
 from runtime.ingest import ingest_page
-from runtime.listener_policy import ListenerFailure
-from runtime.outbox import NeverReceived, OutboundSend, SendFailure
+from runtime.ports import ListenerFailure, NeverReceived, OutboundSend, SendFailure
 from transports.wangwang import WangwangCredentials, WangwangTransport
 from transports.wangwang.client import GatewayFailure
 from transports.wangwang.protocol import Identity

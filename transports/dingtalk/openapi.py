@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from config import DingTalkSettings
-from runtime.outbox import OutboundSend, SendFailure, SendReceipt
+from runtime.ports import OutboundSend, SendFailure, SendReceipt
 from transports.dingtalk.credentials import DingTalkCredentials
 
 # httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
@@ -83,8 +83,8 @@ class DingTalkOpenAPI:
             )
         except httpx.TransportError as error:
             raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
-        if not response.is_success:
-            failure = classify(response)
+        failure = classify(response)  # None for a 2xx
+        if failure is not None:
             raise SendFailure(failure.kind if failure.kind != "unknown" else "not-submitted", "DINGTALK_AUTH_FAILED")
         body = response.json()
         token, expires_in = body.get("accessToken"), body.get("expireIn")

@@ -42,8 +42,7 @@ from dingtalk_stream.version import VERSION_STRING
 
 from config import DingTalkSettings
 from runtime.errors import PageRejected
-from runtime.listener_policy import ListenerFailure
-from transports.base import Heartbeat, Received
+from runtime.ports import Heartbeat, ListenerFailure, Received
 from transports.dingtalk.credentials import DingTalkCredentials
 from transports.dingtalk.openapi import classify
 from transports.dingtalk.robot import ROBOT_TOPIC, parse_robot_message, robot_page
@@ -321,7 +320,8 @@ def _ack(frame: dict[str, Any], code: int, response: str | None) -> dict[str, An
     ack.headers.content_type = Headers.CONTENT_TYPE_APPLICATION_JSON
     ack.message = "OK" if code == AckMessage.STATUS_OK else "not handled"
     ack.data = {"response": response}
-    return ack.to_dict()
+    wire: dict[str, Any] = ack.to_dict()  # dingtalk_stream is untyped
+    return wire
 
 
 def open_stream(account_id: str, credentials: DingTalkCredentials, settings: DingTalkSettings) -> StreamConnection:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from config import DingTalkSettings
-from runtime.listener_policy import ListenerFailure
-from runtime.outbox import OutboundSend, SendFailure, SendReceipt
 from runtime.pages import InboundPage
+from runtime.ports import ListenerFailure, OutboundSend, SendFailure, SendReceipt
 from transports.dingtalk.credentials import DingTalkCredentials
 from transports.dingtalk.openapi import DingTalkOpenAPI
 from transports.dingtalk.robot import STREAM_ID

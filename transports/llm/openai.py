@@ -13,8 +13,8 @@ import openai
 from pydantic import ValidationError
 
 from config import OpenAISettings
-from runtime.agent.model import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
 from runtime.errors import KefuError
+from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
@@ -40,19 +40,20 @@ class OpenAIChatProvider:
     name = "openai"
 
     def __init__(self, settings: OpenAISettings) -> None:
-        missing = [
-            f"KEFU_AGENT__OPENAI__{field.upper()}"
-            for field in ("base_url", "api_key", "model")
-            if getattr(settings, field) is None
-        ]
-        if missing:
+        base_url, api_key, model = settings.base_url, settings.api_key, settings.model
+        if base_url is None or api_key is None or model is None:
+            missing = [
+                f"KEFU_AGENT__OPENAI__{field.upper()}"
+                for field, value in (("base_url", base_url), ("api_key", api_key), ("model", model))
+                if value is None
+            ]
             raise KefuError(
                 "KEFU_PROVIDER_CONFIG", f"the openai provider needs {', '.join(missing)}", "set them, or use rules"
             )
-        self.model = settings.model
+        self.model = model
         self.client = openai.OpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key.get_secret_value(),  # type: ignore[union-attr]
+            base_url=base_url,
+            api_key=api_key.get_secret_value(),
             timeout=settings.timeout_s,
             max_retries=0,
         )
@@ -60,7 +61,8 @@ class OpenAIChatProvider:
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         try:
             response = self.client.chat.completions.create(
-                model=self.model,  # type: ignore[arg-type]
+                model=self.model,
+                # Plain dicts (a message's keys depend on its role) where the client declares TypedDicts.
                 messages=[_wire_message(m) for m in messages],  # type: ignore[misc]
                 tools=[_wire_tool(t) for t in tools],  # type: ignore[misc]
             )
@@ -74,10 +76,11 @@ class OpenAIChatProvider:
             raise ModelError(f"MODEL_HTTP_{status}", transient=transient, status=status) from None
         try:
             message = response.choices[0].message
-            calls = [
-                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-                for c in message.tool_calls or []
-            ]
+            calls: list[ToolCall] = []
+            for c in message.tool_calls or []:
+                if not hasattr(c, "function"):  # a custom (free-form) tool call: kefu offers function tools only
+                    raise ModelError("MODEL_BAD_RESPONSE", transient=True)
+                calls.append(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or ""))
         except (IndexError, AttributeError, ValidationError):
             raise ModelError("MODEL_BAD_RESPONSE", transient=True) from None
         usage = response.usage.model_dump() if response.usage else None

@@ -7,11 +7,18 @@ import time
 from datetime import UTC, datetime
 from itertools import groupby
 
-from runtime.listener_policy import ListenerFailure
-from runtime.outbox import NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
-from runtime.read_receipts import BuyerReadReceipt
-from transports.base import Heartbeat, Received
+from runtime.ports import (
+    BuyerReadReceipt,
+    Heartbeat,
+    ListenerFailure,
+    NeverReceived,
+    OutboundSend,
+    Received,
+    SendFailure,
+    SendLookup,
+    SendReceipt,
+)
 from transports.simulator.platform import BuyerMessage, ReceivedSend, SimulatedPlatform
 
 STREAM_ID = "simulator"

@@ -82,8 +82,8 @@ class GatewayClient:
         try:
             body = response.json()
             if "error_response" in body:
-                error = GatewayError.model_validate(body["error_response"])
-                raise GatewayFailure("refused", error.code, error.retry_after_s)
+                refusal = GatewayError.model_validate(body["error_response"])
+                raise GatewayFailure("refused", refusal.code, refusal.retry_after_s)
             key = method.removeprefix("kefu.wangwang.").replace(".", "_") + "_response"
             return answer.model_validate(body[key])
         except (ValueError, KeyError, TypeError, AttributeError) as error:

@@ -29,6 +29,7 @@ def check(params: dict[str, str], secret: str, now: datetime) -> str | None:
     method = params.get("sign_method", "")
     if method not in ("hmac-sha256", "md5"):
         return "INVALID_PARAMETER"
+    # mypy does not narrow a str to SignMethod by `in`: checked just above.
     if not hmac.compare_digest(params.get("sign", ""), sign(params, secret, method)):  # type: ignore[arg-type]
         return "INVALID_SIGNATURE"
     try:

@@ -17,10 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from runtime.listener_policy import ListenerFailure
-from runtime.outbox import NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.pages import (
     ConversationGroup,
+    ConversationType,
     ImageContent,
     InboundMessage,
     InboundPage,
@@ -28,8 +27,17 @@ from runtime.pages import (
     TextContent,
     UnsupportedContent,
 )
-from runtime.read_receipts import BuyerReadReceipt
-from transports.base import Heartbeat, Received
+from runtime.ports import (
+    BuyerReadReceipt,
+    Heartbeat,
+    ListenerFailure,
+    NeverReceived,
+    OutboundSend,
+    Received,
+    SendFailure,
+    SendLookup,
+    SendReceipt,
+)
 from transports.wangwang.client import GatewayClient, GatewayFailure
 from transports.wangwang.credentials import WangwangCredentials
 from transports.wangwang.protocol import Confirmed, GatewayMessage, Identity, MessagesPage, Sent
@@ -66,7 +74,7 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
     if not page.messages or not page.next_cursor:
         return None
     grouped: dict[str, list[InboundMessage]] = {}
-    types: dict[str, str] = {}
+    types: dict[str, ConversationType] = {}
     for m in page.messages:
         inbound = InboundMessage(
             platform_message_id=m.message_id,
@@ -83,7 +91,7 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
         grouped.setdefault(m.conversation_id, []).append(inbound)
         types.setdefault(m.conversation_id, m.conversation_type)
     groups = [
-        ConversationGroup(conversation_id=c, conversation_type=types[c], messages=messages)  # type: ignore[arg-type]
+        ConversationGroup(conversation_id=c, conversation_type=types[c], messages=messages)
         for c, messages in grouped.items()
     ]
     return InboundPage(

@@ -7,12 +7,14 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+from pydantic import SecretStr
 
 from runtime.errors import KefuError
-from worker.cli.common import app, cli, console, current_settings, open_store, operator_errors, print_rows
+from worker.celery_app import app
+from worker.cli.common import cli, console, current_settings, open_store, operator_errors, print_rows
 
 if TYPE_CHECKING:
     from runtime.accounts import AccountSpec
@@ -30,8 +32,8 @@ Yes = Annotated[bool, typer.Option("--yes", help="confirm without asking")]
 AccountId = Annotated[str, typer.Option("--id", help="kefu's name for the account")]
 
 
-def _secret(env_name: str, prompt: str) -> str:
-    return os.environ.get(env_name) or typer.prompt(prompt, hide_input=True)
+def _secret(env_name: str, prompt: str) -> SecretStr:
+    return SecretStr(os.environ.get(env_name) or typer.prompt(prompt, hide_input=True))
 
 
 @add.command("dingtalk")
@@ -46,7 +48,7 @@ def add_dingtalk(
 ) -> None:
     """A DingTalk robot (Stream mode): DingTalk must issue a token for the app's credentials."""
     from runtime.accounts import AccountSpec
-    from runtime.outbox import SendFailure
+    from runtime.ports import SendFailure
     from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 
     with operator_errors():
@@ -88,7 +90,7 @@ def add_wangwang(
             app_key=app_key,
             app_secret=_secret(secret_env, "app secret"),
             seller_id=seller_id,
-            sign_method=sign_method,  # type: ignore[arg-type]
+            sign_method=sign_method,  # type: ignore[arg-type]  # a str from Typer; pydantic checks it
         )
         spec = AccountSpec(id=account, platform="wangwang", identity=seller_id, workspace=workspace)
         transport = WangwangTransport(lambda _: credentials, current_settings().wangwang.timeout_s)
@@ -167,11 +169,11 @@ def resume(account: str) -> None:
     _set_intent(account, "connected")
 
 
-def _set_intent(account: str, intent: str) -> None:
+def _set_intent(account: str, intent: Literal["connected", "disconnected"]) -> None:
     from runtime.accounts import set_connection_intent
 
     with operator_errors():
-        revision = set_connection_intent(open_store(), account, intent)  # type: ignore[arg-type]
+        revision = set_connection_intent(open_store(), account, intent)
     console.print(f"account {account}: {intent} (revision {revision})")
 
 

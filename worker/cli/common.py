@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from config import Settings
-from runtime.errors import KefuError
+from runtime.errors import KefuError, validation_problems
+from runtime.pipeline import FollowUp
 from runtime.store import DeliveryStore
 from worker.celery_app import app
 
@@ -24,7 +25,8 @@ console = Console()
 
 def current_settings() -> Settings:
     """Validated when the worker package loads: a bad value has already stopped the process."""
-    return app.kefu_settings  # type: ignore[attr-defined]
+    settings: Settings = app.kefu_settings
+    return settings
 
 
 def open_store() -> DeliveryStore:
@@ -73,9 +75,7 @@ def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> I
         print_error(known)
         raise exit_with(2) from None
     except ValidationError as error:  # an option that does not fit: name it, never echo the value
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors(include_input=False)
-        )
+        problems = "; ".join(validation_problems(error, "input"))
         console.print(f"[red]kefu: KEFU_INVALID_INPUT: {problems}[/red]", soft_wrap=True)
         raise exit_with(2) from None
 
@@ -84,7 +84,7 @@ def shop_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=current_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def print_rows(rows: list[BaseModel], as_json: bool, title: str, columns: list[str]) -> None:
+def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: list[str]) -> None:
     if as_json:
         print(json.dumps([row.model_dump() for row in rows], ensure_ascii=False))
         return
@@ -95,11 +95,12 @@ def print_rows(rows: list[BaseModel], as_json: bool, title: str, columns: list[s
     console.print(table, soft_wrap=True)
 
 
-def enqueue(task: str, argument: object, countdown: float = 0) -> str:
-    import worker.tasks  # noqa: F401  (registers the tasks on the app)
+def enqueue(work: FollowUp) -> str:
+    """Hand follow-up work to the workers; a broker that is down only delays it."""
+    from worker.dispatch import send
 
     try:
-        app.tasks[task].apply_async((argument,), countdown=countdown)
+        send(app, work)
     except Exception as error:  # the broker is down: SQLite still has it, and the reconciler finds it
         return f"not queued ({type(error).__name__}); a worker's reconciler picks it up later"
     return "queued for a worker"

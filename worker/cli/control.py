@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -29,15 +30,18 @@ def pause_input_command(
     wait: Annotated[float | None, typer.Option(help="seconds to wait for in-flight pages and turns")] = None,
 ) -> None:
     """Stop taking in new pages (they are held, not lost) and stop new admissions."""
-    from runtime.input_pause import drained, in_flight, pause_input
+    from runtime.input_pause import in_flight, pause_input
 
     store = open_store()
     with operator_errors():
         pause_input(store, account)
     console.print(f"input paused for {account or 'the whole host'}")
     if wait is not None:
-        if not drained(store, account, timeout_s=wait):
-            console.print(f"not drained after {wait:g}s: {in_flight(store, account)} page(s) or turn(s) in flight")
+        deadline = time.monotonic() + wait
+        while (left := in_flight(store, account)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if left:
+            console.print(f"not drained after {wait:g}s: {left} page(s) or turn(s) in flight")
             raise typer.Exit(1)
         console.print("drained: no page or turn in flight")
 
@@ -47,16 +51,12 @@ def resume_input_command(
     account: Annotated[str | None, typer.Option(help="the account paused alone (default: the host)")] = None,
 ) -> None:
     """Take in pages again; the pages held meanwhile are published again."""
-    from runtime.input_pause import resume_input
+    from runtime.pipeline import resume
 
     with operator_errors():
-        resumed = resume_input(open_store(), account)
-    notes = {enqueue("kefu.ingest.page", page) for page in resumed.pages}
-    notes |= {enqueue("kefu.agent.admit", customer) for customer in resumed.customers}
-    console.print(
-        f"input resumed for {account or 'the whole host'}; {len(resumed.pages)} held page(s),"
-        f" {len(resumed.customers)} customer(s) to admit: {', '.join(notes) or '-'}"
-    )
+        resumed = resume(open_store(), account)
+    notes = {enqueue(work) for work in resumed.follow_ups}
+    console.print(f"input resumed for {account or 'the whole host'}; {resumed.outcome}: {', '.join(notes) or '-'}")
 
 
 @cli.command()

@@ -42,7 +42,7 @@ def add_route(
             spec = RouteSpec(
                 id=route,
                 account_id=account,
-                conversation_type=conversation_type,  # type: ignore[arg-type]
+                conversation_type=conversation_type,  # type: ignore[arg-type]  # a str from Typer; pydantic checks it
                 target="specific" if conversation else "all",
                 conversation_id=conversation,
                 peer_id=peer,

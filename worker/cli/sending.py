@@ -10,6 +10,7 @@ import typer
 
 from runtime.manual import query_manual
 from runtime.media import read_media_file
+from runtime.states import OutboxState
 from worker.celery_app import app
 from worker.cli.common import cli, console, current_settings, enqueue, open_store, operator_errors, print_rows
 
@@ -31,7 +32,7 @@ def outbox(
 
     if ctx.invoked_subcommand is None:
         columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
-        print_rows(list_requests(open_store(), state), as_json, "outbox", columns)  # type: ignore[arg-type]
+        print_rows(list_requests(open_store(), state), as_json, "outbox", columns)
 
 
 @outbox_cli.command("confirm")
@@ -49,28 +50,36 @@ def outbox_confirm(
 
 
 def _deliver(request_ids: list[str]) -> bool:
-    """Attempt each request now, in order, through the worker's own send path; say what became
-    of each. True when all of them were sent."""
+    """Attempt each request now, in order, through the worker's own step; say what became of
+    each. True when all of them were sent."""
+    from runtime import pipeline
     from worker.context import runtime_for
-    from worker.delivery import attempt_send, query_receipt
 
     runtime = runtime_for(app)
     all_sent = True
+    later = list(request_ids)
     for request_id in request_ids:
+        later.remove(request_id)
         with operator_errors():
-            result = attempt_send(runtime, query_manual(runtime.store, request_id))
+            query_manual(runtime.store, request_id)
+            step = pipeline.deliver(runtime, request_id)
+        follow_ups = list(step.follow_ups)
+        if pipeline.Settle(request_id) in follow_ups:  # one receipt query before asking the operator
+            follow_ups.remove(pipeline.Settle(request_id))
+            follow_ups += pipeline.settle(runtime, request_id).follow_ups
+        if step.outcome in ("waiting-for-earlier", "in-progress"):  # a worker sends it in its turn
+            follow_ups.append(pipeline.Attempt(request_id))
         note = ""
-        if result.outcome == "result-unknown":
-            query_receipt(runtime, request_id)  # one receipt query before asking the operator
-        elif result.outcome in ("waiting-for-earlier", "in-progress"):
-            note = enqueue("kefu.outbox.attempt", request_id)
-        elif result.outcome == "not-submitted":
-            note = enqueue("kefu.outbox.attempt", request_id, countdown=max(1.0, result.retry_after_s or 0))
+        for work in follow_ups:
+            if isinstance(work, pipeline.Attempt) and work.request_id in later:
+                continue  # attempted next, here
+            queued = enqueue(work)
+            note = queued if getattr(work, "request_id", None) == request_id else note
         request = query_manual(runtime.store, request_id)
-        all_sent &= request.state == "sent"
+        all_sent &= request.state == OutboxState.SENT
         detail = request.platform_message_id or request.error_code or ""
         console.print(f"request {request_id}: {request.state} {detail} {note}".rstrip(), soft_wrap=True)
-        if request.state == "result-unknown":
+        if request.state == OutboxState.RESULT_UNKNOWN:
             console.print(
                 "  the platform may or may not have it: check there, then "
                 f"`kefu outbox confirm {request_id} --delivered|--not-delivered`, "
@@ -89,13 +98,14 @@ def _new_request_id() -> str:
 @outbox_cli.command("query")
 def outbox_query(request_id: str) -> None:
     """Show one request; a result-unknown one is first checked with the platform's receipt query."""
+    from runtime import pipeline
     from worker.context import runtime_for
-    from worker.delivery import query_receipt
 
     store = open_store()
     with operator_errors():
-        if query_manual(store, request_id).state == "result-unknown":
-            query_receipt(runtime_for(app), request_id)
+        if query_manual(store, request_id).state == OutboxState.RESULT_UNKNOWN:
+            for work in pipeline.settle(runtime_for(app), request_id).follow_ups:
+                enqueue(work)
         print(query_manual(store, request_id).model_dump_json(indent=2))
 
 

@@ -138,9 +138,10 @@ def customers(
     if source not in ("real", "simulation"):
         console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
         raise typer.Exit(2)
+    # mypy does not narrow a str to the Literal by `in`: checked just above.
     rows = list_customers(open_store(), source=source, account_id=account, search=search, reader=reader)  # type: ignore[arg-type]
     columns = ["id", "account_id", "conversation_id", "unread", "handling_paused", "last_activity_at"]
-    print_rows(rows, as_json, f"{source} customers", columns)  # type: ignore[arg-type]
+    print_rows(rows, as_json, f"{source} customers", columns)
 
 
 @cli.command()

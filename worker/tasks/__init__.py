@@ -1,5 +1,6 @@
-"""Task families. Every task is idempotent and re-derivable from SQLite."""
+"""Task families: the pipeline's tasks and the memory engine's. Every task is idempotent and
+re-derivable from SQLite."""
 
-from worker.tasks import admission, agent, checkpoint, health, ingest, memory, outbox, receipts, reconcile
+from worker.tasks import memory, pipeline
 
-__all__ = ["admission", "agent", "checkpoint", "health", "ingest", "memory", "outbox", "receipts", "reconcile"]
+__all__ = ["memory", "pipeline"]

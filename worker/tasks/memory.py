@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from celery import Task, shared_task
+from celery import Task
 
 from runtime.agent.memory import MemoryEngine, SessionMemory
 from runtime.agent.memory_jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
@@ -15,7 +16,7 @@ from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
 from runtime.session_log import SessionLog
 from worker.context import WorkerRuntime, runtime_for
-from worker.tasks.options import RETRY_ON_BUSY
+from worker.tasks.base import kefu_task
 
 log = logging.getLogger(__name__)
 BUSY_RETRY_S = 5  # a turn holds the customer's session: archive after it
@@ -44,48 +45,48 @@ def _session_job(task: Task, customer_id: int, job: Callable[[SessionLog, str, S
     return result
 
 
-@shared_task(name="kefu.memory.archive", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.archive")
 def archive(self: Task, customer_id: int) -> str:
     return _session_job(self, customer_id, archive_job)
 
 
-@shared_task(name="kefu.memory.rearchive", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.rearchive")
 def rearchive(self: Task, customer_id: int) -> str:
     return _session_job(self, customer_id, rearchive_job)
 
 
-@shared_task(name="kefu.memory.score", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.score")
 def score(self: Task, scope: str) -> int:
     """Heuristic scores for a scope's pending and review folders."""
     engine = _engine(runtime_for(self.app))
     return score_scope(scope_memory(engine, scope)) if engine else 0
 
 
-@shared_task(name="kefu.memory.score_backlog", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.score_backlog")
 def score_backlog(self: Task) -> int:
     """Beat: hand every scope with a due backlog to `kefu.memory.score`."""
     engine = _engine(runtime_for(self.app))
     scopes = backlog(engine) if engine else []
     for scope in scopes:
-        score.delay(scope)
+        self.app.tasks[score.name].delay(scope)
     return len(scopes)
 
 
-@shared_task(name="kefu.memory.rebuild_index", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.rebuild_index")
 def rebuild_index(self: Task, scope: str | None = None) -> int:
     """Rewrite index entries from the archived texts (e.g. after a tokenizer change)."""
     engine = _engine(runtime_for(self.app))
     return engine.store.rebuild_index(scope) if engine else 0
 
 
-@shared_task(name="kefu.memory.report", bind=True, **RETRY_ON_BUSY)
-def report(self: Task) -> list[dict]:
+@kefu_task("kefu.memory.report")
+def report(self: Task) -> list[dict[str, Any]]:
     rows = [row.model_dump() for row in memory_report(runtime_for(self.app).settings.memory_path)]
     log.info("memory report: %d scopes, %d folders", len(rows), sum(r["folders"] for r in rows))
     return rows
 
 
-@shared_task(name="kefu.memory.selfcheck", bind=True, **RETRY_ON_BUSY)
+@kefu_task("kefu.memory.selfcheck")
 def selfcheck(self: Task) -> str:
     checks = memory_selfcheck(runtime_for(self.app).settings.memory_path)
     for failed in (c for c in checks if c.status == "FAIL"):

@@ -1,0 +1,382 @@
+"""The pipeline: what happens to a buyer message, one step at a time (SPEC 3.5–3.9).
+
+    receive ─► ingest ─► admit ─► turn ─► deliver ─► (settle)
+    beat: reconcile (re-derive whatever is pending and overdue), check_reads, checkpoints
+
+Each step takes the process's Services (the store and the ports: runtime.ports), does its work
+in transactions, and returns a `Step`: what became of the work, and the follow-up work as data
+(`RunTurn(customer)`, `Attempt(request, countdown_s)` …). A step never sleeps, polls or talks
+to the broker; the shell's dispatcher (worker.dispatch) turns follow-ups into tasks. Every
+step is idempotent: SQLite is the truth, and a step run twice, or after a crash, finds the
+work done or does it once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from runtime import leases
+from runtime.admission import evaluate
+from runtime.agent.turn import run_turn
+from runtime.errors import KefuError, PageRejected, invalid_fields
+from runtime.inbox import (
+    UNCHECKED,
+    Unchecked,
+    accounts_to_catch_up,
+    overdue_pages,
+    prune_ingested,
+    record_received,
+    refuse_page,
+)
+from runtime.ingest import NEVER_INGESTED, committed_cursor, ingest_page
+from runtime.input_pause import InputPaused, hold_page, resume_input
+from runtime.leases import LeaseLost, new_owner
+from runtime.outbox import (
+    AttemptSkipped,
+    begin_attempt,
+    load_request,
+    next_pending,
+    record_failure,
+    record_sent,
+    settle_by_receipt,
+)
+from runtime.pages import InboundPage, parse_page
+from runtime.ports import BuyerReadReceipt, NeverReceived, ReadStatusQueries, SendFailure, Services
+from runtime.read_checks import checked, due_read_checks, schedule_read_checks
+from runtime.read_receipts import accept_buyer_receipt
+from runtime.reconcile import pending_work
+from runtime.states import SETTLED, OutboxState
+from runtime.store import DeliveryStore, now_ms
+
+log = logging.getLogger(__name__)
+
+# Waits between attempts of a send the platform did not take (not submitted): then the
+# reconciler's grace takes over. A throttling hint is honoured up to MAX_THROTTLE_WAIT_S.
+ATTEMPT_BACKOFF_S = (1, 2, 5, 10, 30, 60)
+MAX_THROTTLE_WAIT_S = 600
+
+
+# --- follow-up work ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ingest:
+    page: dict[str, Any]  # a recorded page, as JSON
+
+
+@dataclass(frozen=True)
+class RecordRead:
+    receipt: dict[str, Any]  # a buyer read receipt, as JSON
+
+
+@dataclass(frozen=True)
+class Admit:
+    customer_id: int
+
+
+@dataclass(frozen=True)
+class RunTurn:
+    customer_id: int
+
+
+@dataclass(frozen=True)
+class Attempt:
+    request_id: str
+    countdown_s: float = 0.0
+    retries: int = 0  # not-submitted attempts before this one
+
+
+@dataclass(frozen=True)
+class Settle:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Archive:
+    customer_id: int
+
+
+FollowUp = Ingest | RecordRead | Admit | RunTurn | Attempt | Settle | Archive
+
+
+@dataclass(frozen=True)
+class Step:
+    outcome: str  # what became of the work: for logs, task results and tests
+    follow_ups: tuple[FollowUp, ...] = ()
+
+
+Emit = Callable[[FollowUp], None]
+
+
+# --- receiving -----------------------------------------------------------------------------
+
+
+def receive(services: Services, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> Step:
+    """Record a page a receiver got, before anything else (runtime.inbox: no page lives only in
+    the broker); then it is ingested. A page ingested already, or one fetched after a cursor
+    that moved on since, is not ingested again."""
+    if not record_received(services.store, page, fetched_after):
+        return Step("already-received")
+    return Step("received", (Ingest(page.model_dump(mode="json")),))
+
+
+def receive_read(receipt: BuyerReadReceipt) -> Step:
+    return Step("received", (RecordRead(receipt.model_dump(mode="json")),))
+
+
+def ingest(services: Services, data: object) -> Step:
+    """Persist a recorded page; then admission looks at each customer it touched."""
+    store = services.store
+    try:
+        page = parse_page(data)
+    except PageRejected as error:  # final: a malformed page never becomes valid by retrying
+        log.error("page rejected: %s", "; ".join(error.problems))
+        _refuse_unparsed(services, data, error.code)
+        return Step("rejected")
+    try:
+        result = ingest_page(store, page)
+    except InputPaused:  # kept whole, published again on resume; the cursor did not move
+        hold_page(store, page)
+        return Step("held")
+    except KefuError as error:
+        if error.code not in NEVER_INGESTED:
+            raise  # e.g. a store that cannot be opened: the page stays pending for the reconciler
+        log.error("page %s refused: %s", page.page_op_id, error.code)
+        refuse_page(store, page.account_id, page.stream_id, page.page_op_id, error.code)
+        return Step(f"refused {error.code}")
+    _confirm(services, page)
+    return Step("replayed" if result.replayed else "ingested", tuple(Admit(c) for c in result.customer_ids))
+
+
+def _refuse_unparsed(services: Services, data: object, code: str) -> None:
+    """A recorded page that does not validate is done for good, or it would be published again."""
+    if not isinstance(data, dict):
+        return
+    account_id, stream_id, page_op_id = (data.get(name) for name in ("account_id", "stream_id", "page_op_id"))
+    if isinstance(account_id, str) and isinstance(stream_id, str) and isinstance(page_op_id, str):
+        refuse_page(services.store, account_id, stream_id, page_op_id, code)
+
+
+def _confirm(services: Services, page: InboundPage) -> None:
+    """The page is committed: tell the platform (a failure only means it is served again)."""
+    try:
+        services.transport_of(page.account_id).confirm(page.account_id, page.cursor)
+    except Exception as error:
+        log.warning("confirming page %s failed (%s)", page.page_op_id, getattr(error, "code", type(error).__name__))
+
+
+def record_read(services: Services, data: object) -> Step:
+    """Store a buyer read receipt once. It never wakes an agent: the customer's session sees it
+    at its next step."""
+    try:
+        receipt = BuyerReadReceipt.model_validate(data)
+    except ValidationError as error:
+        log.warning("buyer read receipt rejected: %s", invalid_fields(error, "receipt"))
+        return Step("invalid")
+    decision = accept_buyer_receipt(services.store, receipt)
+    if decision not in ("stored", "already-stored"):
+        log.info("buyer read receipt refused: %s", decision)
+    return Step(decision)
+
+
+def resume(store: DeliveryStore, account_id: str | None) -> Step:
+    """Lift an input pause (SPEC 3.11): the pages it held are ingested again, and customers
+    whose committed input it kept from admission are admitted."""
+    resumed = resume_input(store, account_id)
+    held = f"{len(resumed.pages)} held page(s), {len(resumed.customers)} customer(s) to admit"
+    return Step(held, (*(Ingest(page) for page in resumed.pages), *(Admit(c) for c in resumed.customers)))
+
+
+# --- admission and the turn ----------------------------------------------------------------
+
+
+def admit(services: Services, customer_id: int) -> Step:
+    """Claim the customer's pending input as a batch (SPEC 3.6); a batch is a turn to run."""
+    decision = evaluate(services.store, customer_id, services.settings.admission.batch_size)
+    return Step(decision.reason, (RunTurn(customer_id),) if decision.batch_id is not None else ())
+
+
+def turn(services: Services, customer_id: int, emit: Emit) -> Step:
+    """One agent turn over the customer's open batch, under the customer's writer lease (fenced,
+    renewed while the turn runs). Each reply the agent registers is emitted as an `Attempt`
+    at once, so it goes out while the turn goes on; input that came during the turn is
+    admitted after it."""
+    settings = services.settings
+    with leases.held(services.store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
+        if fence is None:
+            return Step("busy")  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
+        try:
+            result = run_turn(
+                services.store,
+                services.provider,
+                customer_id,
+                settings.sessions_dir,
+                settings.zone,
+                settings.agent,
+                on_registered=lambda request_id: emit(Attempt(request_id)),
+                attachments=services.attachments,
+                memory_engine=services.memory,
+                fence=fence,
+            )
+        except LeaseLost as lost:  # another worker holds the customer now and carries on
+            log.warning("turn of customer %s stopped: %s", customer_id, lost.code)
+            return Step("lease-lost")
+    if result is None:
+        return Step("no-open-batch")
+    archive: tuple[FollowUp, ...] = (Archive(customer_id),) if result.archive_due else ()
+    return Step(result.outcome, (*archive, Admit(customer_id)))
+
+
+# --- sending -------------------------------------------------------------------------------
+
+
+def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
+    """One attempt of an outbox request (SPEC 3.8): begin it in a transaction, submit it, record
+    the outcome. A request whose outcome is unknown is settled by a receipt query, never sent
+    again blindly; one the platform did not take is attempted again after a backoff; once a
+    request stops holding its customer's queue, the next one in order is attempted."""
+    store = services.store
+    with store.read() as conn:
+        request = load_request(conn, request_id)
+    if request is None:
+        return Step("unknown-request")
+    if request.state in SETTLED:  # e.g. refused before any platform call: no transport needed
+        return Step("settled", _next_in_order(services, request.customer_id, request_id))
+    # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
+    transport = services.transport_of(request.account_id)
+    grant = begin_attempt(store, request_id, new_owner(), services.settings.outbox.attempt_lease_s)
+    if isinstance(grant, AttemptSkipped):
+        if grant.reason in ("waiting-for-earlier", "in-progress"):
+            return Step(grant.reason)  # the earlier attempt, or the reconciler, starts it
+        return Step(grant.reason, _next_in_order(services, request.customer_id, request_id))
+    try:
+        receipt = transport.send(grant.send)
+    except Exception as error:
+        failure = error if isinstance(error, SendFailure) else SendFailure("unknown", type(error).__name__)
+        record_failure(store, request_id, grant.attempt_no, failure)
+        log.warning("send %s failed: %s %s", request_id, failure.kind, failure.code)
+        if failure.kind == "not-submitted" and retries < len(ATTEMPT_BACKOFF_S):
+            hint = min(failure.retry_after_s or 0, MAX_THROTTLE_WAIT_S)
+            return Step("not-submitted", (Attempt(request_id, max(ATTEMPT_BACKOFF_S[retries], hint), retries + 1),))
+        following = _next_in_order(services, request.customer_id, request_id)
+        if failure.kind == "unknown":  # it may or may not have reached the platform: settle it
+            return Step("result-unknown", (Settle(request_id), *following))
+        return Step(failure.kind, following)
+    record_sent(store, request_id, grant.attempt_no, receipt)
+    if isinstance(transport, ReadStatusQueries) and grant.send.recipient_id:
+        checks, interval_ms = transport.read_status_schedule
+        schedule_read_checks(store, request_id, checks, interval_ms, now_ms())
+    return Step("sent", _next_in_order(services, request.customer_id, request_id))
+
+
+def _next_in_order(services: Services, customer_id: int, after: str) -> tuple[FollowUp, ...]:
+    """The request `after` no longer holds its customer's queue: the next one, in order."""
+    following = next_pending(services.store, customer_id)
+    return (Attempt(following),) if following is not None and following != after else ()
+
+
+def settle(services: Services, request_id: str) -> Step:
+    """One provider receipt query for a result-unknown request: 'settled' (delivered),
+    'never-received' (pending again, so attempted anew), 'still-unknown' or 'not-unknown'.
+    Never re-submits what may have arrived; an operator confirms or retries what stays unknown."""
+    store = services.store
+    with store.read() as conn:
+        request = load_request(conn, request_id)
+    if request is None or request.state != OutboxState.RESULT_UNKNOWN:
+        return Step("not-unknown")
+    lookup = services.transport_of(request.account_id).query_send(request.account_id, request_id)
+    if settle_by_receipt(store, request_id, lookup, services.settings.outbox.attempt_lease_s):
+        if isinstance(lookup, NeverReceived):
+            return Step("never-received", (Attempt(request_id),))
+        return Step("settled")
+    return Step("still-unknown" if lookup is None else "not-unknown")
+
+
+# --- the beat ------------------------------------------------------------------------------
+
+
+def reconcile(services: Services) -> Step:
+    """Re-derive from SQLite whatever is pending and overdue, so a lost or duplicated broker
+    message never loses or repeats work: input to admit, batches to run, requests to attempt
+    or settle, received pages whose broker message was lost, and pages the platform served
+    while no listener ran (catch-up from the committed cursor)."""
+    settings, store = services.settings, services.store
+    outbox = settings.outbox
+    work = pending_work(store, settings.reconcile.grace_s, outbox.attempt_lease_s, outbox.receipt_query_limit)
+    recorded = overdue_pages(store, int(settings.reconcile.grace_s * 1000))
+    prune_ingested(store)
+    caught_up = _catch_up(services)
+    follow_ups = (
+        *(Admit(c) for c in work.admissions),
+        *(RunTurn(c) for c in work.turns),
+        *(Attempt(r) for r in work.attempts),
+        *(Settle(r) for r in work.settlements),
+        *(Ingest(page) for page in recorded),
+        *caught_up,
+    )
+    counts = (
+        f"{len(work.admissions)} admissions, {len(work.turns)} turns, {len(work.attempts)} attempts,"
+        f" {len(work.settlements)} settlements, {len(recorded)} received pages, {len(caught_up)} pages"
+    )
+    return Step(counts, follow_ups)
+
+
+def _catch_up(services: Services) -> list[FollowUp]:
+    """The page after each account's committed cursor, when it is overdue (served while no
+    listener ran), received like any other page."""
+    store = services.store
+    with store.read() as conn:
+        accounts = accounts_to_catch_up(conn)
+    overdue_before = now_ms() - int(services.settings.reconcile.grace_s * 1000)
+    found: list[FollowUp] = []
+    for account_id, platform in accounts:
+        transport = services.transports.get(platform)
+        if transport is None:
+            continue
+        cursor = committed_cursor(store, account_id, transport.stream_id)
+        try:
+            page = transport.page_after(account_id, cursor)
+        except Exception as error:  # one platform being down must not stop the others' catch-up
+            log.warning("catch-up of %s failed (%s)", account_id, getattr(error, "code", type(error).__name__))
+            continue
+        if page is None:
+            continue
+        oldest = min(m.occurred_at for g in page.groups for m in g.messages)
+        if oldest.timestamp() * 1000 < overdue_before:
+            found.extend(receive(services, page, fetched_after=cursor).follow_ups)
+    return found
+
+
+def check_reads(services: Services) -> Step:
+    """The read-status queries that are due (SPEC 3.9; each sent 1:1 message has a bounded
+    schedule, runtime.read_checks). A read found is stored like a pushed receipt."""
+    store, now = services.store, now_ms()
+    reads = 0
+    for check in due_read_checks(store, now):
+        transport = services.transport_of(check.account_id)
+        if not isinstance(transport, ReadStatusQueries):
+            checked(store, check.request_id, True, 0, now)
+            continue
+        try:
+            readers = transport.read_by(check.account_id, check.platform_message_id)
+        except SendFailure as failure:  # counts as a check: the schedule stays bounded
+            log.info("read status of %s not available: %s", check.request_id, failure.code)
+            readers = {}
+        read_at = readers.get(check.recipient_id)
+        if read_at is not None:
+            receipt = BuyerReadReceipt(
+                account_id=check.account_id,
+                conversation_id=check.conversation_id,
+                platform_message_id=check.platform_message_id,
+                reader_id=check.recipient_id,
+                read_at=datetime.fromtimestamp((read_at or now) / 1000, tz=UTC),
+            )
+            reads += accept_buyer_receipt(store, receipt) == "stored"
+        checked(store, check.request_id, read_at is not None, transport.read_status_schedule[1], now)
+    return Step(f"{reads} reads")

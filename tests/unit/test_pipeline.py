@@ -1,0 +1,295 @@
+"""Each pipeline step on its own (runtime.pipeline): a real SQLite store, a MockTransport for
+the platform, no simulator and no broker. What a step returns as follow-up work is what the
+shell dispatches, so these assertions pin the pipeline's control flow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from config import Settings
+from runtime import pipeline
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.inbox import record_received
+from runtime.input_pause import pause_input
+from runtime.manual import ManualSend, send_manual
+from runtime.outbox import load_request
+from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.pipeline import Admit, Archive, Attempt, Ingest, RecordRead, RunTurn, Settle, Step
+from runtime.ports import BuyerReadReceipt, ModelProvider, NeverReceived, OutboundSend, SendFailure, SendReceipt
+from runtime.store import DeliveryStore
+from transports.mock import MockReadStatusTransport, MockTransport
+
+
+@dataclass
+class Local:
+    """The Services a step needs, built around one MockTransport."""
+
+    settings: Settings
+    store: DeliveryStore
+    transport: MockTransport = field(default_factory=MockTransport)
+    provider: ModelProvider = field(default_factory=lambda: RulesProvider(load_knowledge(None)))
+    memory: None = None
+    attachments: None = None
+
+    @property
+    def transports(self) -> dict[str, MockTransport]:
+        return {"simulator": self.transport}  # the shop fixture's account is a simulator account
+
+    def transport_of(self, account_id: str) -> MockTransport:
+        return self.transport
+
+
+def page(n: int, text: str = "什么时候发货？", buyer: str = "b1", age_s: float = 0) -> InboundPage:
+    message = InboundMessage(
+        platform_message_id=f"m{n}",
+        sender=Sender(id=buyer, display_name="张三", role="buyer"),
+        content=TextContent(text=text),
+        occurred_at=datetime.now(UTC) - timedelta(seconds=age_s),
+        direct_peer_id=buyer,
+    )
+    group = ConversationGroup(conversation_id=f"conv-{buyer}", conversation_type="direct", messages=[message])
+    return InboundPage(account_id="shop", stream_id="mock", cursor=f"cursor-{n}", page_op_id=f"p{n}", groups=[group])
+
+
+@pytest.fixture
+def services(settings, store, shop) -> Local:
+    return Local(settings, store)
+
+
+def ingested(services: Local, n: int = 1, **kw) -> int:
+    """A page received and ingested; the id of its customer."""
+    received = page(n, **kw)
+    record_received(services.store, received)
+    [admit] = pipeline.ingest(services, received.model_dump(mode="json")).follow_ups
+    assert isinstance(admit, Admit)
+    return admit.customer_id
+
+
+def turn(services: Local, customer_id: int) -> tuple[Step, list[pipeline.FollowUp]]:
+    emitted: list[pipeline.FollowUp] = []
+    return pipeline.turn(services, customer_id, emitted.append), emitted
+
+
+def test_receive_records_the_page_and_asks_for_its_ingest_once(services):
+    received = page(1)
+    assert pipeline.receive(services, received) == Step("received", (Ingest(received.model_dump(mode="json")),))
+    pipeline.ingest(services, received.model_dump(mode="json"))
+    assert pipeline.receive(services, received) == Step("already-received")
+
+
+def test_receive_read_hands_the_receipt_on_as_json():
+    receipt = BuyerReadReceipt(
+        account_id="shop", conversation_id="c", platform_message_id="m", reader_id="b1", read_at=datetime.now(UTC)
+    )
+    assert pipeline.receive_read(receipt) == Step("received", (RecordRead(receipt.model_dump(mode="json")),))
+
+
+def test_ingest_admits_each_customer_confirms_the_page_and_a_replay_admits_again(services):
+    received = page(1)
+    first = pipeline.ingest(services, received.model_dump(mode="json"))
+    assert first.outcome == "ingested" and len(first.follow_ups) == 1
+    assert services.transport.confirmed == ["cursor-1"]
+    again = pipeline.ingest(services, received.model_dump(mode="json"))
+    assert again == Step("replayed", first.follow_ups)  # admission is idempotent: asking again is safe
+
+
+def test_ingest_rejects_a_malformed_page_and_holds_one_while_input_is_paused(services):
+    broken = {**page(1).model_dump(mode="json"), "groups": "not a list"}
+    assert pipeline.ingest(services, broken) == Step("rejected")
+    pause_input(services.store)
+    assert pipeline.ingest(services, page(2).model_dump(mode="json")) == Step("held")
+    assert services.transport.confirmed == []
+
+
+def test_admit_claims_a_batch_as_a_turn_to_run(services):
+    customer_id = ingested(services)
+    assert pipeline.admit(services, customer_id) == Step("admitted", (RunTurn(customer_id),))
+    assert pipeline.admit(services, customer_id) == Step("open-batch", (RunTurn(customer_id),))
+
+
+def test_admit_with_nothing_pending_has_no_follow_up(services):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    turn(services, customer_id)
+    assert pipeline.admit(services, customer_id) == Step("nothing-pending")
+
+
+def test_a_turn_emits_each_reply_as_an_attempt_and_then_asks_for_admission(services):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    step, emitted = turn(services, customer_id)
+    assert step == Step("complete", (Admit(customer_id),))
+    [reply] = emitted
+    assert isinstance(reply, Attempt) and (reply.countdown_s, reply.retries) == (0, 0)
+    with services.store.read() as conn:
+        assert load_request(conn, reply.request_id).state == "pending"  # registered, not sent: that is deliver's job
+    assert services.transport.sent == []
+    assert turn(services, customer_id) == (Step("no-open-batch"), [])
+
+
+def test_a_turn_above_the_memory_trigger_asks_for_an_archive(services, monkeypatch):
+    real = pipeline.run_turn  # the memory engine's trigger is runtime.agent.memory's to test
+    monkeypatch.setattr(pipeline, "run_turn", lambda *a, **kw: replace(real(*a, **kw), archive_due=True))
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    step, _ = turn(services, customer_id)
+    assert step.follow_ups == (Archive(customer_id), Admit(customer_id))
+
+
+def test_a_turn_whose_customer_lease_is_held_elsewhere_does_nothing(services):
+    from runtime import leases
+
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    with leases.held(services.store, f"customer:{customer_id}", 60) as fence:
+        assert fence is not None
+        assert turn(services, customer_id) == (Step("busy"), [])
+
+
+def manual(services: Local, customer_id: int, *request_ids: str) -> None:
+    for request_id in request_ids:
+        send_manual(services.store, ManualSend(request_id=request_id, customer_id=customer_id, text="您好"))
+
+
+def test_deliver_sends_then_starts_the_next_request_in_order(services):
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1", "op-2")
+    assert pipeline.deliver(services, "op-2") == Step("waiting-for-earlier")
+    assert pipeline.deliver(services, "op-1") == Step("sent", (Attempt("op-2"),))
+    assert pipeline.deliver(services, "op-2") == Step("sent")
+    assert [s.request_id for s in services.transport.sent] == ["op-1", "op-2"]
+    assert pipeline.deliver(services, "op-1") == Step("settled")  # a repeated task sends nothing
+    assert pipeline.deliver(services, "nope") == Step("unknown-request")
+
+
+def not_taken(hint: float | None):
+    def handler(send: OutboundSend) -> SendReceipt:
+        raise SendFailure("not-submitted", "THROTTLED", retry_after_s=hint)
+
+    return handler
+
+
+def test_deliver_backs_off_a_send_the_platform_did_not_take_honouring_its_hint(services):
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1", "op-2")
+    services.transport.handler = not_taken(7)
+    assert pipeline.deliver(services, "op-1") == Step("not-submitted", (Attempt("op-1", 7, 1),))
+    services.transport.handler = not_taken(None)
+    assert pipeline.deliver(services, "op-1", retries=2) == Step("not-submitted", (Attempt("op-1", 5, 3),))
+    last = len(pipeline.ATTEMPT_BACKOFF_S)  # backoff spent: the reconciler's grace takes over
+    assert pipeline.deliver(services, "op-1", retries=last) == Step("not-submitted")
+
+
+def test_deliver_settles_a_send_of_unknown_outcome_instead_of_sending_again(services):
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1")
+
+    def times_out(send: OutboundSend) -> SendReceipt:
+        raise TimeoutError
+
+    services.transport.handler = times_out
+    assert pipeline.deliver(services, "op-1") == Step("result-unknown", (Settle("op-1"),))
+    assert pipeline.deliver(services, "op-1") == Step("result-unknown")  # skipped: never a second submit
+    assert len(services.transport.sent) == 1
+
+
+def unknown_request(services: Local) -> str:
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1")
+    services.transport.handler = lambda send: (_ for _ in ()).throw(SendFailure("unknown", "TIMEOUT"))
+    pipeline.deliver(services, "op-1")
+    return "op-1"
+
+
+def test_settle_by_receipt_found_or_not_yet_known(services):
+    request_id = unknown_request(services)
+    assert pipeline.settle(services, request_id) == Step("still-unknown")
+    services.transport.lookup = lambda rid: SendReceipt(platform_message_id="pm-1")
+    assert pipeline.settle(services, request_id) == Step("settled")
+    assert pipeline.settle(services, request_id) == Step("not-unknown")
+
+
+def test_settle_a_send_the_platform_never_received_attempts_it_again(services):
+    request_id = unknown_request(services)
+    services.transport.lookup = lambda rid: NeverReceived()
+    assert pipeline.settle(services, request_id) == Step("not-unknown")  # the attempt may still arrive
+    with services.store.write() as conn:  # the attempt is older than its lease now
+        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 3600000")
+    assert pipeline.settle(services, request_id) == Step("never-received", (Attempt(request_id),))
+
+
+def without_grace(services: Local) -> None:
+    reconcile = services.settings.reconcile.model_copy(update={"grace_s": 0})
+    services.settings = services.settings.model_copy(update={"reconcile": reconcile})
+
+
+def test_reconcile_rederives_lost_admissions_and_ingests_from_sqlite(services):
+    without_grace(services)
+    customer_id = ingested(services)  # pending input, never admitted (its broker message was lost)
+    with services.store.write() as conn:
+        conn.exec_driver_sql("UPDATE inbound_message SET received_at = received_at - 1000")
+    lost = page(2, buyer="b2")
+    record_received(services.store, lost)  # received, its ingest message lost
+    step = pipeline.reconcile(services)
+    assert step.follow_ups == (Admit(customer_id), Ingest(lost.model_dump(mode="json")))
+    assert step.outcome == "1 admissions, 0 turns, 0 attempts, 0 settlements, 1 received pages, 0 pages"
+
+
+def test_reconcile_catches_up_a_page_served_while_no_listener_ran(services):
+    missed, fresh = page(1, age_s=60), page(2, buyer="b2")
+    services.transport.pages = [fresh]
+    assert pipeline.reconcile(services).follow_ups == ()  # not overdue yet: a listener may still bring it
+    services.transport.pages = [missed]
+    assert pipeline.reconcile(services).follow_ups == (Ingest(missed.model_dump(mode="json")),)
+    assert pipeline.reconcile(services).follow_ups == ()  # recorded: its ingest is on its way
+
+
+def test_reconcile_asks_for_overdue_turns_attempts_and_settlements(services):
+    without_grace(services)
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    manual(services, customer_id, "op-1")
+    with services.store.write() as conn:  # both left alone for longer than the grace
+        conn.exec_driver_sql("UPDATE admission_batch SET updated_at = updated_at - 1000")
+        conn.exec_driver_sql("UPDATE outbox_request SET updated_at = updated_at - 1000")
+    follow_ups = pipeline.reconcile(services).follow_ups
+    assert RunTurn(customer_id) in follow_ups and Attempt("op-1") in follow_ups
+    services.transport.handler = lambda send: (_ for _ in ()).throw(SendFailure("unknown", "TIMEOUT"))
+    pipeline.deliver(services, "op-1")
+    assert Settle("op-1") in pipeline.reconcile(services).follow_ups
+
+
+def test_check_reads_stores_a_read_found_by_a_read_status_query(services):
+    reading = MockReadStatusTransport(readers=lambda message_id: {"b1": 1_700_000_000_000}, schedule=(2, 0))
+    services.transport = reading
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1")
+    pipeline.deliver(services, "op-1")
+    assert pipeline.check_reads(services) == Step("1 reads")
+    assert pipeline.check_reads(services) == Step("0 reads")  # the schedule ended with the read
+
+
+def test_record_read_names_a_bad_field_and_stores_a_good_receipt_once(services):
+    assert pipeline.record_read(services, {"account_id": "shop"}) == Step("invalid")
+    customer_id = ingested(services)
+    manual(services, customer_id, "op-1")
+    pipeline.deliver(services, "op-1")
+    receipt = {
+        "account_id": "shop",
+        "conversation_id": "conv-b1",
+        "platform_message_id": "mock-op-1",
+        "reader_id": "b1",
+        "read_at": datetime.now(UTC).isoformat(),
+    }
+    assert pipeline.record_read(services, receipt) == Step("stored")
+    assert pipeline.record_read(services, receipt) == Step("already-stored")
+
+
+def test_resume_ingests_held_pages_and_admits_kept_customers(services):
+    pause_input(services.store)
+    held = page(1)
+    pipeline.ingest(services, held.model_dump(mode="json"))
+    assert pipeline.resume(services.store, None).follow_ups == (Ingest(held.model_dump(mode="json")),)

@@ -1,0 +1,29 @@
+"""What every kefu task shares: acks late (celery_app), takes ids not objects, and one retry
+policy."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task, shared_task
+from sqlalchemy.exc import OperationalError
+
+
+class KefuTask(Task):  # type: ignore[misc]  # Celery's Task is untyped
+    """The one retry policy. A locked or busy SQLite file is transient: retry with backoff
+    instead of failing, because a failed acks_late task is acked and a pushed page would be
+    gone with it. Waits that belong to the work itself (a send the platform did not take, a
+    throttling hint) are follow-ups with a countdown that the steps return (runtime.pipeline)."""
+
+    autoretry_for = (sqlite3.OperationalError, OperationalError)
+    retry_backoff = True
+    retry_backoff_max = 60
+    retry_jitter = True
+    max_retries = 20
+
+
+def kefu_task(name: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """A bound task of the kefu family `name` names (`kefu.<queue family>.<task>`)."""
+    return shared_task(name=name, bind=True, base=KefuTask, **options)  # type: ignore[no-any-return]

@@ -1,0 +1,96 @@
+"""The pipeline's tasks. Each one loads the process's services, runs its step
+(runtime.pipeline) and dispatches the follow-ups the step returned (worker.dispatch).
+Task names put each task on its family's queue: `kefu.<family>.<shard>` (celery_app)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from celery import Task
+
+from runtime import pipeline
+from runtime.store import now_ms
+from worker.broker import embedded_folders
+from worker.checkpoint_sinks import report_checkpoints
+from worker.context import runtime_for
+from worker.dispatch import dispatch
+from worker.tasks.base import kefu_task
+
+PROCESSED_KEEP_S = 3600  # the embedded broker's consumed messages, kept for inspection
+
+
+def _run(task: Task, step: pipeline.Step) -> str:
+    dispatch(task.app, step.follow_ups)
+    return step.outcome
+
+
+@kefu_task("kefu.ingest.page")
+def ingest(self: Task, page: dict[str, Any]) -> str:
+    return _run(self, pipeline.ingest(runtime_for(self.app), page))
+
+
+@kefu_task("kefu.agent.admit")
+def admit(self: Task, customer_id: int) -> str:
+    return _run(self, pipeline.admit(runtime_for(self.app), customer_id))
+
+
+@kefu_task("kefu.agent.run_turn")
+def run_turn(self: Task, customer_id: int) -> str:
+    def emit(work: pipeline.FollowUp) -> None:
+        dispatch(self.app, (work,))
+
+    return _run(self, pipeline.turn(runtime_for(self.app), customer_id, emit))
+
+
+@kefu_task("kefu.outbox.attempt")
+def attempt(self: Task, request_id: str, retries: int = 0) -> str:
+    return _run(self, pipeline.deliver(runtime_for(self.app), request_id, retries))
+
+
+@kefu_task("kefu.outbox.settle")
+def settle(self: Task, request_id: str) -> str:
+    return _run(self, pipeline.settle(runtime_for(self.app), request_id))
+
+
+@kefu_task("kefu.receipts.buyer_read")
+def buyer_read(self: Task, receipt: dict[str, Any]) -> str:
+    return _run(self, pipeline.record_read(runtime_for(self.app), receipt))
+
+
+@kefu_task("kefu.receipts.read_status")
+def read_status(self: Task) -> str:
+    """Beat."""
+    return _run(self, pipeline.check_reads(runtime_for(self.app)))
+
+
+@kefu_task("kefu.ingest.reconcile")
+def reconcile(self: Task) -> str:
+    """Beat. Also prunes the embedded broker's consumed messages."""
+    runtime = runtime_for(self.app)
+    outcome = _run(self, pipeline.reconcile(runtime))
+    if runtime.settings.embedded_broker:
+        _prune_processed(embedded_folders(runtime.settings.data_dir)["processed_folder"])
+    return outcome
+
+
+def _prune_processed(folder: Path) -> None:
+    cutoff = time.time() - PROCESSED_KEEP_S
+    for entry in folder.glob("*.msg"):
+        if entry.stat().st_mtime < cutoff:
+            entry.unlink(missing_ok=True)
+
+
+@kefu_task("kefu.receipts.checkpoint")
+def checkpoint(self: Task) -> int:
+    """Beat: report each account's checkpoint to the configured sink."""
+    runtime = runtime_for(self.app)
+    interval = runtime.settings.checkpoint.interval_ms
+    return len(report_checkpoints(runtime.store, runtime.checkpoint_sink, interval, now_ms()))
+
+
+@kefu_task("kefu.ingest.ping", ignore_result=False)
+def ping(self: Task) -> str:
+    """A no-op round trip through the ingest queue (health checks, benchmarks)."""
+    return "pong"
