@@ -24,7 +24,7 @@ from rich.table import Table
 
 from config import load_settings
 from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, load_batch
+from runtime.admission import evaluate, open_batch
 from runtime.ingest import ingest_page
 from runtime.outbox import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.routes import RouteSpec, create_route
@@ -42,9 +42,10 @@ def run_kefu(folder: Path, requests: int, customers: int) -> float:
     create_route(store, RouteSpec(id="all", account_id="shop", conversation_type="direct"), op_id="route")
     said = [platform.buyer_says("shop", f"b{n}", f"买家{n}", "在吗") for n in range(customers)]
     customer_ids = ingest_page(store, transport.page_of("shop", said)).customer_ids
-    batch_ids = [evaluate(store, c, 1000).batch_id for c in customer_ids]
+    for c in customer_ids:
+        evaluate(store, c, 1000)
     with store.read() as conn:
-        batches = [load_batch(conn, batch_id) for batch_id in batch_ids]
+        batches = [open_batch(conn, c) for c in customer_ids]
     intents = [
         OutboundIntent(
             request_id=f"r{n}",

@@ -155,11 +155,6 @@ def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
     return [RenderableMessage.model_validate(dict(row)) for row in rows]
 
 
-def load_batch(conn: Connection, batch_id: str) -> AdmissionBatch | None:
-    row = conn.execute(sql("SELECT * FROM admission_batch WHERE id = :b"), {"b": batch_id}).mappings().first()
-    return AdmissionBatch.model_validate(dict(row)) if row else None
-
-
 def commit_batch(conn: Connection, batch_id: str) -> None:
     """The session log holds the batch durably: its messages are committed."""
     at = now_ms()

@@ -107,19 +107,6 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
     return result
 
 
-def commit_group(store: DeliveryStore, page: InboundPage, group: ConversationGroup, origin: str) -> tuple[int, int]:
-    """Commit one conversation group with its receipt. Returns (customer id, rows written);
-    rows written is 0 when an earlier delivery of this page already committed the group."""
-    with store.raw() as db:
-        return _commit_group(db, page, group, origin)
-
-
-def commit_cursor(store: DeliveryStore, page: InboundPage) -> None:
-    """Commit the page receipt and provider cursor, only once every group receipt exists."""
-    with store.raw() as db:
-        _commit_cursor(db, page)
-
-
 def _commit_group(db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str) -> tuple[int, int]:
     at = now_ms()
     with immediate(db):

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from runtime.errors import KefuError
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import now_ms
 from runtime.store.sql import sql
 
 
@@ -32,10 +32,3 @@ def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], di
         {"id": op_id, "kind": kind, "result": json.dumps(result, ensure_ascii=False), "at": now_ms()},
     )
     return result
-
-
-def query_operation(store: DeliveryStore, op_id: str) -> dict[str, Any] | None:
-    """The stored result of an operation, or None if it never committed."""
-    with store.read() as conn:
-        row = conn.execute(sql("SELECT result FROM operation WHERE id = :id"), {"id": op_id}).first()
-    return json.loads(row.result) if row else None

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from runtime.errors import PageRejected
+from runtime.errors import PageRejected, validation_problems
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 ConversationType = Literal["direct", "group"]
@@ -104,8 +104,4 @@ def parse_page(data: Any) -> InboundPage:
     try:
         return InboundPage.model_validate(data)
     except ValidationError as error:
-        problems = []
-        for item in error.errors(include_input=False, include_url=False):
-            where = ".".join(str(part) for part in item["loc"]) or "page"
-            problems.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
-        raise PageRejected(problems) from None
+        raise PageRejected(validation_problems(error, "page")) from None

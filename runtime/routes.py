@@ -81,7 +81,7 @@ def _check(spec: RouteSpec, batch_size: int) -> None:
         raise _invalid(f"every_n {spec.trigger_every_n} exceeds the admission batch size {batch_size}")
 
 
-def load_route(conn: Connection, route_id: str) -> Route | None:
+def _load_route(conn: Connection, route_id: str) -> Route | None:
     row = conn.execute(sql("SELECT * FROM route WHERE id = :id"), {"id": route_id}).mappings().first()
     return Route.model_validate(dict(row)) if row else None
 
@@ -92,7 +92,7 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
 
         def create() -> dict[str, Any]:
             require_account(conn, spec.account_id)
-            if load_route(conn, spec.id) is not None:
+            if _load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
             row = Route(**spec.model_dump(), created_at=now_ms())
             conn.execute(table_of(Route).insert().values(**row.model_dump()))
@@ -102,7 +102,7 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
 
 
 def _expect_revision(conn: Connection, route_id: str, expected_revision: int) -> Route:
-    current = load_route(conn, route_id)
+    current = _load_route(conn, route_id)
     if current is None:
         raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}")
     if current.revision != expected_revision:
@@ -150,7 +150,7 @@ def update_route(
 def current_revision(store: DeliveryStore, route_id: str) -> int:
     """For an operator acting on what they see now (the change still checks it)."""
     with store.read() as conn:
-        route = load_route(conn, route_id)
+        route = _load_route(conn, route_id)
     if route is None:
         raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}", "see `kefu routes list`")
     return route.revision

@@ -26,7 +26,7 @@ def embedded_folders(data_dir: Path) -> dict[str, Path]:
     }
 
 
-def data_dir_results(data_dir: Path) -> Path:
+def _data_dir_results(data_dir: Path) -> Path:
     folder = data_dir / "broker" / "results"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -43,7 +43,7 @@ def broker_config(settings: Settings) -> dict[str, Any]:
         return {
             "broker_url": f"{SCHEME}://",
             "broker_transport_options": options,
-            "result_backend": f"file://{data_dir_results(settings.data_dir)}",
+            "result_backend": f"file://{_data_dir_results(settings.data_dir)}",
         }
     # KEFU_BROKER_VISIBILITY_TIMEOUT_S, validated longer than the turn and attempt leases; Celery
     # reads it from all three places (transport, result backend, app.conf).

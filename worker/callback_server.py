@@ -28,7 +28,7 @@ MAX_BODY = 1024 * 1024
 Answer = tuple[int, dict[str, str]]
 
 
-def handle_callback(store: DeliveryStore, publish: Publish, path: str, headers: dict[str, str], body: bytes) -> Answer:
+def _handle_callback(store: DeliveryStore, publish: Publish, path: str, headers: dict[str, str], body: bytes) -> Answer:
     account_id = path.removeprefix("/dingtalk/")
     if not path.startswith("/dingtalk/") or not account_id:
         return 404, {"code": "KEFU_CALLBACK_UNKNOWN_PATH"}
@@ -80,7 +80,7 @@ def _handler(store: DeliveryStore, publish: Publish) -> type[BaseHTTPRequestHand
                 status, answer = 413, {"code": "DINGTALK_CALLBACK_TOO_LARGE"}
             else:
                 body = self.rfile.read(length)
-                status, answer = handle_callback(store, publish, self.path, dict(self.headers.items()), body)
+                status, answer = _handle_callback(store, publish, self.path, dict(self.headers.items()), body)
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -23,13 +23,13 @@ def queue_name(family: str, shard: str) -> str:
     return f"kefu.{family}.{shard}"
 
 
-def shard_queues(shard: str) -> list[Queue]:
+def _shard_queues(shard: str) -> list[Queue]:
     """One direct exchange per queue: a message lands in exactly one queue."""
     names = [queue_name(family, shard) for family in FAMILIES]
     return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
 
 
-def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
+def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     return {
         "reconcile": {"task": pipeline.reconcile.name, "schedule": settings.reconcile.interval_s},
         "checkpoint": {"task": pipeline.checkpoint.name, "schedule": settings.checkpoint.interval_ms / 1000},
@@ -58,7 +58,7 @@ def make_app(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_queues=shard_queues(shard),
+        task_queues=_shard_queues(shard),
         task_default_queue=queue_name("ingest", shard),
         task_default_exchange=queue_name("ingest", shard),
         task_default_routing_key=queue_name("ingest", shard),
@@ -67,7 +67,7 @@ def make_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
     )
     # After the configuration: naming a task object binds the tasks, which read it (acks_late).
-    app.conf.beat_schedule = beat_schedule(settings)
+    app.conf.beat_schedule = _beat_schedule(settings)
     app.kefu_settings = settings
     install_listeners(app)
     return app

@@ -22,7 +22,7 @@ from celery import Celery
 KEFU_CODE = re.compile(r"\bKEFU_[A-Z][A-Z0-9_]*\b")
 
 
-def child_pids(pid: int) -> list[int]:
+def _child_pids(pid: int) -> list[int]:
     """The direct children of a process (Linux /proc; empty elsewhere or once it is gone)."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -93,7 +93,7 @@ class KefuProcess(ABC):
         return list(dict.fromkeys(KEFU_CODE.findall(self.output())))
 
     def pool_children(self) -> list[int]:
-        return child_pids(self.proc.pid) if self.running() and self.proc is not None else []
+        return _child_pids(self.proc.pid) if self.running() and self.proc is not None else []
 
     def kill_main(self) -> None:
         """SIGKILL the main process only: its children are orphaned, as after a crash of it."""

@@ -109,7 +109,7 @@ def _turn_starts(events: list[SessionEvent], upto: int) -> list[int]:
     return [e.seq for e in events if e.type == "turn/start" and e.seq >= upto]
 
 
-def image_placeholder(name: str) -> str:
+def _image_placeholder(name: str) -> str:
     return f"[图片：（{name}）]"
 
 
@@ -146,7 +146,7 @@ def _archived_messages(
             if call.name == "im_send_message":
                 sent = _sent_images(call.arguments, memory)
                 images.update(sent)
-                parts.append("→ 顾客: " + _sent_text(call.arguments) + "".join(map(image_placeholder, sent)))
+                parts.append("→ 顾客: " + _sent_text(call.arguments) + "".join(map(_image_placeholder, sent)))
             else:
                 parts.append(f"[tool {call.name} {call.arguments}]")
         text = "\n".join(parts)
@@ -180,7 +180,7 @@ def _keep_images(
     target = memory.images_dir / memory.scope if memory.images_dir else None
     for folder in planned:
         for name, source in files.items():
-            if target is None or image_placeholder(name) not in folder.text:
+            if target is None or _image_placeholder(name) not in folder.text:
                 continue
             data = source.read_bytes()
             _, extension, mime = sniff(data) or ("image", "", "application/octet-stream")
@@ -229,7 +229,7 @@ def archive(
         return ArchiveOutcome("adopted", adopted)
     refused = _guard(log, memory, used)
     if refused is not None:
-        log_skip(memory, refused)
+        _log_skip(memory, refused)
         return ArchiveOutcome(refused)
     settings = memory.settings
     target = max(
@@ -258,7 +258,7 @@ def _archive_turns(
             break
     fitting = _fitting_plan(events, starts[0] if starts else upto, cuts, memory)
     if fitting is None:
-        log_skip(memory, "no-cut")
+        _log_skip(memory, "no-cut")
         return ArchiveOutcome("no-cut", trimmed=trimmed)
     cut, removed, planned, files = fitting
     images = _keep_images(planned, files, memory)
@@ -321,7 +321,7 @@ def _adopt_orphans(log: SessionLog, session_id: str, memory: SessionMemory, used
 _skips_logged: set[tuple[str, str]] = set()
 
 
-def log_skip(memory: SessionMemory, reason: str) -> None:
+def _log_skip(memory: SessionMemory, reason: str) -> None:
     """Warn once per scope and reason (source §1.1.1: small windows warn once per session)."""
     if (memory.scope, reason) not in _skips_logged:
         _skips_logged.add((memory.scope, reason))
@@ -400,12 +400,12 @@ def _append_block(log: SessionLog, memory: SessionMemory, entries: list[BlockEnt
     log.append(
         "memory/recall",
         entries=[{"folder_id": e.folder_id, "turn": e.turn} for e in entries],
-        text=render_block(memory, [e.folder_id for e in entries]),
+        text=_render_block(memory, [e.folder_id for e in entries]),
     )
     log.flush()
 
 
-def trust_of(beta: float) -> str:
+def _trust_of(beta: float) -> str:
     return "可信" if beta >= 3 else "不可当事实" if beta <= -3 else "仅供参考"
 
 
@@ -415,11 +415,11 @@ def render_memory(folder: Folder | IndexedFolder, text: str, zone: ZoneInfo, det
     end = datetime.fromtimestamp(folder.event_to / 1000, zone)
     return (
         f'<memory id="{folder.id}" title="{folder.title}" time="{start:%Y-%m-%d %H:%M}~{end:%Y-%m-%d %H:%M}"'
-        f'{details} beta="{folder.beta:+.1f}" trust="{trust_of(folder.beta)}">\n{text.rstrip()}\n</memory>'
+        f'{details} beta="{folder.beta:+.1f}" trust="{_trust_of(folder.beta)}">\n{text.rstrip()}\n</memory>'
     )
 
 
-def render_block(memory: SessionMemory, folder_ids: list[str]) -> str:
+def _render_block(memory: SessionMemory, folder_ids: list[str]) -> str:
     folders = [f for f in map(memory.store.folder, folder_ids) if f is not None]
     if not folders:
         return ""

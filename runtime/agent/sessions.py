@@ -41,7 +41,7 @@ def damaged_folder(sessions_dir: Path) -> Path:
     return sessions_dir / "damaged"
 
 
-def ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> str:
+def _ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> str:
     with fenced(store, fence) as conn:
         session_id: str | None = conn.execute(
             sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
@@ -63,31 +63,31 @@ def open_session(store: DeliveryStore, customer_id: int, sessions_dir: Path, fen
     """The customer's current session, opened for appending under `fence`; a damaged one is
     retired first and a new, empty session opened in its place."""
     guard = partial(before_file_write, fence) if fence is not None else nullcontext
-    session_id = ensure_session_id(store, customer_id, fence)
+    session_id = _ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()
     except CorruptSessionLog as error:
-        session_id = retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence).replaced_by
+        session_id = _retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence).replaced_by
         log = SessionLog(session_path(sessions_dir, session_id), guard)
         log.open_for_append()
     # Looked up until the new session has its first event, whichever job retired the old one.
-    return OpenSession(log, session_id, None if log.events else replaced_session(store, session_id))
+    return OpenSession(log, session_id, None if log.events else _replaced_session(store, session_id))
 
 
-def replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:
+def _replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:
     with store.read() as conn:
         row = conn.execute(sql("SELECT * FROM damaged_session WHERE replaced_by = :s"), {"s": session_id})
         found = row.mappings().first()
     return DamagedSession.model_validate(dict(found)) if found else None
 
 
-def next_session_id(customer_id: int, session_id: str) -> str:
+def _next_session_id(customer_id: int, session_id: str) -> str:
     _, _, number = session_id.rpartition("-")
     return f"s{customer_id}-{int(number) + 1 if number.isdigit() else 2}"
 
 
-def retire_damaged(
+def _retire_damaged(
     store: DeliveryStore, customer_id: int, session_id: str, sessions_dir: Path, problem: str, fence: Fence | None
 ) -> DamagedSession:
     """Keep the damaged file aside (a copy made durable before anything else changes), then in
@@ -105,7 +105,7 @@ def retire_damaged(
     record = DamagedSession(
         session_id=session_id,
         customer_id=customer_id,
-        replaced_by=next_session_id(customer_id, session_id),
+        replaced_by=_next_session_id(customer_id, session_id),
         kept_path=str(kept),
         problem=problem,
         detected_at=now_ms(),

@@ -65,7 +65,7 @@ class TurnBinding:
     fence: Fence | None = None  # the writer lease: a reply is registered only while it holds
 
 
-def request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
+def _request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
     """Re-running a recorded tool call derives the same id, so it can never send twice. The
     turn is part of the key: a provider may reuse call ids across turns (the rules agent's ids
     count visible messages, and archiving shrinks that count)."""
@@ -105,7 +105,7 @@ def _register_reply(
     Wangwang conversation without a known buyer registers the text as refused, unsent.
     """
     customer, batch = binding.customer, binding.batch
-    text_id = request_id_for(binding.session_id, binding.turn_id, call.id)
+    text_id = _request_id_for(binding.session_id, binding.turn_id, call.id)
     assert customer.id is not None  # a loaded row
     text = OutboundIntent(
         request_id=text_id,

@@ -61,7 +61,7 @@ ROLE_SECTION = (
 )
 
 
-def system_prompt(persona: str) -> str:
+def _system_prompt(persona: str) -> str:
     """The session's own sections: the configured persona and the one-conversation role. The
     memory sections are added to the view at each model call (runtime.agent.view)."""
     return "\n\n".join([persona, ROLE_SECTION])
@@ -120,7 +120,7 @@ def repair(log: SessionLog) -> bool:
     return True
 
 
-def deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone: ZoneInfo) -> None:
+def _deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone: ZoneInfo) -> None:
     """Give the session one `im/message-read` event per stored buyer receipt it has not had.
     The log is checked first, so a crash between the event and the store's mark adds none twice."""
     with store.read() as conn:
@@ -147,7 +147,7 @@ def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[TurnStart
     return [(e, ends.get(e.turn)) for e in events if isinstance(e, TurnStart) and e.batch_id == batch_id]
 
 
-def reconcile_session(
+def _reconcile_session(
     store: DeliveryStore, turns: list[tuple[TurnStart, str | None]], batch: AdmissionBatch, fence: Fence | None
 ) -> bool:
     """The session log already holds this batch's finished turn but the store never heard
@@ -158,7 +158,7 @@ def reconcile_session(
         if turns:
             return False  # interrupted: a follow-up turn runs
         with store.read() as conn:
-            if not replied_for(conn, batch):
+            if not _replied_for(conn, batch):
                 return False
     with fenced(store, fence) as conn:
         commit_batch(conn, batch.id)
@@ -166,12 +166,12 @@ def reconcile_session(
     return True
 
 
-def replied_for(conn: Connection, batch: AdmissionBatch) -> bool:
+def _replied_for(conn: Connection, batch: AdmissionBatch) -> bool:
     query = sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND batch_id = :b LIMIT 1")
     return conn.execute(query, {"c": batch.customer_id, "b": batch.id}).first() is not None
 
 
-def call_model(
+def _call_model(
     provider: ModelProvider, log: SessionLog, tools: list[ToolSpec], retry: OpenAISettings, task: str = ""
 ) -> AssistantReply | None:
     """One model call with retries; each failed attempt is logged and never shown to the model.
@@ -224,11 +224,11 @@ def run_turn(
     log, session_id = session.log, session.session_id
     repair(log)
     if not log.events:
-        prompt = system_prompt(agent.persona)
+        prompt = _system_prompt(agent.persona)
         log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
 
     turns = _turns_of(log.events, batch.id)
-    if reconcile_session(store, turns, batch, fence):
+    if _reconcile_session(store, turns, batch, fence):
         return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
 
     turn_id = f"t{log.offset}"
@@ -243,7 +243,7 @@ def run_turn(
         commit_batch(conn, batch.id)
     memory = memory_engine.session(customer_id) if memory_engine else None
     if memory is not None and not turns:
-        recall(log, memory, turn_id, buyer_text(lines))
+        recall(log, memory, turn_id, _buyer_text(lines))
 
     binding = TurnBinding(
         store=store,
@@ -270,13 +270,13 @@ def run_turn(
                 outcome, paused = "interrupted", True  # a human took over during the turn
                 break
         log.append("step/start", turn=turn_id, step=step)
-        deliver_reads(store, log, customer_id, zone)
+        _deliver_reads(store, log, customer_id, zone)
         task = judge_task(memory)
         if memory is not None:  # a step's tool output must not push the next call past the window
             inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
             if inline.folders or inline.trimmed:  # new pending or review folders: a new task
                 archived_inline, task = True, judge_task(memory)
-        reply = call_model(provider, log, tools, agent.openai, task)
+        reply = _call_model(provider, log, tools, agent.openai, task)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
             outcome, unavailable = "interrupted", True
@@ -325,7 +325,7 @@ def run_turn(
     return TurnResult(batch.id, outcome, session_id, archive_due=due)
 
 
-def buyer_text(lines: list[RenderableMessage]) -> str:
+def _buyer_text(lines: list[RenderableMessage]) -> str:
     """What the buyer said in a batch: the query of the turn's recall (no labels or times)."""
     return "\n".join(
         content_text(m.content_type, m.body)

@@ -31,7 +31,7 @@ def archived_upto(events: list[SessionEvent]) -> int:
     return next((e.upto for e in reversed(events) if e.type == "memory/archive"), 0)
 
 
-def memory_note(events: list[SessionEvent]) -> str | None:
+def _memory_note(events: list[SessionEvent]) -> str | None:
     """The one merged `[memory] …` note of the session (cumulative segment count)."""
     return next((e.note for e in reversed(events) if e.type == "memory/archive"), None)
 
@@ -46,7 +46,7 @@ def system_text(events: list[SessionEvent], judge_task: str = "") -> str | None:
     first = next((e for e in events if e.type == "system/message"), None)
     if first is None:
         return None
-    sections = [first.text.replace(LEGACY_MEMORY_SLOT, ""), memory_note(events), recall_block(events), judge_task]
+    sections = [first.text.replace(LEGACY_MEMORY_SLOT, ""), _memory_note(events), recall_block(events), judge_task]
     return "\n\n".join(s for s in sections if s)
 
 

@@ -23,7 +23,7 @@ _FACTS = re.compile(r"\d{3,}|[省市区县路街号]|订单|地址|电话|手机
 FALLBACK_WORDS = ("对话", "客服", "记录")
 
 
-def alpha_of(text: str) -> float:
+def _alpha_of(text: str) -> float:
     lowered = text.lower()
     if any(marker in lowered for _, markers in CATEGORY_MARKERS for marker in markers):
         return 0.7  # a preference, agreement or decision
@@ -32,7 +32,7 @@ def alpha_of(text: str) -> float:
     return 0.2
 
 
-def keywords_of(text: str, title: str, count: int = 6) -> list[str]:
+def _keywords_of(text: str, title: str, count: int = 6) -> list[str]:
     found = [t for t in tokens(text) if t not in ROLE_WORDS and t not in COMMON and not _NOISE.match(t)]
     ranked = Counter(found)
     order = {t: i for i, t in reversed(list(enumerate(found)))}
@@ -51,6 +51,6 @@ def score_pending(store: MemoryStore, scope: str, limit: int = 100) -> JudgeResu
     for folder in pending:
         text = store.text(folder.id)
         updates.append(
-            {"id": folder.id, "alpha": alpha_of(text), "beta": 0.0, "keywords": keywords_of(text, folder.title)}
+            {"id": folder.id, "alpha": _alpha_of(text), "beta": 0.0, "keywords": _keywords_of(text, folder.title)}
         )
     return judge(store, scope, {"updates": updates}, source="heuristic")

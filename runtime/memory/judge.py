@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import KefuError
+from runtime.errors import KefuError, invalid_fields
 from runtime.memory.store import MemoryStore, Score
 
 MAX_UPDATES = 100
@@ -78,8 +78,7 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
         try:
             update = JudgeUpdate.model_validate(raw)
         except ValidationError as error:
-            fields = sorted({".".join(map(str, e["loc"])) or "update" for e in error.errors(include_input=False)})
-            result.rejected.append(Rejection(id=item_id, reason=f"invalid {', '.join(fields)}"))
+            result.rejected.append(Rejection(id=item_id, reason=invalid_fields(error, "update")))
             continue
         folder = store.folder(update.id)
         if folder is None or folder.scope != scope:
@@ -91,14 +90,14 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
         if not folder.scored and (update.alpha is None or update.beta is None or update.keywords is None):
             result.rejected.append(Rejection(id=update.id, reason="a new memory needs alpha, beta and keywords"))
             continue
-        keywords = clean_keywords(update.keywords) if update.keywords is not None else folder.keywords
+        keywords = _clean_keywords(update.keywords) if update.keywords is not None else folder.keywords
         if update.keywords is not None and not KEYWORDS_MIN <= len(keywords) <= KEYWORDS_MAX:
             result.rejected.append(Rejection(id=update.id, reason="keywords: 3 to 8 distinct words needed"))
             continue
-        alpha = clamp_alpha(update.alpha) if update.alpha is not None else folder.alpha
-        beta = clamp_beta(update.beta) if update.beta is not None else folder.beta
+        alpha = _clamp_alpha(update.alpha) if update.alpha is not None else folder.alpha
+        beta = _clamp_beta(update.beta) if update.beta is not None else folder.beta
         if alpha >= HIGH_ALPHA and update.keywords is not None:
-            keywords, note = add_category(keywords, store.text(update.id))
+            keywords, note = _add_category(keywords, store.text(update.id))
             if note:
                 result.warnings.append(f"{note} ({update.id})")
         if alpha > ALPHA_WARN:
@@ -122,15 +121,15 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
     return result
 
 
-def clamp_alpha(value: float) -> float:
+def _clamp_alpha(value: float) -> float:
     return round(min(max(value, ALPHA_MIN), ALPHA_MAX), 4)
 
 
-def clamp_beta(value: float) -> float:
+def _clamp_beta(value: float) -> float:
     return round(min(max(value, -10.0), 10.0), 1)
 
 
-def clean_keywords(keywords: list[str]) -> list[str]:
+def _clean_keywords(keywords: list[str]) -> list[str]:
     cleaned: list[str] = []
     for keyword in keywords:
         word = " ".join(unicodedata.normalize("NFKC", str(keyword)).split()).lower()
@@ -139,7 +138,7 @@ def clean_keywords(keywords: list[str]) -> list[str]:
     return cleaned
 
 
-def add_category(keywords: list[str], text: str) -> tuple[list[str], str | None]:
+def _add_category(keywords: list[str], text: str) -> tuple[list[str], str | None]:
     """Make sure a high-alpha preference/agreement/decision memory carries its category word."""
     if any(word in keywords for word in CATEGORY_WORDS):
         return keywords, None
@@ -167,7 +166,7 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
 _LATIN_WORD = re.compile(r"[a-z0-9]{2,}")
 
 
-def event_terms(label: str) -> set[str]:
+def _event_terms(label: str) -> set[str]:
     terms = set(_LATIN_WORD.findall(label))
     for run in _CJK.findall(label):
         terms.update(run)
@@ -176,7 +175,7 @@ def event_terms(label: str) -> set[str]:
 
 
 def dice(a: str, b: str) -> float:
-    x, y = event_terms(a), event_terms(b)
+    x, y = _event_terms(a), _event_terms(b)
     return 2 * len(x & y) / (len(x) + len(y)) if x or y else 0.0
 
 

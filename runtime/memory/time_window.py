@@ -17,7 +17,7 @@ constraint, with a warning; it never raises.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -56,7 +56,7 @@ def _unit_range(day: date, unit: Unit) -> tuple[date, date]:
     return date(day.year, 1, 1), date(day.year + 1, 1, 1)
 
 
-def parse_point(text: str) -> tuple[date, Unit] | None:
+def _parse_point(text: str) -> tuple[date, Unit] | None:
     match = _POINT.match(text.strip())
     if match is None:
         return None
@@ -84,7 +84,7 @@ def _point(text: str, zone: ZoneInfo, granularity: Unit | None) -> tuple[date, U
             text = datetime.fromtimestamp(int(text) / 1000, tz=zone).date().isoformat()
         except (OverflowError, OSError, ValueError):
             return None
-    point = parse_point(text)
+    point = _parse_point(text)
     if point is None or granularity is None:
         return point
     day, unit = point
@@ -139,7 +139,3 @@ def _ladder(day: date, unit: Unit, zone: ZoneInfo, now_ms: int) -> list[Window]:
 def overlaps(window: Window, event_from: int, event_to: int) -> bool:
     """A folder covering [event_from, event_to + 1) matches the window [start, end)."""
     return event_from < window.end_ms and event_to + 1 > window.start_ms
-
-
-def to_ms(when: datetime) -> int:
-    return int(when.astimezone(UTC).timestamp() * 1000)

@@ -7,9 +7,10 @@ import time
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
-from runtime.ingest import commit_group, committed_cursor
+from runtime.ingest import committed_cursor
 from runtime.pages import InboundPage
 from tests.integration.helpers import wait_all_answered, wait_for
+from tests.partial_ingest import commit_groups
 from worker.audit import audit
 from worker.celery_app import make_app
 
@@ -47,8 +48,7 @@ def test_crash_between_group_commit_and_cursor_commit_loses_nothing(settings, st
     page = transport.page_of(shop, messages)
     assert len(page.groups) == 3
     # The process that first received the page committed two groups, then died before the cursor.
-    for group in page.groups[:2]:
-        commit_group(store, page, group, "live")
+    commit_groups(store, page, page.groups[:2])
     assert committed_cursor(store, shop, page.stream_id) is None
 
     app = make_app(settings)

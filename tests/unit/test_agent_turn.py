@@ -122,15 +122,15 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
 
 @pytest.fixture
 def binding(store, settings, shop, transport, platform):
-    from runtime.admission import load_batch, load_customer
+    from runtime.admission import load_customer, open_batch
 
     customer_id = say(store, transport, platform, "b1", "你好")
-    decision = evaluate(store, customer_id, 1000)
+    evaluate(store, customer_id, 1000)
     with store.read() as conn:
         return TurnBinding(
             store=store,
             customer=load_customer(conn, customer_id),
-            batch=load_batch(conn, decision.batch_id),
+            batch=open_batch(conn, customer_id),
             session_id="s",
             account_revision=1,
             zone=settings.zone,

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from runtime.classification import classify_inbound_sender
 from runtime.errors import KefuError, PageRejected
-from runtime.ingest import commit_cursor, commit_group, committed_cursor, ingest_page
+from runtime.ingest import committed_cursor, ingest_page
 from runtime.outbox import register_outbound
 from runtime.pages import parse_page
 from runtime.store.tables import OutboundIntent
+from tests.partial_ingest import commit_cursor, commit_groups
 
 AT = "2026-11-30T06:05:00+00:00"
 
@@ -89,7 +90,7 @@ def test_mention_evidence_is_only_ever_raised_to_true(store, shop, first, later,
 
 def test_cursor_commits_only_after_every_group_receipt(store, shop):
     page = parse_page(page_dict(groups=[group("a", [message("m1")]), group("b", [message("m2")])]))
-    commit_group(store, page, page.groups[0], "live")
+    commit_groups(store, page, page.groups[:1])
     with pytest.raises(KefuError) as raised:
         commit_cursor(store, page)
     assert raised.value.code == "KEFU_PAGE_INCOMPLETE"

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, load_batch, load_customer
+from runtime.admission import evaluate, load_customer, open_batch
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
 from runtime.ingest import ingest_page
@@ -140,9 +140,9 @@ def test_wangwang_replies_go_to_the_last_external_sender_else_the_stored_peer_el
 
 
 def binding_for(store, customer_id: int, policy: AttachmentPolicy | None) -> TurnBinding:
-    decision = evaluate(store, customer_id, 1000)
+    evaluate(store, customer_id, 1000)
     with store.read() as conn:
-        customer, batch = load_customer(conn, customer_id), load_batch(conn, decision.batch_id)
+        customer, batch = load_customer(conn, customer_id), open_batch(conn, customer_id)
     return TurnBinding(store, customer, batch, "s-1", 1, ZoneInfo("Asia/Shanghai"), attachments=policy)
 
 

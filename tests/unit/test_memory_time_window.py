@@ -6,10 +6,16 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from runtime.memory.time_window import day_start, overlaps, time_query, to_ms
+from runtime.memory.time_window import day_start, overlaps, time_query
 
 SANTIAGO = ZoneInfo("America/Santiago")
 SHANGHAI = ZoneInfo("Asia/Shanghai")
+
+
+def to_ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
 NOW = to_ms(datetime(2026, 11, 30, 12, tzinfo=SHANGHAI))
 HOUR = 3_600_000
 

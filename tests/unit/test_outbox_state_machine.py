@@ -18,7 +18,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 from config import load_settings
 from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, load_batch
+from runtime.admission import evaluate, open_batch
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
 from runtime.ingest import ingest_page
@@ -127,9 +127,9 @@ class OutboxMachine(RuleBasedStateMachine):
             if origin == "manual":
                 send_manual(self.store, ManualSend(request_id=request_id, customer_id=customer_id, text="人工回复"))
             else:
-                batch_id = evaluate(self.store, customer_id, 1000).batch_id
+                evaluate(self.store, customer_id, 1000)
                 with self.store.write() as conn:
-                    batch = load_batch(conn, batch_id)
+                    batch = open_batch(conn, customer_id)
                     register_outbound(
                         conn,
                         OutboundIntent(

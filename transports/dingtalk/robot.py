@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import PageRejected
+from runtime.errors import PageRejected, validation_problems
 from runtime.pages import (
     ConversationGroup,
     ImageContent,
@@ -68,9 +68,7 @@ def parse_robot_message(data: Any) -> RobotMessage:
     try:
         message = RobotMessage.model_validate(data)
     except ValidationError as error:
-        raise PageRejected(
-            [".".join(map(str, e["loc"])) + ": " + e["msg"] for e in error.errors(include_input=False)]
-        ) from None
+        raise PageRejected(validation_problems(error, "message")) from None
     if not message.sender_id:
         raise PageRejected(["senderStaffId: a robot message needs senderStaffId or senderId"])
     return message

@@ -70,7 +70,7 @@ OPEN_SLACK_S = 5.0  # beyond the ticket's and the socket's own timeouts, before 
 Event = Received | Heartbeat | ListenerFailure
 
 
-def stream_client(credentials: DingTalkCredentials) -> dingtalk_stream.DingTalkStreamClient:
+def _stream_client(credentials: DingTalkCredentials) -> dingtalk_stream.DingTalkStreamClient:
     client = dingtalk_stream.DingTalkStreamClient(
         dingtalk_stream.Credential(credentials.client_id, credentials.client_secret.get_secret_value()), _sdk_log
     )
@@ -78,7 +78,7 @@ def stream_client(credentials: DingTalkCredentials) -> dingtalk_stream.DingTalkS
     return client
 
 
-def open_request(client: dingtalk_stream.DingTalkStreamClient) -> dict[str, Any]:
+def _open_request(client: dingtalk_stream.DingTalkStreamClient) -> dict[str, Any]:
     """The body the SDK's `open_connection` posts. It holds the secret: never log it."""
     return {
         "clientId": client.credential.client_id,
@@ -130,7 +130,7 @@ class StreamConnection:
         self._account_id = account_id
         self._client = client
         self._open_url = f"{settings.openapi_url}{OPEN_PATH}"
-        self._open_body = open_request(client)
+        self._open_body = _open_request(client)
         self._timeout_s = settings.timeout_s
         self._ack_wait_s = settings.ack_wait_s
         self._events: queue.Queue[Event] = queue.Queue()
@@ -326,4 +326,4 @@ def _ack(frame: dict[str, Any], code: int, response: str | None) -> dict[str, An
 
 def open_stream(account_id: str, credentials: DingTalkCredentials, settings: DingTalkSettings) -> StreamConnection:
     """Open a listening connection: a ticket from DingTalk, then its websocket."""
-    return StreamConnection(account_id, stream_client(credentials), settings)
+    return StreamConnection(account_id, _stream_client(credentials), settings)

@@ -56,14 +56,14 @@ class DingTalkTransport:
         try:
             self.api.access_token(credentials)  # tells refused credentials from a network problem
         except SendFailure as failure:
-            raise token_failure(failure) from None
+            raise _token_failure(failure) from None
         return open_stream(account_id, credentials, self._settings)
 
     def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
         return self.api.read_by(self._credentials(account_id), platform_message_id)
 
 
-def token_failure(failure: SendFailure) -> ListenerFailure:
+def _token_failure(failure: SendFailure) -> ListenerFailure:
     """Only a refused token request (a 4xx) is about the credentials and final; throttling, a
     5xx or the network are retried. `access_token` names every error answer DINGTALK_AUTH_FAILED,
     so a retried one gets a code of its own."""

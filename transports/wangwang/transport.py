@@ -69,7 +69,7 @@ def page_op_id(cursor_before: str | None, cursor_after: str) -> str:
     return f"ww-{digest[:32]}"
 
 
-def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> InboundPage | None:
+def _to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> InboundPage | None:
     """The messages of one answer as a page (None when it has none)."""
     if not page.messages or not page.next_cursor:
         return None
@@ -103,7 +103,7 @@ def to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> I
     )
 
 
-def to_receipts(account_id: str, page: MessagesPage) -> list[BuyerReadReceipt]:
+def _to_receipts(account_id: str, page: MessagesPage) -> list[BuyerReadReceipt]:
     return [
         BuyerReadReceipt(
             account_id=account_id,
@@ -133,7 +133,7 @@ class WangwangTransport:
         )
 
     def page_after(self, account_id: str, cursor: str | None) -> InboundPage | None:
-        return to_page(account_id, cursor, self.fetch(account_id, cursor))
+        return _to_page(account_id, cursor, self.fetch(account_id, cursor))
 
     def confirm(self, account_id: str, cursor: str) -> None:
         """The page up to `cursor` is committed: the bridge may forget it."""
@@ -213,8 +213,8 @@ class PollingConnection:
             answer = self._transport.fetch(self._account_id, self._cursor, wait_s=wait_s)
         except GatewayFailure as failure:
             raise ListenerFailure(failure.kefu_code, authorization=failure.authorization) from None
-        page = to_page(self._account_id, self._cursor, answer)
-        self._ready.extend(Received(receipt) for receipt in to_receipts(self._account_id, answer))
+        page = _to_page(self._account_id, self._cursor, answer)
+        self._ready.extend(Received(receipt) for receipt in _to_receipts(self._account_id, answer))
         if page is not None:
             self._cursor = page.cursor
             self._ready.appendleft(Received(page))

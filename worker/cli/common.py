@@ -46,7 +46,7 @@ def ensure_store() -> DeliveryStore:
         return runtime_for(app).store
 
 
-def operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError | None:
+def _operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError | None:
     """The error as the operator sees it; None for a SQL error that is a bug, not the file's.
     A SQLAlchemy error comes from the delivery store (the only file kefu opens through
     SQLAlchemy): a file damaged past its header, or locked, fails mid-command rather than when
@@ -58,7 +58,7 @@ def operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError
     return store_error(current_settings().delivery_path, error)
 
 
-def print_error(error: KefuError) -> None:
+def _print_error(error: KefuError) -> None:
     console.print(f"[red]kefu: {error}[/red]", soft_wrap=True)
 
 
@@ -69,10 +69,10 @@ def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> I
     try:
         yield
     except (KefuError, sqlalchemy.exc.DatabaseError) as error:
-        known = operator_error(error)
+        known = _operator_error(error)
         if known is None:
             raise
-        print_error(known)
+        _print_error(known)
         raise exit_with(2) from None
     except ValidationError as error:  # an option that does not fit: name it, never echo the value
         problems = "; ".join(validation_problems(error, "input"))
