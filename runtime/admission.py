@@ -184,3 +184,38 @@ def finish_batch(conn: Connection, batch_id: str) -> None:
         sql("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),
         {"b": batch_id, "at": now_ms()},
     )
+
+
+# Buyer input no batch has claimed yet: what admission is for.
+_WAITING = (
+    "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
+    " AND sender_role IN ('external', 'human-native')"
+)
+
+
+def customers_waiting(conn: Connection, received_before: int, limit: int) -> list[int]:
+    """Customers whose input waited longer than a grace: its admission was lost (reconciler)."""
+    query = sql(_WAITING + " AND received_at < :t LIMIT :n")
+    return [int(c) for c in conn.execute(query, {"t": received_before, "n": limit}).scalars()]
+
+
+def customers_waiting_in(conn: Connection, account_id: str | None) -> list[int]:
+    """Customers of an account (None: all) with input waiting, e.g. kept back by an input pause."""
+    query = sql(_WAITING + " AND (:a IS NULL OR account_id = :a) ORDER BY customer_id")
+    return [int(c) for c in conn.execute(query, {"a": account_id}).scalars()]
+
+
+def batches_left_open(conn: Connection, updated_before: int, limit: int) -> list[int]:
+    """Customers whose admitted batch has not moved for a grace: its turn was lost (reconciler)."""
+    query = sql(
+        "SELECT customer_id FROM admission_batch WHERE state IN ('claimed', 'committed') AND updated_at < :t LIMIT :n"
+    )
+    return [int(c) for c in conn.execute(query, {"t": updated_before, "n": limit}).scalars()]
+
+
+def suppress_waiting(conn: Connection, customer_id: int) -> None:
+    """Handling was paused: the customer's waiting input is kept, never admitted."""
+    conn.execute(
+        sql("UPDATE inbound_message SET state = 'suppressed' WHERE customer_id = :c AND state = 'pending'"),
+        {"c": customer_id},
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
+from runtime.admission import suppress_waiting
 from runtime.errors import CustomerUnknown
-from runtime.store import DeliveryStore, now_ms
+from runtime.outbox import revoke_unsent_auto
+from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 
 
@@ -49,24 +51,15 @@ def pause_handling(store: DeliveryStore, customer_id: int, reason: str) -> Handl
         state = _state(conn, customer_id)
         if state.paused:
             return state
-        params = {"c": customer_id, "r": reason, "at": now_ms()}
         conn.execute(
             sql(
                 "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
                 " handling_reason = :r WHERE id = :c"
             ),
-            params,
+            {"c": customer_id, "r": reason},
         )
-        conn.execute(
-            sql("UPDATE inbound_message SET state = 'suppressed' WHERE customer_id = :c AND state = 'pending'"), params
-        )
-        conn.execute(
-            sql(
-                "UPDATE outbox_request SET state = 'revoked', error_code = 'KEFU_HANDLING_PAUSED', updated_at = :at"
-                " WHERE customer_id = :c AND origin = 'auto' AND state = 'pending'"
-            ),
-            params,
-        )
+        suppress_waiting(conn, customer_id)
+        revoke_unsent_auto(conn, customer_id, "KEFU_HANDLING_PAUSED")
         return _state(conn, customer_id)
 
 

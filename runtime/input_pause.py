@@ -75,29 +75,12 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
     return PauseState(scope=scope, paused_at=paused_at)
 
 
-class Resumed(BaseModel):
-    """What the pause held back: pages to publish again, oldest first, and customers whose
-    committed input the pause kept from admission (to admit now)."""
-
-    pages: list[dict[str, Any]]
-    customers: list[int]
-
-
-def resume_input(store: DeliveryStore, account_id: str | None = None) -> Resumed:
-    """Lift the pause (idempotent) and say what to pick up again in its scope."""
-    scope = _scope(account_id)
+def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:
+    """Lift the pause (idempotent). Returns the pages it held in its scope, oldest first, to be
+    ingested again; the input it kept from admission waits as pending (runtime.pipeline.resume)."""
     with store.write() as conn:
-        conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": scope})
-        customers = conn.execute(
-            sql(
-                "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
-                " AND sender_role IN ('external', 'human-native') AND (:a IS NULL OR account_id = :a)"
-                " ORDER BY customer_id"
-            ),
-            {"a": account_id},
-        ).scalars()
-        waiting = list(customers)
-    return Resumed(pages=held_pages(store, account_id), customers=waiting)
+        conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": _scope(account_id)})
+    return held_pages(store, account_id)
 
 
 def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:

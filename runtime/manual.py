@@ -18,10 +18,9 @@ from runtime.accounts import require_account
 from runtime.admission import load_customer
 from runtime.errors import CustomerUnknown, KefuError, RequestUnknown
 from runtime.media import stage_media
-from runtime.outbox import load_request, register_outbound
+from runtime.outbox import load_request, register_outbound, retried_as
 from runtime.recipients import RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from runtime.store.tables import Customer, OutboundIntent, OutboxRequest
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -171,9 +170,7 @@ def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id:
                     " only a result-unknown request can be retried",
                     "a sent request needs nothing; a failed one can be sent anew with `kefu send`",
                 )
-            earlier_retry = conn.execute(
-                sql("SELECT request_id FROM outbox_request WHERE retry_of = :r"), {"r": previous_request_id}
-            ).scalar_one_or_none()
+            earlier_retry = retried_as(conn, previous_request_id)
             if earlier_retry is not None:
                 raise KefuError(
                     "KEFU_RETRY_EXISTS",

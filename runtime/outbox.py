@@ -409,3 +409,45 @@ def list_requests(store: DeliveryStore, state: str | None, limit: int = 50) -> l
             {"s": state, "n": limit},
         ).mappings()
         return [OutboxRow.model_validate(dict(row)) for row in rows]
+
+
+def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, limit: int) -> list[str]:
+    """Pending requests nobody attempted for a grace, and attempts whose lease ran out without
+    an outcome (the reconciler; begin_attempt turns the latter into result-unknown)."""
+    query = sql(
+        "SELECT request_id FROM outbox_request WHERE (state = 'pending' AND updated_at < :t)"
+        " OR (state = 'sending' AND updated_at < :lease) LIMIT :n"
+    )
+    return [str(r) for r in conn.execute(query, {"t": quiet_before, "lease": lease_before, "n": limit}).scalars()]
+
+
+def requests_to_settle(conn: Connection, receipt_query_limit: int, limit: int) -> list[str]:
+    """Result-unknown requests with receipt queries left."""
+    query = sql(
+        "SELECT request_id FROM outbox_request WHERE state = 'result-unknown' AND receipt_queries < :q LIMIT :n"
+    )
+    return [str(r) for r in conn.execute(query, {"q": receipt_query_limit, "n": limit}).scalars()]
+
+
+def revoke_unsent_auto(conn: Connection, customer_id: int, code: str) -> None:
+    """A human took over: automatic replies not yet attempted are never sent."""
+    conn.execute(
+        sql(
+            "UPDATE outbox_request SET state = 'revoked', error_code = :code, updated_at = :at"
+            " WHERE customer_id = :c AND origin = 'auto' AND state = 'pending'"
+        ),
+        {"c": customer_id, "code": code, "at": now_ms()},
+    )
+
+
+def replied_for(conn: Connection, customer_id: int, batch_id: str) -> bool:
+    """Whether a turn over this batch registered any reply."""
+    query = sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND batch_id = :b LIMIT 1")
+    return conn.execute(query, {"c": customer_id, "b": batch_id}).first() is not None
+
+
+def retried_as(conn: Connection, request_id: str) -> str | None:
+    """The operator's retry of a result-unknown request, if there is one."""
+    query = sql("SELECT request_id FROM outbox_request WHERE retry_of = :r")
+    retry: str | None = conn.execute(query, {"r": request_id}).scalar_one_or_none()
+    return retry

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runtime import leases
-from runtime.admission import evaluate
+from runtime.admission import batches_left_open, customers_waiting, customers_waiting_in, evaluate
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError, PageRejected, invalid_fields
 from runtime.inbox import (
@@ -44,13 +44,14 @@ from runtime.outbox import (
     next_pending,
     record_failure,
     record_sent,
+    requests_to_attempt,
+    requests_to_settle,
     settle_by_receipt,
 )
 from runtime.pages import InboundPage, parse_page
 from runtime.ports import BuyerReadReceipt, NeverReceived, ReadStatusQueries, SendFailure, Services
 from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 from runtime.read_receipts import accept_buyer_receipt
-from runtime.reconcile import pending_work
 from runtime.states import SETTLED, OutboxState
 from runtime.store import DeliveryStore, now_ms
 
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 # reconciler's grace takes over. A throttling hint is honoured up to MAX_THROTTLE_WAIT_S.
 ATTEMPT_BACKOFF_S = (1, 2, 5, 10, 30, 60)
 MAX_THROTTLE_WAIT_S = 600
+RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the rest
 
 
 # --- follow-up work ------------------------------------------------------------------------
@@ -188,9 +190,11 @@ def record_read(services: Services, data: object) -> Step:
 def resume(store: DeliveryStore, account_id: str | None) -> Step:
     """Lift an input pause (SPEC 3.11): the pages it held are ingested again, and customers
     whose committed input it kept from admission are admitted."""
-    resumed = resume_input(store, account_id)
-    held = f"{len(resumed.pages)} held page(s), {len(resumed.customers)} customer(s) to admit"
-    return Step(held, (*(Ingest(page) for page in resumed.pages), *(Admit(c) for c in resumed.customers)))
+    pages = resume_input(store, account_id)
+    with store.read() as conn:
+        customers = customers_waiting_in(conn, account_id)
+    held = f"{len(pages)} held page(s), {len(customers)} customer(s) to admit"
+    return Step(held, (*(Ingest(page) for page in pages), *(Admit(c) for c in customers)))
 
 
 # --- admission and the turn ----------------------------------------------------------------
@@ -306,23 +310,28 @@ def reconcile(services: Services) -> Step:
     message never loses or repeats work: input to admit, batches to run, requests to attempt
     or settle, received pages whose broker message was lost, and pages the platform served
     while no listener ran (catch-up from the committed cursor)."""
-    settings, store = services.settings, services.store
-    outbox = settings.outbox
-    work = pending_work(store, settings.reconcile.grace_s, outbox.attempt_lease_s, outbox.receipt_query_limit)
+    settings, store, now = services.settings, services.store, now_ms()
+    quiet = now - int(settings.reconcile.grace_s * 1000)
+    lease = now - int(settings.outbox.attempt_lease_s * 1000)
+    with store.read() as conn:
+        admissions = customers_waiting(conn, quiet, RECONCILE_LIMIT)
+        turns = batches_left_open(conn, quiet, RECONCILE_LIMIT)
+        attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
+        settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
     recorded = overdue_pages(store, int(settings.reconcile.grace_s * 1000))
     prune_ingested(store)
     caught_up = _catch_up(services)
     follow_ups = (
-        *(Admit(c) for c in work.admissions),
-        *(RunTurn(c) for c in work.turns),
-        *(Attempt(r) for r in work.attempts),
-        *(Settle(r) for r in work.settlements),
+        *(Admit(c) for c in admissions),
+        *(RunTurn(c) for c in turns),
+        *(Attempt(r) for r in attempts),
+        *(Settle(r) for r in settlements),
         *(Ingest(page) for page in recorded),
         *caught_up,
     )
     counts = (
-        f"{len(work.admissions)} admissions, {len(work.turns)} turns, {len(work.attempts)} attempts,"
-        f" {len(work.settlements)} settlements, {len(recorded)} received pages, {len(caught_up)} pages"
+        f"{len(admissions)} admissions, {len(turns)} turns, {len(attempts)} attempts,"
+        f" {len(settlements)} settlements, {len(recorded)} received pages, {len(caught_up)} pages"
     )
     return Step(counts, follow_ups)
 

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection
-
 from config import AgentSettings, OpenAISettings
 from runtime.accounts import load_account
 from runtime.admission import (
@@ -36,6 +34,7 @@ from runtime.agent.view import model_view
 from runtime.handling import is_current
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
+from runtime.outbox import replied_for
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, render_batch
@@ -51,7 +50,6 @@ from runtime.session_log import (
     TurnStart,
 )
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from runtime.store.tables import AdmissionBatch
 
 ROLE_SECTION = (
@@ -158,17 +156,12 @@ def _reconcile_session(
         if turns:
             return False  # interrupted: a follow-up turn runs
         with store.read() as conn:
-            if not _replied_for(conn, batch):
+            if not replied_for(conn, batch.customer_id, batch.id):
                 return False
     with fenced(store, fence) as conn:
         commit_batch(conn, batch.id)
         finish_batch(conn, batch.id)
     return True
-
-
-def _replied_for(conn: Connection, batch: AdmissionBatch) -> bool:
-    query = sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND batch_id = :b LIMIT 1")
-    return conn.execute(query, {"c": batch.customer_id, "b": batch.id}).first() is not None
 
 
 def _call_model(

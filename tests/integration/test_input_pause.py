@@ -6,10 +6,12 @@ from __future__ import annotations
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
-from runtime.input_pause import held_pages, in_flight, pause_input, resume_input
+from runtime import pipeline
+from runtime.input_pause import held_pages, in_flight, pause_input
 from runtime.store import now_ms
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.celery_app import make_app
+from worker.dispatch import send
 
 
 def _batches(store) -> list[int]:
@@ -33,11 +35,8 @@ def test_pause_and_drain_during_a_burst_then_resume_without_loss(settings, store
         assert all(created <= paused_at for created in admitted)  # nothing admitted after the pause
         assert len(held_pages(store)) + len(admitted) <= len(buyers)
 
-        resumed = resume_input(store)
-        for page in resumed.pages:
-            app.send_task("kefu.ingest.page", args=[page])
-        for customer in resumed.customers:  # committed before the pause, kept from admission by it
-            app.send_task("kefu.agent.admit", args=[customer])
+        for work in pipeline.resume(store, None).follow_ups:  # held pages, and customers kept from admission
+            send(app, work)
         result = wait_all_answered(store, platform, shop, timeout_s=60)
     assert (result.buyer_messages, result.answered, result.duplicate_replies, result.lost) == (8, 8, 0, 0)
     assert held_pages(store) == []

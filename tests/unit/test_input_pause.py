@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime import pipeline
 from runtime.admission import evaluate
 from runtime.errors import KefuError
 from runtime.ingest import committed_cursor, ingest_page
@@ -32,7 +33,7 @@ def test_host_and_account_pauses_do_not_mix_and_both_are_idempotent(store, shop)
     with pytest.raises(KefuError) as conflict:
         pause_input(store, shop)
     assert conflict.value.code == "KEFU_INPUT_PAUSE_CONFLICT" and "the host" in conflict.value.message
-    assert resume_input(store).pages == [] and resume_input(store).pages == []
+    assert resume_input(store) == [] and resume_input(store) == []
     pause_input(store, shop)
     with pytest.raises(KefuError, match="account 'shop'"):
         pause_input(store)
@@ -52,10 +53,11 @@ def test_a_page_caught_midway_is_held_whole_and_ingested_once_after_resume(store
     assert count(store, "SELECT count(*) FROM inbound_message") == 1
     assert committed_cursor(store, shop, transport.stream_id) is None
     assert in_flight(store, shop) == 0  # held pages are not in flight
-    resumed = resume_input(store, shop)
-    [again] = resumed.pages
+    resumed = pipeline.resume(store, shop)
+    [ingest, admit] = resumed.follow_ups
     # b1's message got in before the pause, and the pause kept it from admission: admit it now.
-    assert len(resumed.customers) == 1
+    assert isinstance(ingest, pipeline.Ingest) and isinstance(admit, pipeline.Admit)
+    again = ingest.page
     result = ingest_page(store, InboundPage.model_validate(again))
     assert result.rows_written == 1 and committed_cursor(store, shop, transport.stream_id) == page.cursor
     assert count(store, "SELECT count(*) FROM inbound_message") == 2 and held_pages(store) == []

@@ -4,42 +4,21 @@ shell dispatches, so these assertions pin the pipeline's control flow."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from config import Settings
 from runtime import pipeline
-from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.inbox import record_received
 from runtime.input_pause import pause_input
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import load_request
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
 from runtime.pipeline import Admit, Archive, Attempt, Ingest, RecordRead, RunTurn, Settle, Step
-from runtime.ports import BuyerReadReceipt, ModelProvider, NeverReceived, OutboundSend, SendFailure, SendReceipt
-from runtime.store import DeliveryStore
-from transports.mock import MockReadStatusTransport, MockTransport
-
-
-@dataclass
-class Local:
-    """The Services a step needs, built around one MockTransport."""
-
-    settings: Settings
-    store: DeliveryStore
-    transport: MockTransport = field(default_factory=MockTransport)
-    provider: ModelProvider = field(default_factory=lambda: RulesProvider(load_knowledge(None)))
-    memory: None = None
-    attachments: None = None
-
-    @property
-    def transports(self) -> dict[str, MockTransport]:
-        return {"simulator": self.transport}  # the shop fixture's account is a simulator account
-
-    def transport_of(self, account_id: str) -> MockTransport:
-        return self.transport
+from runtime.ports import BuyerReadReceipt, NeverReceived, OutboundSend, SendFailure, SendReceipt
+from tests.local_services import Local
+from transports.mock import MockReadStatusTransport
 
 
 def page(n: int, text: str = "什么时候发货？", buyer: str = "b1", age_s: float = 0) -> InboundPage:

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import time
 
+from runtime import pipeline
 from runtime.admission import evaluate
 from runtime.ingest import ingest_page
 from runtime.outbox import begin_attempt, register_outbound
-from runtime.reconcile import pending_work
+from runtime.pipeline import Admit, Attempt, RunTurn, Settle
 from runtime.status import is_quiet, stage_counts
 from runtime.store.tables import OutboundIntent
+from tests.local_services import Local
 
 
-def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
+def test_overdue_work_of_every_stage_is_found(settings, store, shop, platform, transport):
     ids = []
     for buyer in ("b1", "b2"):
         ids += ingest_page(
             store, transport.page_of(shop, [platform.buyer_says(shop, buyer, buyer, "你好")])
         ).customer_ids
     # too young: left to its own task
-    assert pending_work(store, grace_s=60, attempt_lease_s=60, receipt_query_limit=5).admissions == []
+    assert pipeline.reconcile(Local(settings, store)).follow_ups == ()
     evaluate(store, ids[0], 1000)  # b1: claimed into a batch, its turn never ran
     with store.write() as conn:
         for request_id in ("r-sending", "r-pending", "r-unknown"):  # registration order
@@ -38,11 +40,17 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
         conn.exec_driver_sql("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
     begin_attempt(store, "r-sending", "dead-worker", lease_s=60)
     time.sleep(0.05)
-    work = pending_work(store, grace_s=0.01, attempt_lease_s=0.01, receipt_query_limit=5)
-    assert work.admissions == [ids[1]]
-    assert work.turns == [ids[0]]
-    assert sorted(work.attempts) == ["r-pending", "r-sending"]
-    assert work.settlements == ["r-unknown"]
+    quick = settings.model_copy(
+        update={
+            "reconcile": settings.reconcile.model_copy(update={"grace_s": 0.01}),
+            "outbox": settings.outbox.model_copy(update={"attempt_lease_s": 0.01}),
+        }
+    )
+    work = pipeline.reconcile(Local(quick, store)).follow_ups
+    assert [w for w in work if isinstance(w, Admit)] == [Admit(ids[1])]
+    assert [w for w in work if isinstance(w, RunTurn)] == [RunTurn(ids[0])]
+    assert sorted(w.request_id for w in work if isinstance(w, Attempt)) == ["r-pending", "r-sending"]
+    assert [w for w in work if isinstance(w, Settle)] == [Settle("r-unknown")]
     assert not is_quiet(store)
     counts = {stage.stage: stage.counts for stage in stage_counts(store)}
     assert counts["inbound messages"] == {"claimed": 1, "pending": 1}
@@ -51,6 +59,6 @@ def test_overdue_work_of_every_stage_is_found(store, shop, platform, transport):
     assert counts["provider streams"] == {"committed pages": 2}
 
 
-def test_an_empty_store_is_quiet(store):
+def test_an_empty_store_is_quiet(settings, store):
     assert is_quiet(store)
-    assert pending_work(store, 0, 0, 5) == pending_work(store, 0, 0, 5).__class__()
+    assert pipeline.reconcile(Local(settings, store)).follow_ups == ()

@@ -1,0 +1,31 @@
+"""The Services a pipeline step needs (runtime.ports.Services), built around one
+MockTransport: a real store, the rules agent, no simulator, no broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from config import Settings
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.ports import ModelProvider
+from runtime.store import DeliveryStore
+from transports.mock import MockTransport
+
+
+@dataclass
+class Local:
+    """The Services a step needs, built around one MockTransport."""
+
+    settings: Settings
+    store: DeliveryStore
+    transport: MockTransport = field(default_factory=MockTransport)
+    provider: ModelProvider = field(default_factory=lambda: RulesProvider(load_knowledge(None)))
+    memory: None = None
+    attachments: None = None
+
+    @property
+    def transports(self) -> dict[str, MockTransport]:
+        return {"simulator": self.transport}  # the shop fixture's account is a simulator account
+
+    def transport_of(self, account_id: str) -> MockTransport:
+        return self.transport
