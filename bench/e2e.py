@@ -25,8 +25,8 @@ from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.celery_app import make_app
+from worker.dispatch import receive_page
 from worker.process import WorkerProcess
-from worker.receiving import receive_page
 
 ACCOUNT = "bench-shop"
 

@@ -2,7 +2,7 @@
 
 `POST /dingtalk/<account id>` with DingTalk's signed body. A genuine, fresh callback becomes
 the same page Stream mode produces, recorded in the delivery store and published before the
-200 goes back (worker.receiving); if it cannot be recorded the answer is 503, so DingTalk
+200 goes back (worker.dispatch); if it cannot be recorded the answer is 503, so DingTalk
 retries. Nothing of a refused request is written or logged beyond its error code.
 """
 
@@ -20,7 +20,7 @@ from runtime.store import DeliveryStore, now_ms
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.callback import CallbackRejected, verify_callback
 from transports.dingtalk.robot import robot_page
-from worker.receiving import Publish
+from worker.dispatch import Publish
 
 log = logging.getLogger(__name__)
 

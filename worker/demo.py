@@ -19,8 +19,8 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.audit import Audit, audit
 from worker.celery_app import make_app
+from worker.dispatch import receive_page
 from worker.process import WorkerProcess
-from worker.receiving import receive_page
 
 ACCOUNT = "demo-shop"
 BUYERS = {"b1": "张三", "b2": "李四", "b3": "王五"}

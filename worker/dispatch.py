@@ -1,21 +1,32 @@
-"""The dispatcher: the one place where follow-up work (runtime.pipeline) becomes tasks.
+"""The dispatcher: the one place where work reaches the broker.
 
-Admission runs inline, where input lands (after a page is ingested, after a turn ends): it is
-one short transaction, and a broker hop per buyer message saved. Everything else is sent to
-its family's queue. A send that fails raises: the work is still in SQLite, and the reconciler
-finds it after its grace.
+Follow-up work a step returned (runtime.pipeline) becomes tasks. Admission runs inline, where
+input lands (after a page is ingested, after a turn ends): it is one short transaction, and a
+broker hop per buyer message saved. Everything else is sent to its family's queue. A send that
+fails raises: the work is still in SQLite, and the reconciler finds it after its grace.
+
+And the one way a page enters kefu, `receive_page`: listeners, the DingTalk HTTP callback,
+the demo and the benchmarks record it in the delivery store, then publish it, so no page lives
+only in the broker. A page that is recorded but could not be published is not an error for the
+receiver: it may ACK the platform, and the reconciler publishes the record again after its grace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery, Task
 
 from runtime import pipeline
+from runtime.inbox import UNCHECKED, Unchecked
+from runtime.pages import InboundPage
 from runtime.pipeline import Admit, Archive, Attempt, FollowUp, Ingest, RecordRead, RunTurn, Settle
+from runtime.ports import BuyerReadReceipt
 from worker.context import runtime_for
+
+log = logging.getLogger(__name__)
 
 
 def dispatch(app: Celery, follow_ups: Iterable[FollowUp]) -> None:
@@ -53,3 +64,34 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
         case Archive(customer_id):
             return memory.archive, (customer_id,), 0
     raise TypeError(f"no task does {type(work).__name__}")
+
+
+Publish = Callable[[InboundPage | BuyerReadReceipt], None]
+
+
+def receive_page(app: Celery, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> bool:
+    """Record the page, then publish it unless it was ingested already (or, for a page fetched
+    after a committed cursor, the cursor moved on). Returns whether it was published now; False
+    also when the broker refused it (the record is republished later)."""
+    step = pipeline.receive(runtime_for(app), page, fetched_after)
+    if not step.follow_ups:
+        return False
+    try:
+        dispatch(app, step.follow_ups)
+    except Exception as error:  # kept in SQLite: the reconciler publishes it after the grace
+        log.warning("page %s recorded, not yet published (%s)", page.page_op_id, type(error).__name__)
+        return False
+    return True
+
+
+def broker_publisher(app: Celery) -> Publish:
+    """What a listener or the callback server calls with each item it received: pages go
+    through `receive_page`; buyer read receipts straight to the receipts queue."""
+
+    def publish(item: InboundPage | BuyerReadReceipt) -> None:
+        if isinstance(item, InboundPage):
+            receive_page(app, item)
+        else:
+            dispatch(app, pipeline.receive_read(item).follow_ups)
+
+    return publish

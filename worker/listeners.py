@@ -8,7 +8,7 @@ changed, and at shutdown. Stopping cancels a pending retry and closes the connec
 nothing a closed connection received is published.
 
 Everything received is recorded in the delivery store and published to the broker first
-(worker.receiving), and acknowledged to the platform right after, never later: a late ACK is
+(worker.dispatch), and acknowledged to the platform right after, never later: a late ACK is
 what makes platforms redeliver.
 """
 
@@ -31,7 +31,7 @@ from runtime.ports import ListenerConnection, ListenerFailure, Received, Transpo
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import Account
 from worker.context import runtime_for
-from worker.receiving import Publish, broker_publisher
+from worker.dispatch import Publish, broker_publisher
 
 log = logging.getLogger(__name__)
 

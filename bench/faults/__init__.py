@@ -4,7 +4,7 @@ A Jepsen-style run: a private redis-server (appendonly everysec, a free port, it
 a fresh data dir with a simulator account and an enabled direct route, and real processes:
 two prefork workers (`celery -A worker worker -P prefork -c 2`), one `celery -A worker beat`
 and `kefu listen` (with --direct the driver publishes each page itself, through
-`worker.receiving.receive_page` when the project has it). A steady workload of FAQ-matching
+`worker.dispatch.receive_page` when the project has it). A steady workload of FAQ-matching
 messages from many simulated buyers runs while faults hit the processes on a schedule
 seeded by --seed; then the run waits (bounded) until the delivery store is quiet, and a
 checker reads the final state: the delivery store, the simulated platform's ledger of

@@ -2,7 +2,7 @@
 
 Buyers write through the simulated platform (`buyer_says`); `kefu listen` picks the messages
 up from there. With direct publishing the driver also publishes each message's page itself,
-through `worker.receiving.receive_page` when the project has it (record in SQLite, then
+through `worker.dispatch.receive_page` when the project has it (record in SQLite, then
 publish), else straight to the ingest queue.
 """
 
@@ -17,7 +17,7 @@ from celery import Celery
 from runtime.pages import InboundPage
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.simulator.platform import BuyerMessage
-from worker.receiving import receive_page
+from worker.dispatch import receive_page
 
 # Each matches an entry of runtime/agent/knowledge/sample_faq.toml: the rules agent answers it.
 QUESTIONS = (

@@ -200,7 +200,7 @@ def dingtalk_callback(
     """Receive DingTalk HTTP-callback robots at POST /dingtalk/<account id>, verified with the
     account's app secret, and publish them like Stream messages (until Ctrl-C or SIGTERM)."""
     from worker.callback_server import CallbackServer
-    from worker.receiving import broker_publisher
+    from worker.dispatch import broker_publisher
 
     server = CallbackServer(open_store(), broker_publisher(app), host, port).start()
     console.print(f"receiving DingTalk callbacks at http://{host}:{server.port}/dingtalk/<account id>; Ctrl-C stops")
