@@ -27,6 +27,7 @@ from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.celery_app import make_app
 from worker.dispatch import receive_page
 from worker.process import WorkerProcess
+from worker.tasks import pipeline as tasks
 
 ACCOUNT = "bench-shop"
 
@@ -51,7 +52,7 @@ class Rig:
         self.buyers = 0
 
     def noop_round_trips(self, count: int) -> list[float]:
-        ping = self.app.tasks["kefu.ingest.ping"]
+        ping = self.app.tasks[tasks.ping.name]
         times = []
         for _ in range(count):
             began = time.perf_counter()

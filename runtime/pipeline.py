@@ -6,9 +6,9 @@
 Each step takes the process's Services (the store and the ports: runtime.ports), does its work
 in transactions, and returns a `Step`: what became of the work, and the follow-up work as data
 (`RunTurn(customer)`, `Attempt(request, countdown_s)` …). A step never sleeps, polls or talks
-to the broker; the shell's dispatcher (worker.dispatch) turns follow-ups into tasks. Every
-step is idempotent: SQLite is the truth, and a step run twice, or after a crash, finds the
-work done or does it once.
+to the broker: a backoff is a countdown on a follow-up, and the shell's dispatcher
+(worker.dispatch) turns follow-ups into tasks. Every step is idempotent: SQLite is the truth,
+and a step run twice, or after a crash, finds the work done or does it once.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class Admit:
 @dataclass(frozen=True)
 class RunTurn:
     customer_id: int
+    countdown_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,8 @@ def turn(services: Services, customer_id: int, emit: Emit) -> Step:
             return Step("lease-lost")
     if result is None:
         return Step("no-open-batch")
+    if result.outcome == "waiting":  # a model call failed: tried again after its backoff, in a new run
+        return Step("waiting", (RunTurn(customer_id, result.retry_after_s),))
     archive: tuple[FollowUp, ...] = (Archive(customer_id),) if result.archive_due else ()
     return Step(result.outcome, (*archive, Admit(customer_id)))
 

@@ -55,8 +55,8 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
             return tasks.buyer_read, (receipt,), 0
         case Admit(customer_id):
             return tasks.admit, (customer_id,), 0
-        case RunTurn(customer_id):
-            return tasks.run_turn, (customer_id,), 0
+        case RunTurn(customer_id, countdown_s):
+            return tasks.run_turn, (customer_id,), countdown_s
         case Attempt(request_id, countdown_s, retries):
             return tasks.attempt, (request_id, retries), countdown_s
         case Settle(request_id):

@@ -8,7 +8,6 @@ appended after the tail (never re-running a tool), followed by one follow-up tur
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelPro
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, render_batch
 from runtime.session_log import (
+    AssistantAttempt,
     AssistantMessage,
     SessionEvent,
     SessionLog,
@@ -49,7 +49,7 @@ from runtime.session_log import (
     TurnEnd,
     TurnStart,
 )
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import AdmissionBatch
 
 ROLE_SECTION = (
@@ -74,13 +74,63 @@ Outcome = Literal["complete", "interrupted", "error"]
 class TurnResult:
     batch_id: str
     # "revoked": handling was paused after admission, so the batch never ran
-    outcome: Literal["complete", "interrupted", "error", "revoked"]
+    # "waiting": a model call failed and is tried again after `retry_after_s`, in a new run
+    outcome: Literal["complete", "interrupted", "error", "revoked", "waiting"]
     session_id: str | None
     archive_due: bool = False  # the turn ended above the memory trigger: the memory task archives
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The open turn at the tail of a log waits for the next attempt of its model call: its last
+    step started, and since then only failed attempts (after the step's own read notices and
+    memory events) were logged. The run that failed ended there instead of sleeping; the next
+    run goes on with that step, so the model sees the same view it would have."""
+
+    turn_id: str
+    batch_id: str
+    step: int
+    attempts: int
+    last_attempt_at: int
+
+
+def waiting_for_model(log: SessionLog) -> Waiting | None:
+    events = log.events
+    if not events or not isinstance(events[-1], AssistantAttempt):
+        return None
+    turns = [i for i, e in enumerate(events) if isinstance(e, TurnStart | TurnEnd)]
+    steps = [i for i, e in enumerate(events) if isinstance(e, StepStart | StepEnd)]
+    if not turns or not steps or steps[-1] < turns[-1]:
+        return None
+    turn, step = events[turns[-1]], events[steps[-1]]
+    if not isinstance(turn, TurnStart) or not isinstance(step, StepStart):
+        return None
+    after = events[steps[-1] + 1 :]
+    if any(isinstance(e, AssistantMessage | ToolCallStart | ToolResult) for e in after):
+        return None
+    attempts = sum(isinstance(e, AssistantAttempt) for e in after)
+    return Waiting(turn.turn, turn.batch_id, step.step, attempts, events[-1].at)
+
+
+@dataclass(frozen=True)
+class _RetryAfter:
+    seconds: float
+
+
+def _backoff_s(retry: OpenAISettings, attempt: int) -> float:
+    return float(retry.retry_backoff_s * 2 ** (attempt - 1))
 
 
 def repair(log: SessionLog) -> bool:
-    """Close an unfinished turn at the tail. Returns True if closers were appended."""
+    """Close an unfinished turn at the tail, unless it only waits for a model retry. Returns
+    True if closers were appended."""
+    if waiting_for_model(log) is not None:
+        return False
+    return _close_unfinished(log)
+
+
+def _close_unfinished(log: SessionLog) -> bool:
     start = next(
         (i for i in range(len(log.events) - 1, -1, -1) if isinstance(log.events[i], TurnStart | TurnEnd)), None
     )
@@ -165,26 +215,31 @@ def _reconcile_session(
 
 
 def _call_model(
-    provider: ModelProvider, log: SessionLog, tools: list[ToolSpec], retry: OpenAISettings, task: str = ""
-) -> AssistantReply | None:
-    """One model call with retries; each failed attempt is logged and never shown to the model.
-    `task` is the memory scoring task of the system message. None when the model stayed
-    unavailable."""
-    for attempt in range(1, retry.max_attempts + 1):
-        try:
-            view = model_view(log.all_events, task)
-            reply = provider.complete(view, tools)
-            tokens, source = context_use(view, reply)
-            return reply.model_copy(
-                update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}}
-            )
-        except ModelError as error:
-            log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
-            log.flush()
-            if not error.transient or attempt == retry.max_attempts:
-                return None
-            time.sleep(retry.retry_backoff_s * 2 ** (attempt - 1))
-    return None
+    provider: ModelProvider,
+    log: SessionLog,
+    tools: list[ToolSpec],
+    retry: OpenAISettings,
+    task: str = "",
+    attempts_before: int = 0,
+) -> AssistantReply | _RetryAfter | None:
+    """One model call. Each failed attempt is logged and never shown to the model. After a
+    transient failure with attempts left, says when to try again (the run ends there, and a new
+    one goes on: no worker waits out a backoff); None when the model stayed unavailable. `task`
+    is the memory scoring task of the system message."""
+    attempt = attempts_before + 1
+    if attempt > retry.max_attempts:  # the attempts were spent (KEFU_AGENT__OPENAI__MAX_ATTEMPTS lowered)
+        return None
+    try:
+        view = model_view(log.all_events, task)
+        reply = provider.complete(view, tools)
+    except ModelError as error:
+        log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
+        log.flush()
+        if not error.transient or attempt == retry.max_attempts:
+            return None
+        return _RetryAfter(_backoff_s(retry, attempt))
+    tokens, source = context_use(view, reply)
+    return reply.model_copy(update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}})
 
 
 def run_turn(
@@ -215,28 +270,38 @@ def run_turn(
         return TurnResult(batch.id, "revoked", customer.session_id)
     session = open_session(store, customer_id, sessions_dir, fence)
     log, session_id = session.log, session.session_id
-    repair(log)
-    if not log.events:
-        prompt = _system_prompt(agent.persona)
-        log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
-
-    turns = _turns_of(log.events, batch.id)
-    if _reconcile_session(store, turns, batch, fence):
-        return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
-
-    turn_id = f"t{log.offset}"
-    if turns:  # interrupted: exactly one follow-up turn per interruption
-        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=turns[-1][0].turn)
-        log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
-    else:
-        log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
-        log.append("user/message", source=batch.id, text=render_batch(lines, zone))
-    log.flush()
-    with fenced(store, fence) as conn:
-        commit_batch(conn, batch.id)
     memory = memory_engine.session(customer_id) if memory_engine else None
-    if memory is not None and not turns:
-        recall(log, memory, turn_id, _buyer_text(lines))
+    waiting = waiting_for_model(log)
+    if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
+        _close_unfinished(log)
+        waiting = None
+    if waiting is not None:
+        due_in_ms = waiting.last_attempt_at + _backoff_s(agent.openai, waiting.attempts) * 1000 - now_ms()
+        if due_in_ms > 0:  # asked early (new input, the reconciler): come back when it is due
+            return TurnResult(batch.id, "waiting", session_id, retry_after_s=due_in_ms / 1000)
+        turn_id, first_step, attempts_before = waiting.turn_id, waiting.step, waiting.attempts
+    else:
+        repair(log)
+        if not log.events:
+            prompt = _system_prompt(agent.persona)
+            log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
+
+        turns = _turns_of(log.events, batch.id)
+        if _reconcile_session(store, turns, batch, fence):
+            return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
+
+        turn_id, first_step, attempts_before = f"t{log.offset}", 0, 0
+        if turns:  # interrupted: exactly one follow-up turn per interruption
+            log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=turns[-1][0].turn)
+            log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
+        else:
+            log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
+            log.append("user/message", source=batch.id, text=render_batch(lines, zone))
+        log.flush()
+        with fenced(store, fence) as conn:
+            commit_batch(conn, batch.id)
+        if memory is not None and not turns:
+            recall(log, memory, turn_id, _buyer_text(lines))
 
     binding = TurnBinding(
         store=store,
@@ -257,19 +322,26 @@ def run_turn(
     paused = unavailable = archived_inline = False
     # Flush points: requested tool calls before any starts, each start before it runs, results
     # before the next model call; a step without tools is flushed with the turn's end.
-    for step in range(agent.max_steps):
+    step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
+    while step < agent.max_steps:
         with store.read() as conn:
             if not is_current(conn, customer_id, batch.handling_epoch):
+                if resuming:
+                    log.append("step/end", turn=turn_id, step=step)
                 outcome, paused = "interrupted", True  # a human took over during the turn
                 break
-        log.append("step/start", turn=turn_id, step=step)
-        _deliver_reads(store, log, customer_id, zone)
         task = judge_task(memory)
-        if memory is not None:  # a step's tool output must not push the next call past the window
-            inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
-            if inline.folders or inline.trimmed:  # new pending or review folders: a new task
-                archived_inline, task = True, judge_task(memory)
-        reply = _call_model(provider, log, tools, agent.openai, task)
+        if not resuming:
+            log.append("step/start", turn=turn_id, step=step)
+            _deliver_reads(store, log, customer_id, zone)
+            if memory is not None:  # a step's tool output must not push the next call past the window
+                inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
+                if inline.folders or inline.trimmed:  # new pending or review folders: a new task
+                    archived_inline, task = True, judge_task(memory)
+        reply = _call_model(provider, log, tools, agent.openai, task, attempts_before)
+        resuming, attempts_before = False, 0
+        if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
+            return TurnResult(batch.id, "waiting", session_id, retry_after_s=reply.seconds)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
             outcome, unavailable = "interrupted", True
@@ -304,6 +376,7 @@ def run_turn(
         if handed_off:  # the agent paused its own handling: a human answers from here
             outcome = "complete"
             break
+        step += 1
     reason = "handling-paused" if paused else "model-unavailable" if unavailable else None
     log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
     log.flush()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
@@ -60,8 +61,17 @@ def customer(store, shop, platform, transport):
 
 
 def turn(store, settings, agent, customer):
+    """Runs of the customer's turn until it no longer waits for a model retry, as the
+    dispatcher brings them (RunTurn with the backoff as its countdown)."""
     provider = OpenAIChatProvider(agent.openai)
-    return run_turn(store, provider, customer, settings.sessions_dir, settings.zone, agent)
+    runs = 0
+    while True:
+        result = run_turn(store, provider, customer, settings.sessions_dir, settings.zone, agent)
+        runs += 1
+        if result is None or result.outcome != "waiting":
+            return result
+        assert runs < agent.openai.max_attempts  # each run makes one attempt at most
+        time.sleep(result.retry_after_s)
 
 
 def events(settings, result):

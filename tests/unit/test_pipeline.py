@@ -10,13 +10,27 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runtime import pipeline
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.sessions import session_path
+from runtime.handling import pause_handling
 from runtime.inbox import record_received
 from runtime.input_pause import pause_input
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import load_request
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
 from runtime.pipeline import Admit, Archive, Attempt, Ingest, RecordRead, RunTurn, Settle, Step
-from runtime.ports import BuyerReadReceipt, NeverReceived, OutboundSend, SendFailure, SendReceipt
+from runtime.ports import (
+    AssistantReply,
+    BuyerReadReceipt,
+    ChatMessage,
+    ModelError,
+    NeverReceived,
+    OutboundSend,
+    SendFailure,
+    SendReceipt,
+    ToolSpec,
+)
+from runtime.session_log import SessionLog
 from tests.local_services import Local
 from transports.mock import MockReadStatusTransport
 
@@ -272,3 +286,64 @@ def test_resume_ingests_held_pages_and_admits_kept_customers(services):
     held = page(1)
     pipeline.ingest(services, held.model_dump(mode="json"))
     assert pipeline.resume(services.store, None).follow_ups == (Ingest(held.model_dump(mode="json")),)
+
+
+class FlakyModel:
+    """Fails its first calls with a transient error (a rate limit), then answers like the
+    rules agent; records the messages of every call."""
+
+    name = "flaky"
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.seen: list[list[ChatMessage]] = []
+        self.rules = RulesProvider(load_knowledge(None))
+
+    def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
+        self.seen.append(messages)
+        if len(self.seen) <= self.failures:
+            raise ModelError("MODEL_HTTP_429", transient=True, status=429)
+        return self.rules.complete(messages, tools)
+
+
+def with_model(services: Local, model: FlakyModel, backoff_s: float) -> None:
+    openai = services.settings.agent.openai.model_copy(update={"retry_backoff_s": backoff_s, "max_attempts": 3})
+    agent = services.settings.agent.model_copy(update={"openai": openai})
+    services.settings = services.settings.model_copy(update={"agent": agent})
+    services.provider = model
+
+
+def test_a_failed_model_call_ends_the_run_and_the_next_run_goes_on_with_the_same_step(services):
+    model = FlakyModel(failures=1)
+    with_model(services, model, backoff_s=0)
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    first, emitted = turn(services, customer_id)
+    assert first == Step("waiting", (RunTurn(customer_id, 0.0),)) and emitted == []  # no worker sleeps
+    second, emitted = turn(services, customer_id)
+    assert second == Step("complete", (Admit(customer_id),)) and len(emitted) == 1
+    assert model.seen[0] == model.seen[1]  # the retried call saw exactly what the failed one saw
+    events = SessionLog(session_path(services.settings.sessions_dir, f"s{customer_id}-1")).load()
+    kinds = [e.type for e in events if e.type in ("turn/start", "step/start", "assistant/attempt", "turn/end")]
+    assert kinds == ["turn/start", "step/start", "assistant/attempt", "step/start", "turn/end"]  # one turn
+
+
+def test_a_turn_asked_again_before_its_backoff_waits_for_the_rest_of_it(services):
+    with_model(services, FlakyModel(failures=1), backoff_s=30)
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    turn(services, customer_id)
+    early, _ = turn(services, customer_id)  # new input, or the reconciler, asked early
+    [again] = early.follow_ups
+    assert early.outcome == "waiting" and isinstance(again, RunTurn) and 25 < again.countdown_s <= 30
+    assert len(services.provider.seen) == 1  # no second call before the backoff
+
+
+def test_a_human_taking_over_while_a_turn_waits_ends_it_without_a_call(services):
+    with_model(services, FlakyModel(failures=1), backoff_s=0)
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    turn(services, customer_id)
+    pause_handling(services.store, customer_id, "operator")
+    assert turn(services, customer_id)[0].outcome in ("interrupted", "revoked")
+    assert len(services.provider.seen) == 1
