@@ -128,8 +128,8 @@ def _register_reply(
     media = _stage_attachments(binding, conn, args.attachments) if args.attachments else []
     parts = [
         OutboundIntent.model_validate(
-            {**text.model_dump(), "request_id": f"{text_id}-{n}", "content_type": m.kind, "body": m.file_name}
-            | {"media_sha256": m.sha256}
+            text.model_dump()
+            | {"request_id": f"{text_id}-{n}", "content_type": m.kind, "body": m.file_name, "media_sha256": m.sha256}
         )
         for n, m in enumerate(media, 1)
     ] + [text]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import UnionType
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -99,18 +100,22 @@ def waiting_for_model(log: SessionLog) -> Waiting | None:
     events = log.events
     if not events or not isinstance(events[-1], AssistantAttempt):
         return None
-    turns = [i for i, e in enumerate(events) if isinstance(e, TurnStart | TurnEnd)]
-    steps = [i for i, e in enumerate(events) if isinstance(e, StepStart | StepEnd)]
-    if not turns or not steps or steps[-1] < turns[-1]:
+    turn_at, step_at = _last(events, TurnStart | TurnEnd), _last(events, StepStart | StepEnd)
+    if turn_at is None or step_at is None or step_at < turn_at:
         return None
-    turn, step = events[turns[-1]], events[steps[-1]]
+    turn, step = events[turn_at], events[step_at]
     if not isinstance(turn, TurnStart) or not isinstance(step, StepStart):
         return None
-    after = events[steps[-1] + 1 :]
+    after = events[step_at + 1 :]
     if any(isinstance(e, AssistantMessage | ToolCallStart | ToolResult) for e in after):
         return None
     attempts = sum(isinstance(e, AssistantAttempt) for e in after)
     return Waiting(turn.turn, turn.batch_id, step.step, attempts, events[-1].at)
+
+
+def _last(events: list[SessionEvent], kinds: type | UnionType) -> int | None:
+    """The index of the last event of these kinds, searched from the tail (logs grow long)."""
+    return next((i for i in range(len(events) - 1, -1, -1) if isinstance(events[i], kinds)), None)
 
 
 @dataclass(frozen=True)
@@ -131,9 +136,7 @@ def repair(log: SessionLog) -> bool:
 
 
 def _close_unfinished(log: SessionLog) -> bool:
-    start = next(
-        (i for i in range(len(log.events) - 1, -1, -1) if isinstance(log.events[i], TurnStart | TurnEnd)), None
-    )
+    start = _last(log.events, TurnStart | TurnEnd)
     if start is None:
         return False
     turn = log.events[start]

@@ -74,7 +74,7 @@ def _deliver(request_ids: list[str]) -> bool:
             if isinstance(work, pipeline.Attempt) and work.request_id in later:
                 continue  # attempted next, here
             queued = enqueue(work)
-            note = queued if getattr(work, "request_id", None) == request_id else note
+            note = queued if isinstance(work, pipeline.Attempt) and work.request_id == request_id else note
         request = query_manual(runtime.store, request_id)
         all_sent &= request.state == OutboxState.SENT
         detail = request.platform_message_id or request.error_code or ""
