@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,8 @@ from pydantic_settings import (
 )
 
 EMBEDDED_BROKER = "embedded"
+SHARD_NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
+SHARD_RULE = "must be 1-32 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
 # KEFU_ variables kefu reads itself, outside these settings: the test suite's Redis
 # (tests/integration/conftest.py) and the default secret variable of `kefu accounts add`.
 OTHER_VARIABLES = frozenset({"KEFU_TEST_REDIS_URL", "KEFU_SETUP_SECRET"})
@@ -140,6 +143,9 @@ class SimulatorSettings(_Section):
     # Every send times out (its outcome is unknown to kefu): "after-submit" the platform has it,
     # "before-submit" it never arrived. Exercises result-unknown, receipt queries and retries.
     send_timeouts: Literal["none", "after-submit", "before-submit"] = "none"
+    # The simulated platform's file (default: in the data dir). Shards on one machine that
+    # serve accounts of one simulated shop point it at the same file.
+    platform_path: Path | None = None
 
 
 class DingTalkSettings(_Section):
@@ -227,6 +233,10 @@ class Settings(BaseSettings):
     # Redis redelivers a message unacked this long: longer than the leases of the work it carries.
     broker_visibility_timeout_s: float = Field(3600.0, ge=1, le=7 * 86_400)
     shard: str = "default"
+    # Who serves the shard: every process of one instance (a host's worker, beat, listener and
+    # operator commands) shares its lease; a process of another instance waits as a standby.
+    instance: str = Field(default_factory=lambda: socket.gethostname() or "kefu", min_length=1, max_length=128)
+    shard_lease_s: float = Field(15.0, ge=2, le=300)  # renewed every quarter; lost after 80 % unrenewed
     timezone: str = "Asia/Shanghai"
     media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     account_setup_ttl_ms: int = Field(300_000, ge=1_000, le=3_600_000)  # a preview's material lives this long
@@ -261,8 +271,8 @@ class Settings(BaseSettings):
     @field_validator("shard")
     @classmethod
     def _shard_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", value):
-            raise ValueError("must be 1-32 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
+        if not re.fullmatch(SHARD_NAME, value):
+            raise ValueError(SHARD_RULE)
         return value
 
     @field_validator("timezone")
@@ -316,7 +326,7 @@ class Settings(BaseSettings):
 
     @property
     def simulator_path(self) -> Path:
-        return self.data_dir / "simulator-platform.sqlite"
+        return self.simulator.platform_path or self.data_dir / "simulator-platform.sqlite"
 
     @property
     def embedded_broker(self) -> bool:

@@ -76,12 +76,15 @@ def account_is_live(account: Account) -> bool:
 
 
 def listening_accounts(conn: Connection) -> list[Account]:
-    """Accounts that should have a listener now (SPEC 3.1): connected, authorised, and with at
-    least one enabled route to deliver to."""
+    """Accounts that should have a listener now (SPEC 3.1): connected, authorised, with at
+    least one enabled route to deliver to, and not in a move (SPEC 3.12)."""
     rows = conn.execute(
         sql(
             "SELECT * FROM account a WHERE a.connection_intent = 'connected' AND a.authorization = 'ready'"
-            " AND EXISTS (SELECT 1 FROM route r WHERE r.account_id = a.id AND r.enabled) ORDER BY a.id"
+            " AND EXISTS (SELECT 1 FROM route r WHERE r.account_id = a.id AND r.enabled)"
+            # an account on its way to or from another shard listens nowhere until it arrives
+            " AND NOT EXISTS (SELECT 1 FROM account_placement p WHERE p.account_id = a.id AND p.state != 'active')"
+            " ORDER BY a.id"
         )
     ).mappings()
     return [Account.model_validate(dict(row)) for row in rows]

@@ -6,6 +6,7 @@ that arrives meanwhile waits for the next batch, so turns of one customer never 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,6 +19,14 @@ from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import AdmissionBatch, Customer, Route, table_of
+
+
+def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
+    """Stable, and the same on any shard: derived from the first claimed message as the
+    platform names it (row ids are renumbered when an account moves to another shard)."""
+    digest = hashlib.sha256(first_platform_message_id.encode()).hexdigest()[:12]
+    return f"b{customer_id}-{digest}"
+
 
 Reason = Literal[
     "admitted",
@@ -84,13 +93,14 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         if route.agent_preset is not None:
             # No preset registry exists yet: a recorded preset cannot load, and never falls back.
             return AdmissionDecision("preset-unavailable")
-        ids = [
-            row[0]
-            for row in conn.execute(
-                sql("SELECT id FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"),
-                {"c": customer_id, "n": batch_size},
-            )
-        ]
+        pending = conn.execute(
+            sql(
+                "SELECT id, platform_message_id FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
+                " ORDER BY id LIMIT :n"
+            ),
+            {"c": customer_id, "n": batch_size},
+        ).all()
+        ids = [row[0] for row in pending]
         live = conn.execute(
             sql(
                 "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
@@ -102,7 +112,7 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             return AdmissionDecision("nothing-pending")
         if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
             return AdmissionDecision("trigger-not-met")
-        batch_id = f"b{customer_id}-{ids[0]}"  # stable: derived from the first claimed message
+        batch_id = batch_id_of(customer_id, pending[0][1])
         at = now_ms()
         conn.execute(
             table_of(AdmissionBatch)

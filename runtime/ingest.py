@@ -24,8 +24,9 @@ from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
 
 _UPSERT_CUSTOMER = (
-    "INSERT INTO customer (account_id, conversation_id, conversation_type, title, direct_peer_id,"
-    " last_activity_at) VALUES (:account_id, :conversation_id, :conversation_type, :title, :peer, :at)"
+    "INSERT INTO customer (id, account_id, conversation_id, conversation_type, title, direct_peer_id,"
+    " last_activity_at) VALUES (coalesce((SELECT last FROM customer_id_high WHERE base = :base), :base) + 1,"
+    " :account_id, :conversation_id, :conversation_type, :title, :peer, :at)"
     " ON CONFLICT (account_id, conversation_id) DO UPDATE SET"
     " last_activity_at = max(last_activity_at, excluded.last_activity_at),"
     " title = coalesce(excluded.title, title),"
@@ -99,7 +100,7 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
             return IngestResult(page.page_op_id, replayed=True, customer_ids=customers)
         result = IngestResult(page.page_op_id, replayed=False)
         for group in page.groups:
-            customer_id, written = _commit_group(db, page, group, origin)
+            customer_id, written = _commit_group(db, page, group, origin, store.customer_id_base)
             result.rows_written += written
             if origin == "live":
                 result.customer_ids.append(customer_id)
@@ -107,7 +108,9 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
     return result
 
 
-def _commit_group(db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str) -> tuple[int, int]:
+def _commit_group(
+    db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str, customer_base: int
+) -> tuple[int, int]:
     at = now_ms()
     with immediate(db):
         check_not_paused(db, page.account_id)  # inside the transaction: a pause is never half-applied
@@ -126,6 +129,7 @@ def _commit_group(db: sqlite3.Connection, page: InboundPage, group: Conversation
                 "title": group.title,
                 "peer": last_peer,
                 "at": at,
+                "base": customer_base,
             },
         ).fetchone()
         account, conversation = page.account_id, group.conversation_id

@@ -20,6 +20,8 @@ from runtime.errors import CustomerUnknown, KefuError, RequestUnknown
 from runtime.media import stage_media
 from runtime.outbox import load_request, register_outbound, retried_as
 from runtime.recipients import RecipientUnavailable, direct_recipient
+from runtime.shards import local_placement
+from runtime.states import PlacementState
 from runtime.store import DeliveryStore
 from runtime.store.tables import Customer, OutboundIntent, OutboxRequest
 
@@ -74,6 +76,9 @@ def _why_account_cannot_send(conn: Connection, account_id: str) -> str | None:
         return f"is not authorised ({account.authorization})"
     if account.listener_state == "failed":
         return "has a failed listener"
+    placement = local_placement(conn, account_id)
+    if placement is not None and placement.state != PlacementState.ACTIVE:
+        return f"is moving to another shard ({placement.state}); send from its new shard once the move is done"
     return None
 
 

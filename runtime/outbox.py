@@ -24,7 +24,7 @@ from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
-from runtime.states import SETTLED, AttemptState, OutboxState
+from runtime.states import SETTLED, AttemptState, OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import OutboundIntent, OutboxRequest
@@ -47,6 +47,7 @@ class AttemptSkipped:
         "route-changed",
         "waiting-for-earlier",
         "skipped",
+        "moving",  # the account is being handed to another shard: the side that serves it sends
     ]
 
 
@@ -131,6 +132,15 @@ def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
         ).scalar_one_or_none()
 
 
+def _handed_off(conn: Connection, account_id: str) -> bool:
+    """The account's slice is sealed for a move here, or imported and not yet resumed: its
+    requests exist on two shards at once, and neither may send them (runtime.moves)."""
+    state = conn.execute(
+        sql("SELECT state FROM account_placement WHERE account_id = :a"), {"a": account_id}
+    ).scalar_one_or_none()
+    return state in (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.MOVED)
+
+
 def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: float) -> AttemptGrant | AttemptSkipped:
     at = now_ms()
     with store.write() as conn:
@@ -141,6 +151,8 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             return AttemptSkipped("settled")
         if request.state == OutboxState.RESULT_UNKNOWN:
             return AttemptSkipped("result-unknown")
+        if _handed_off(conn, request.account_id):
+            return AttemptSkipped("moving")
         last = conn.execute(
             sql(
                 "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
@@ -165,10 +177,10 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
         attempt_no = (last.attempt_no if last else 0) + 1
         conn.execute(
             sql(
-                "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at)"
-                " VALUES (:r, :n, 'started', :o, :at)"
+                "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"
+                " VALUES (:r, :n, 'started', :o, :at, :token)"
             ),
-            {"r": request_id, "n": attempt_no, "o": owner, "at": at},
+            {"r": request_id, "n": attempt_no, "o": owner, "at": at, "token": store.guard and store.guard.token},
         )
         conn.execute(
             sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),

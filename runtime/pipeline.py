@@ -52,7 +52,8 @@ from runtime.pages import InboundPage, parse_page
 from runtime.ports import BuyerReadReceipt, NeverReceived, ReadStatusQueries, SendFailure, Services
 from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 from runtime.read_receipts import accept_buyer_receipt
-from runtime.states import SETTLED, OutboxState
+from runtime.shards import local_placement
+from runtime.states import SETTLED, OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the
 @dataclass(frozen=True)
 class Ingest:
     page: dict[str, Any]  # a recorded page, as JSON
+    shard: str | None = None  # another shard's queue: the account moved there (SPEC 3.12)
 
 
 @dataclass(frozen=True)
@@ -150,11 +152,30 @@ def ingest(services: Services, data: object) -> Step:
     except KefuError as error:
         if error.code not in NEVER_INGESTED:
             raise  # e.g. a store that cannot be opened: the page stays pending for the reconciler
+        if error.code == "KEFU_ACCOUNT_UNKNOWN" and (shard := _home_of(services, page.account_id)):
+            return Step(f"forwarded to {shard}", (Ingest(page.model_dump(mode="json"), shard),))
         log.error("page %s refused: %s", page.page_op_id, error.code)
         refuse_page(store, page.account_id, page.stream_id, page.page_op_id, error.code)
         return Step(f"refused {error.code}")
     _confirm(services, page)
     return Step("replayed" if result.replayed else "ingested", tuple(Admit(c) for c in result.customer_ids))
+
+
+def _home_of(services: Services, account_id: str) -> str | None:
+    """Another shard where an account this shard does not serve lives: where it moved to from
+    here, else where the directory places it (a page that reached the wrong shard)."""
+    with services.store.read() as conn:
+        placement = local_placement(conn, account_id)
+    if placement is not None and placement.state == PlacementState.MOVED:
+        return placement.shard
+    shard = services.shard_of(account_id)
+    return shard if shard != services.settings.shard else None
+
+
+def forwarded(services: Services, work: Ingest) -> None:
+    """After the page went to its account's shard: done here, never published here again."""
+    page = InboundPage.model_validate(work.page)
+    refuse_page(services.store, page.account_id, page.stream_id, page.page_op_id, f"forwarded:{work.shard}")
 
 
 def _refuse_unparsed(services: Services, data: object, code: str) -> None:
@@ -259,8 +280,8 @@ def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
     transport = services.transport_of(request.account_id)
     grant = begin_attempt(store, request_id, new_owner(), services.settings.outbox.attempt_lease_s)
     if isinstance(grant, AttemptSkipped):
-        if grant.reason in ("waiting-for-earlier", "in-progress"):
-            return Step(grant.reason)  # the earlier attempt, or the reconciler, starts it
+        if grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
+            return Step(grant.reason)  # the earlier attempt, the reconciler, or the account's new shard
         return Step(grant.reason, _next_in_order(services, request.customer_id, request_id))
     try:
         receipt = transport.send(grant.send)

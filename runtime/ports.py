@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from config import Settings
     from runtime.agent.memory import MemoryEngine
     from runtime.media import AttachmentPolicy
+    from runtime.shards import Placement
     from runtime.store import DeliveryStore
 
 # --- sending -------------------------------------------------------------------------------
@@ -252,3 +253,26 @@ class Services(Protocol):
 
     def transport_of(self, account_id: str) -> Transport:
         """The transport of the account's platform; KEFU_TRANSPORT_UNAVAILABLE if none."""
+
+    def shard_of(self, account_id: str) -> str | None:
+        """The shard the account directory places the account on (None: it does not know it)."""
+
+
+class Coordination(Protocol):
+    """What the hosts of a deployment share besides the broker (worker.coordination): the
+    account directory and the move journal, with its blobs."""
+
+    def placement(self, account_id: str) -> Placement | None: ...
+
+    def place(self, placement: Placement, expected: Placement | None) -> bool:
+        """Compare-and-set the account's entry: True when it was `expected` (None: absent)."""
+
+    def journal(self, op_id: str) -> dict[str, Any] | None: ...
+
+    def save_journal(self, op_id: str, record: dict[str, Any]) -> None: ...
+
+    def put_blob(self, key: str, data: bytes, ttl_s: int | None = None) -> None: ...
+
+    def blob(self, key: str) -> bytes | None: ...
+
+    def drop_blob(self, key: str) -> None: ...

@@ -77,3 +77,28 @@ class Reception(StrEnum):
     DRAINING = "draining"
     PAUSED = "paused"
     STOPPED = "stopped"
+
+
+class PlacementState(StrEnum):
+    """account_placement.state and the directory's (SPEC 3.12): where an account lives while it
+    is served, moved, or gone to another shard."""
+
+    ACTIVE = "active"  # served here
+    MOVING = "moving"  # leaving: input paused, no listener, what is on its way still goes out
+    SEALED = "sealed"  # leaving: drained; its slice is exported and nothing of it is sent here
+    IMPORTING = "importing"  # arrived here: input paused until the move resumes it
+    MOVED = "moved"  # gone to `shard`: late pages for it are forwarded there
+
+
+class MoveStep(StrEnum):
+    """The step a move of an account to another shard is at (runtime.moves)."""
+
+    STOPPING = "stopping"  # the source pauses, drains and exports the account
+    EXPORTED = "exported"  # the target imports the slice
+    IMPORTED = "imported"  # the mover flips the directory
+    FLIPPED = "flipped"  # the source removes the account, keeps a forwarding tombstone
+    RELEASED = "released"  # the target resumes the account
+    DONE = "done"
+    ROLLING_BACK_TARGET = "rolling-back-target"  # the target discards what it imported
+    ROLLING_BACK_SOURCE = "rolling-back-source"  # the source serves the account again
+    ROLLED_BACK = "rolled-back"

@@ -29,3 +29,6 @@ class Local:
 
     def transport_of(self, account_id: str) -> MockTransport:
         return self.transport
+
+    def shard_of(self, account_id: str) -> str | None:
+        return None  # one shard: no directory

@@ -11,7 +11,7 @@ from runtime.store import DeliveryStore
 def commit_groups(store: DeliveryStore, page: InboundPage, groups: list[ConversationGroup]) -> None:
     with store.raw() as db:
         for group in groups:
-            ingest._commit_group(db, page, group, "live")
+            ingest._commit_group(db, page, group, "live", store.customer_id_base)
 
 
 def commit_cursor(store: DeliveryStore, page: InboundPage) -> None:

@@ -60,3 +60,24 @@ def broker_config(settings: Settings) -> dict[str, Any]:
         "result_backend_transport_options": {"visibility_timeout": visibility},
         "visibility_timeout": visibility,
     }
+
+
+def queue_depths(settings: Settings, queues: list[str]) -> dict[str, int]:
+    """Messages waiting in each queue (Redis lists, or the embedded broker's message files);
+    -1 where the broker cannot be asked (AMQP, or Redis down)."""
+    if settings.embedded_broker:
+        folder = embedded_folders(settings.data_dir)["data_folder_in"]
+        names = [path.name for path in folder.glob("*.msg")] if folder.exists() else []
+        return {queue: sum(name.endswith(f".{queue}.msg") for name in names) for queue in queues}
+    if not settings.redis_broker:
+        return dict.fromkeys(queues, -1)
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
+        with client.pipeline() as pipe:
+            for queue in queues:
+                pipe.llen(queue)
+            return {queue: int(depth) for queue, depth in zip(queues, pipe.execute(), strict=True)}
+    except redis.RedisError:
+        return dict.fromkeys(queues, -1)

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from celery import Celery
-from celery.signals import beat_init, worker_init
+from celery.signals import beat_init, worker_init, worker_shutdown
 from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
@@ -14,9 +14,10 @@ from runtime.errors import KefuError
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
-from worker.tasks import memory, pipeline  # registers the shared tasks on every app
+from worker.shard_lease import hold_shard, release_shard
+from worker.tasks import memory, pipeline, placement  # noqa: F401  (registers the shared tasks on every app)
 
-FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory")
+FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
 
 
 def queue_name(family: str, shard: str) -> str:
@@ -76,12 +77,14 @@ def make_app(settings: Settings) -> Celery:
 @worker_init.connect
 @beat_init.connect
 def _check_runtime(sender: object, **_: object) -> None:
-    """Open the store and load the agent before consuming anything: bad state stops startup.
+    """Hold the shard's lease, open the store and load the agent before consuming anything:
+    a standby waits here, and bad state stops startup.
 
     worker_init runs in the worker's main process before its pool, consumer or embedded beat
     exist; beat_init before beat's first tick. An error here must exit the process: a worker
     that said "ready" over a store it cannot open would ack and drop every page."""
     try:
+        hold_shard(sender.app.kefu_settings)  # type: ignore[attr-defined]
         runtime_for(sender.app).check()  # type: ignore[attr-defined]
     except KefuError as error:
         refuse_start(error)
@@ -89,6 +92,11 @@ def _check_runtime(sender: object, **_: object) -> None:
         logging.getLogger(__name__).exception("startup check failed")
         failed = KefuError("KEFU_STARTUP_FAILED", f"the startup check failed ({type(error).__name__})", "see above")
         refuse_start(failed)
+
+
+@worker_shutdown.connect
+def _release(**_: object) -> None:
+    release_shard()
 
 
 def _load() -> Settings:

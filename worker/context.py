@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from celery import Celery
 
@@ -23,13 +23,18 @@ from runtime.credentials import load_credentials
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
 from runtime.memory.store import MemoryStore
+from runtime.moves import AccountOnOtherShard, adopt_accounts
 from runtime.ports import ModelProvider, Transport
+from runtime.shards import customer_id_base
 from runtime.store import DeliveryStore
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.wangwang import WangwangCredentials, WangwangTransport
 from worker.checkpoint_sinks import CheckpointSink, build_sink
+
+if TYPE_CHECKING:
+    from worker.coordination import Coordinator
 
 Secrets = TypeVar("Secrets", DingTalkCredentials, WangwangCredentials)
 
@@ -57,7 +62,21 @@ class WorkerRuntime:
 
     @cached_property
     def store(self) -> DeliveryStore:
-        return DeliveryStore(self.settings.delivery_path, self.settings.delivery)
+        from worker.shard_lease import process_guard  # (imports the coordination clients lazily)
+
+        settings = self.settings
+        return DeliveryStore(
+            settings.delivery_path,
+            settings.delivery,
+            guard=process_guard(settings),
+            customer_id_base=customer_id_base(settings.shard),
+        )
+
+    @cached_property
+    def coordination(self) -> Coordinator:
+        from worker.coordination import coordinator_for
+
+        return coordinator_for(self.settings)
 
     @cached_property
     def provider(self) -> ModelProvider:
@@ -122,6 +141,10 @@ class WorkerRuntime:
                 platform = self._platforms[account_id] = require_account(conn, account_id).platform
         return self.transport(platform)
 
+    def shard_of(self, account_id: str) -> str | None:
+        placement = self.coordination.placement(account_id)
+        return placement.shard if placement is not None else None
+
     def check(self) -> None:
         """Fail startup early: open the store (migrate, check PRAGMAs), load the agent.
 
@@ -129,6 +152,8 @@ class WorkerRuntime:
         beat after this, and SQLite must never be open across a fork (a child would inherit the
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider, self.memory
+        for account_id in adopt_accounts(self.store, self.coordination, self.settings.shard):
+            print(f"kefu: {AccountOnOtherShard(account_id)}", file=sys.stderr, flush=True)
         self.store.close()
         if self.memory is not None:
             self.memory.store.close()

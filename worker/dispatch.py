@@ -38,9 +38,11 @@ def dispatch(app: Celery, follow_ups: Iterable[FollowUp]) -> None:
 
 
 def send(app: Celery, work: FollowUp) -> None:
-    """Publish one follow-up as its task, on this app (a process may hold several)."""
+    """Publish one follow-up as its task, on this app (a process may hold several). Work goes
+    to this shard's queue of its family; a page forwarded to another shard to that shard's."""
     task, args, countdown = _route(work)
-    app.tasks[task.name].apply_async(args, countdown=countdown or None)
+    queue = f"kefu.ingest.{work.shard}" if isinstance(work, Ingest) and work.shard else None
+    app.tasks[task.name].apply_async(args, countdown=countdown or None, queue=queue)
 
 
 def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
@@ -49,7 +51,7 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
     from worker.tasks import pipeline as tasks
 
     match work:
-        case Ingest(page):
+        case Ingest(page, _):
             return tasks.ingest, (page,), 0
         case RecordRead(receipt):
             return tasks.buyer_read, (receipt,), 0

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import zstandard
 from pydantic import BaseModel
@@ -170,6 +170,16 @@ class Score(BaseModel):
     event_given: bool = False  # False: leave the folder's event as it is
     event: str | None = None
     reason: str | None = None
+
+
+class ScopeRows(BaseModel):
+    """One scope's stored rows, by table, as a move between shards carries them (no index)."""
+
+    plans: list[dict[str, Any]] = []
+    folders: list[dict[str, Any]] = []
+    texts: dict[str, bytes] = {}  # folder id -> its stored body (zstd of the text)
+    images: list[dict[str, Any]] = []  # folder_image rows
+    recall_state: dict[str, Any] | None = None
 
 
 class MemoryStoreTooNew(KefuError):
@@ -453,6 +463,76 @@ class MemoryStore:
         if row is None:
             raise KeyError(folder_id)
         return zstandard.ZstdDecompressor().decompress(row["body"]).decode()
+
+    # -- moving a scope between shards (runtime.placement) -------------------------------------
+    def export_scope(self, scope: str) -> ScopeRows:
+        """A scope's rows as a move ships them, read in one snapshot. The index is left out:
+        the target rebuilds it from the texts, so a slice never carries derived data."""
+        db = self._connection()
+        db.execute("BEGIN")
+        try:
+            plans = db.execute("SELECT * FROM archive_plan WHERE scope = ? ORDER BY rowid", (scope,)).fetchall()
+            folders = db.execute("SELECT * FROM folder WHERE scope = ? ORDER BY rowid", (scope,)).fetchall()
+            texts = db.execute(
+                "SELECT t.folder_id, t.body FROM folder_text t JOIN folder f ON f.id = t.folder_id WHERE f.scope = ?",
+                (scope,),
+            ).fetchall()
+            images = db.execute(
+                "SELECT i.* FROM folder_image i JOIN folder f ON f.id = i.folder_id WHERE f.scope = ?", (scope,)
+            ).fetchall()
+            state = db.execute("SELECT * FROM recall_state WHERE scope = ?", (scope,)).fetchone()
+        finally:
+            db.execute("COMMIT")
+        return ScopeRows(
+            plans=[dict(r) for r in plans],
+            folders=[dict(r) for r in folders],
+            texts={r[0]: r[1] for r in texts},
+            images=[dict(r) for r in images],
+            recall_state=dict(state) if state else None,
+        )
+
+    def import_scope(self, scope: str, rows: ScopeRows) -> int:
+        """Make `scope` hold exactly `rows` (one transaction: whatever the scope held is replaced,
+        so importing again gives the same scope), then rebuild its index. Rows keep their ids
+        and name their columns; a column the schema does not have, or a row of another scope,
+        raises ValueError. Returns the folders."""
+        scoped = [*rows.plans, *rows.folders, *([rows.recall_state] if rows.recall_state else [])]
+        if any(row.get("scope") != scope for row in scoped):
+            raise ValueError(f"rows of another scope than {scope!r}")
+        with self._write() as db:
+            self._delete_scope(db, scope)
+            for table, table_rows in (
+                ("archive_plan", rows.plans),
+                ("folder", rows.folders),
+                ("folder_text", [{"folder_id": k, "body": v} for k, v in rows.texts.items()]),
+                ("folder_image", rows.images),
+                ("recall_state", [rows.recall_state] if rows.recall_state else []),
+            ):
+                known = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+                for row in table_rows:
+                    if not row.keys() <= known:
+                        raise ValueError(f"{table}: unknown columns {sorted(row.keys() - known)}")
+                    columns = ", ".join(f'"{c}"' for c in row)
+                    marks = ", ".join("?" for _ in row)
+                    db.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", tuple(row.values()))
+        self.rebuild_index(scope)
+        return len(rows.folders)
+
+    def delete_scope(self, scope: str) -> int:
+        """Remove everything of a scope (its account moved away): folders, texts, index, images'
+        rows, recall state and telemetry. Returns the folders removed."""
+        with self._write() as db:
+            return self._delete_scope(db, scope)
+
+    @staticmethod
+    def _delete_scope(db: sqlite3.Connection, scope: str) -> int:
+        of_scope = "folder_id IN (SELECT id FROM folder WHERE scope = ?)"
+        for table in ("folder_image", "index_entry", "folder_text"):
+            db.execute(f"DELETE FROM {table} WHERE {of_scope}", (scope,))
+        removed = db.execute("DELETE FROM folder WHERE scope = ?", (scope,)).rowcount
+        for table in ("archive_plan", "scope_postings", "recall_state", "telemetry"):
+            db.execute(f"DELETE FROM {table} WHERE scope = ?", (scope,))
+        return removed
 
 
 def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int, Counter[str]]]) -> None:

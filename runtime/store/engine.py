@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DatabaseError, OperationalError
@@ -19,6 +19,16 @@ from runtime.errors import KefuError
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
+if TYPE_CHECKING:
+    from runtime.shards import ShardGuard
+
+
+class _Connection(sqlite3.Connection):
+    """A store's DBAPI connection, which knows its shard guard (set once the store is migrated)
+    so `immediate()` can check it."""
+
+    kefu_guard: ShardGuard | None = None
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -26,9 +36,13 @@ def now_ms() -> int:
 
 @contextmanager
 def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error."""
+    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error. On a guarded
+    store's connection the shard lease is checked first (runtime.shards)."""
     db.execute("BEGIN IMMEDIATE")
     try:
+        guard = getattr(db, "kefu_guard", None)
+        if guard is not None:
+            guard.check(db.execute)
         yield db
     except BaseException:
         db.execute("ROLLBACK")
@@ -51,13 +65,24 @@ def _owner_only(path: Path) -> None:
 
 
 class DeliveryStore:
-    """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE)."""
+    """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE); with a
+    `guard`, each of them holds only while this process holds the shard's lease."""
 
-    def __init__(self, path: Path, settings: DeliverySettings | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settings: DeliverySettings | None = None,
+        guard: ShardGuard | None = None,
+        customer_id_base: int = 0,
+    ) -> None:
         """Open (create, migrate) the file. A damaged, foreign or unopenable file raises
-        KEFU_DELIVERY_STORE_UNREADABLE naming it; a busy one stays a driver error to retry on."""
+        KEFU_DELIVERY_STORE_UNREADABLE naming it; a busy one stays a driver error to retry on.
+        New customers get ids above `customer_id_base` (runtime.shards.customer_id_base)."""
         self.path = Path(path).resolve()
         self.settings = settings or DeliverySettings()
+        self.guard = guard
+        self.customer_id_base = customer_id_base
+        self._fenced = False  # migrations run before the fence's table exists
         try:
             self._open()
         except (sqlite3.DatabaseError, DatabaseError) as error:
@@ -79,11 +104,18 @@ class DeliveryStore:
             # EXCLUSIVE locking allows a single holder: one pooled connection.
             pool_size=1 if exclusive else 4,
             max_overflow=0 if exclusive else 4,
-            connect_args={"check_same_thread": False, "timeout": self.settings.busy_timeout_ms / 1000},
+            connect_args={
+                "factory": _Connection,
+                "check_same_thread": False,
+                "timeout": self.settings.busy_timeout_ms / 1000,
+            },
         )
         event.listen(self.engine, "connect", self._on_connect)
         event.listen(self.engine, "begin", self._on_begin)
         self._migrate()
+        if self.guard is not None:
+            self._fenced = True
+            self.engine.dispose()  # the connections opened to migrate: new ones are fenced
 
     # -- connection set-up -------------------------------------------------------------
     def _on_connect(self, dbapi: sqlite3.Connection, _record: Any) -> None:
@@ -96,6 +128,8 @@ class DeliveryStore:
             ("synchronous", "NORMAL" if s.journal_mode == "WAL" else "FULL", 1 if s.journal_mode == "WAL" else 2),
             ("foreign_keys", "ON", 1),
         ]
+        if self.guard is not None and self._fenced:
+            cast(_Connection, dbapi).kefu_guard = self.guard
         if s.cache_size_kib is not None:
             wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
         for name, value, expected in wanted:
@@ -109,10 +143,15 @@ class DeliveryStore:
                     "check that the file system supports this mode (WAL needs shared memory)",
                 )
 
-    @staticmethod
-    def _on_begin(conn: Connection) -> None:
-        mode = "IMMEDIATE" if conn.get_execution_options().get("kefu_write", True) else "DEFERRED"
-        conn.exec_driver_sql(f"BEGIN {mode}")
+    def _on_begin(self, conn: Connection) -> None:
+        write = conn.get_execution_options().get("kefu_write", True)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        if write and self._fenced and self.guard is not None:
+            try:
+                self.guard.check(conn.exec_driver_sql)
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager

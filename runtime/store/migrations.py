@@ -353,5 +353,55 @@ V12 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12)
+V13 = Migration(
+    13,
+    "shards: the lease holder's fencing token, where each account lives, imported account slices",
+    (
+        # The fencing token of the shard lease's current grant (worker.shard_lease). Every write
+        # transaction of a holder checks it is still its own: a holder whose lease passed on,
+        # even one paused past its expiry, writes nothing.
+        """CREATE TABLE shard_fence (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            token INTEGER NOT NULL,
+            owner TEXT NOT NULL,
+            granted_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE shard_grant (
+            token INTEGER PRIMARY KEY,
+            owner TEXT NOT NULL,
+            granted_at INTEGER NOT NULL
+        )""",
+        "ALTER TABLE outbox_attempt ADD COLUMN shard_token INTEGER",
+        # This shard's copy of the account directory: an account that moved away keeps a row
+        # (state 'moved', shard = where it went), so a late page for it is forwarded.
+        """CREATE TABLE account_placement (
+            account_id TEXT PRIMARY KEY,
+            shard TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            updated_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        # The highest customer id ever given in each id range (runtime.shards.customer_id_base):
+        # new customers continue above it, even after the customers at the top moved away.
+        """CREATE TABLE customer_id_high (
+            base INTEGER PRIMARY KEY,
+            last INTEGER NOT NULL
+        )""",
+        "INSERT INTO customer_id_high (base, last)"
+        " SELECT id / 1000000000 * 1000000000, max(id) FROM customer GROUP BY id / 1000000000",
+        """CREATE TRIGGER customer_id_high_water AFTER INSERT ON customer BEGIN
+            INSERT INTO customer_id_high (base, last) VALUES (NEW.id / 1000000000 * 1000000000, NEW.id)
+            ON CONFLICT (base) DO UPDATE SET last = max(last, excluded.last);
+        END""",
+        """CREATE TABLE placement_import (
+            op_id TEXT PRIMARY KEY,
+            account_id TEXT NOT NULL,
+            result TEXT NOT NULL,
+            files_done INTEGER NOT NULL DEFAULT 0,
+            imported_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13)
 LATEST_VERSION = MIGRATIONS[-1].version

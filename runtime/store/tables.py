@@ -11,7 +11,7 @@ from typing import Literal
 from sqlalchemy import Table
 from sqlmodel import AutoString, Field, SQLModel
 
-from runtime.states import AttemptState, BatchState, ListenerState, MessageState, OutboxState
+from runtime.states import AttemptState, BatchState, ListenerState, MessageState, OutboxState, PlacementState
 
 
 def table_of(model: type[SQLModel]) -> Table:
@@ -203,6 +203,7 @@ class OutboxAttempt(SQLModel, table=True):
     finished_at: int | None = None
     platform_message_id: str | None = None
     error_code: str | None = None
+    shard_token: int | None = None  # the fencing token of the shard lease it was begun under
 
 
 class Operation(SQLModel, table=True):
@@ -294,3 +295,53 @@ class ReadCheck(SQLModel, table=True):
     request_id: str = Field(primary_key=True)
     due_at: int
     checks_left: int
+
+
+class ShardFence(SQLModel, table=True):
+    """The shard lease's current grant, as this store knows it: writes of any other holder stop."""
+
+    __tablename__ = "shard_fence"
+    id: int = Field(default=1, primary_key=True)
+    token: int
+    owner: str
+    granted_at: int
+
+
+class ShardGrant(SQLModel, table=True):
+    """Every grant of the shard lease that reached this store, in token order."""
+
+    __tablename__ = "shard_grant"
+    token: int = Field(primary_key=True)
+    owner: str
+    granted_at: int
+
+
+class CustomerIdHigh(SQLModel, table=True):
+    """The highest customer id given in an id range: new customers continue above it."""
+
+    __tablename__ = "customer_id_high"
+    base: int = Field(primary_key=True)
+    last: int
+
+
+class AccountPlacement(SQLModel, table=True):
+    """This shard's copy of the account directory's entry (worker.coordination holds the
+    directory itself)."""
+
+    __tablename__ = "account_placement"
+    account_id: str = Field(primary_key=True)
+    shard: str
+    generation: int
+    state: PlacementState = Field(sa_type=AutoString)
+    updated_at: int
+
+
+class PlacementImport(SQLModel, table=True):
+    """An account slice imported under a move's op id: a replay returns `result`."""
+
+    __tablename__ = "placement_import"
+    op_id: str = Field(primary_key=True)
+    account_id: str
+    result: str  # JSON of the ImportResult
+    files_done: bool = False  # session logs and memory written after the rows
+    imported_at: int

@@ -14,7 +14,16 @@ from pydantic import SecretStr
 
 from runtime.errors import KefuError
 from worker.celery_app import app
-from worker.cli.common import cli, console, current_settings, open_store, operator_errors, print_rows
+from worker.cli.common import (
+    cli,
+    console,
+    current_settings,
+    open_store,
+    operator_errors,
+    print_rows,
+    serve_shard,
+    use_shard,
+)
 
 if TYPE_CHECKING:
     from runtime.accounts import AccountSpec
@@ -23,6 +32,16 @@ accounts = typer.Typer(no_args_is_help=True, help="Platform accounts.")
 cli.add_typer(accounts, name="accounts")
 add = typer.Typer(no_args_is_help=True, help="Add an account: its identity is verified first, then you confirm.")
 accounts.add_typer(add, name="add")
+
+
+@add.callback()
+def _on_shard(
+    shard: Annotated[str | None, typer.Option(help="the shard the account lives on (default: KEFU_SHARD)")] = None,
+) -> None:
+    if shard is not None:
+        with operator_errors():
+            use_shard(shard)
+
 
 SecretEnv = Annotated[
     str, typer.Option(help="environment variable holding the secret (else you are asked; never a CLI argument)")
@@ -118,7 +137,10 @@ def _preview_and_confirm(
     spec: AccountSpec, credentials: dict[str, Any], verify: Callable[[], None], op_id: str | None, yes: bool
 ) -> None:
     from runtime.account_setup import AccountSetups, replayed_account
+    from runtime.moves import place_new_account
+    from runtime.shards import record_placement
     from worker.cli.common import ensure_store
+    from worker.context import runtime_for
 
     store = ensure_store()
     op_id = op_id or f"account-add-{uuid.uuid4().hex[:12]}"
@@ -126,6 +148,8 @@ def _preview_and_confirm(
     if replayed is not None:
         console.print(f"account {replayed.id} ({replayed.platform} {replayed.identity}) was saved by operation {op_id}")
         return
+    with operator_errors():  # the directory must not place it on another shard
+        placement = place_new_account(runtime_for(app).coordination, spec.id, current_settings().shard)
     setups = AccountSetups(current_settings().account_setup_ttl_ms)
     preview = setups.preview(store, spec, credentials, verify)
     console.print(
@@ -136,6 +160,8 @@ def _preview_and_confirm(
     if not yes:
         typer.confirm("save this account?", abort=True)
     saved = setups.confirm(store, preview.setup_id, op_id)
+    with store.write() as conn:
+        record_placement(conn, placement)
     console.print(f"account {saved.id} saved (revision {saved.revision}, operation {op_id}); add a route so it listens")
 
 
@@ -183,6 +209,7 @@ def listen() -> None:
     broker, until Ctrl-C or SIGTERM (workers started with `--listen` do the same)."""
     from worker.listeners import build_supervisor
 
+    serve_shard()
     open_store()
     supervisor = build_supervisor(app, observe=lambda change: console.print(change.describe(), soft_wrap=True))
     supervisor.start()
@@ -202,6 +229,7 @@ def dingtalk_callback(
     from worker.callback_server import CallbackServer
     from worker.dispatch import broker_publisher
 
+    serve_shard()
     server = CallbackServer(open_store(), broker_publisher(app), host, port).start()
     console.print(f"receiving DingTalk callbacks at http://{host}:{server.port}/dingtalk/<account id>; Ctrl-C stops")
     _until_stopped()

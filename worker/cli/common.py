@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from config import Settings
+from config.settings import SHARD_NAME, SHARD_RULE
 from runtime.errors import KefuError, validation_problems
 from runtime.pipeline import FollowUp
 from runtime.store import DeliveryStore
@@ -27,6 +29,24 @@ def current_settings() -> Settings:
     """Validated when the worker package loads: a bad value has already stopped the process."""
     settings: Settings = app.kefu_settings
     return settings
+
+
+def use_shard(shard: str) -> None:
+    """This command works on another shard than KEFU_SHARD's."""
+    settings = current_settings()
+    if not re.fullmatch(SHARD_NAME, shard):
+        raise KefuError("KEFU_INVALID_INPUT", "--shard: " + SHARD_RULE, "name a shard as KEFU_SHARD would")
+    app.kefu_settings = settings.model_copy(update={"shard": shard})
+    app.kefu_runtime = None
+
+
+def serve_shard() -> None:
+    """For a command that serves the shard (listeners, the callback receiver): hold its lease,
+    waiting as a standby while another instance holds it."""
+    from worker.shard_lease import hold_shard
+
+    with operator_errors():
+        hold_shard(current_settings())
 
 
 def open_store() -> DeliveryStore:

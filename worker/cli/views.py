@@ -39,18 +39,44 @@ def config() -> None:
 
 
 @cli.command()
-def status() -> None:
+def status(
+    shard: Annotated[str | None, typer.Option(help="another shard of this data dir (default: KEFU_SHARD)")] = None,
+    all_shards: Annotated[bool, typer.Option("--all", help="every shard with a store in this data dir")] = False,
+) -> None:
     """Per-stage counts read from the delivery store."""
+    settings = current_settings()
+    if all_shards:
+        names = sorted(
+            path.name.removeprefix("delivery-").removesuffix(".sqlite")
+            for path in settings.data_dir.glob("delivery-*.sqlite")
+        )
+        for name in names:
+            _status_of(name)
+        return
+    _status_of(shard or settings.shard)
+
+
+def _status_of(shard: str) -> None:
+    """A shard's counts. Another shard's store is only read here: its own holder writes it."""
     from runtime.status import stage_counts
 
     settings = current_settings()
-    store = open_store()
-    table = Table("stage", "state", "count", title=f"kefu status · shard {settings.shard}")
+    if shard == settings.shard:
+        store = open_store()
+    else:
+        path = settings.model_copy(update={"shard": shard}).delivery_path
+        if not path.exists():
+            console.print(f"shard {shard}: no store in this data dir (see `kefu shards` for who serves it)")
+            return
+        with operator_errors():
+            store = DeliveryStore(path, settings.delivery)
+    table = Table("stage", "state", "count", title=f"kefu status · shard {shard}")
     for stage in stage_counts(store):
         for state, count in sorted(stage.counts.items()) or [("-", 0)]:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
-    console.print(_checkpoint_table(None), soft_wrap=True)
+    if shard == settings.shard:
+        console.print(_checkpoint_table(None), soft_wrap=True)
     _print_damaged_sessions(store)
 
 

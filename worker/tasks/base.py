@@ -8,7 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 from sqlalchemy.exc import OperationalError
+
+from runtime.shards import ShardLeaseLost
 
 
 class KefuTask(Task):  # type: ignore[misc]  # Celery's Task is untyped
@@ -22,6 +25,14 @@ class KefuTask(Task):  # type: ignore[misc]  # Celery's Task is untyped
     retry_backoff_max = 60
     retry_jitter = True
     max_retries = 20
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A process whose shard lease passed on wrote nothing: the message goes back to the
+        queue for the new holder (and this process shuts down: worker.shard_lease)."""
+        try:
+            return super().__call__(*args, **kwargs)
+        except ShardLeaseLost as error:
+            raise Reject(str(error), requeue=True) from None
 
 
 def kefu_task(name: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:

@@ -28,7 +28,13 @@ def _run(task: Task, step: pipeline.Step) -> str:
 
 @kefu_task("kefu.ingest.page")
 def ingest(self: Task, page: dict[str, Any]) -> str:
-    return _run(self, pipeline.ingest(runtime_for(self.app), page))
+    services = runtime_for(self.app)
+    step = pipeline.ingest(services, page)
+    outcome = _run(self, step)
+    for work in step.follow_ups:  # forwarded: its record here is done only once it is on its way
+        if isinstance(work, pipeline.Ingest) and work.shard is not None:
+            pipeline.forwarded(services, work)
+    return outcome
 
 
 @kefu_task("kefu.agent.admit")

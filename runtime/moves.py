@@ -1,0 +1,395 @@
+"""Moving an account to another shard (SPEC 3.12), as a journal of steps.
+
+    stopping ─► exported ─► imported ─► flipped ─► released ─► done
+       (source)   (target)    (mover)    (source)    (target)
+    before `flipped`, a move can instead be rolled back:
+    rolling-back-target ─► rolling-back-source ─► rolled-back
+
+The journal (one record per op id, in the coordination store every host sees) says which step
+comes next and who takes it: the source shard's holder, the target shard's, or the mover (the
+`kefu accounts move` process, which only flips the directory). Each shard takes its steps in
+a task (worker.tasks.placement), so a step's writes are fenced by that shard's lease like any
+other; a step run twice, or again after a crash of either side, finds its work done, and the
+mover, run again with the same op id, goes on from the journal's step.
+
+While an account moves, its input is paused on both sides: pages that arrive are held, and
+held pages follow the account (in the slice, or forwarded by the source after the flip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from runtime import leases
+from runtime.errors import KefuError
+from runtime.input_pause import count_in_flight, pause_input
+from runtime.outbox import revoke_unsent_auto
+from runtime.pipeline import Ingest, Step, resume
+from runtime.placement import decode_slice, discard_import, encode_slice, export_slice, import_slice, remove_slice
+from runtime.ports import Coordination, Services
+from runtime.shards import Placement, local_placement, record_placement
+from runtime.states import MoveStep, PlacementState
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+log = logging.getLogger(__name__)
+
+DRAIN_S = 30.0  # the source waits this long for replies already on their way, then revokes unsent ones
+CREDENTIAL_TTL_S = 3600  # an exported credential's copy in the coordination store
+SOURCE_STEPS = {MoveStep.STOPPING, MoveStep.FLIPPED, MoveStep.ROLLING_BACK_SOURCE}
+TARGET_STEPS = {MoveStep.EXPORTED, MoveStep.RELEASED, MoveStep.ROLLING_BACK_TARGET}
+FINAL_STEPS = {MoveStep.DONE, MoveStep.ROLLED_BACK}
+
+
+class MoveRecord(BaseModel):
+    op_id: str
+    account_id: str
+    source: str
+    target: str
+    generation: int  # the directory's generation before the move; the target's is one more
+    step: MoveStep = MoveStep.STOPPING
+    error: str | None = None  # the code that stopped the move (it waits for a rollback or a rerun)
+    slice_sha256: str | None = None
+    detail: dict[str, Any] = {}
+    started_at: int
+    updated_at: int
+
+    def actor(self) -> str | None:
+        """The shard that takes the next step; None: the mover, or nobody (final)."""
+        if self.step in SOURCE_STEPS:
+            return self.source
+        if self.step in TARGET_STEPS:
+            return self.target
+        return None
+
+
+class MoveMismatch(KefuError):
+    def __init__(self, op_id: str) -> None:
+        super().__init__(
+            "KEFU_PLACEMENT_OP_MISMATCH",
+            f"op id {op_id!r} is a move of another account or to another shard",
+            "rerun with the same account and --to, or use a new op id",
+        )
+
+
+def load_move(coordination: Coordination, op_id: str) -> MoveRecord | None:
+    record = coordination.journal(op_id)
+    return None if record is None else MoveRecord.model_validate(record)
+
+
+def save_move(coordination: Coordination, record: MoveRecord, **changes: Any) -> MoveRecord:
+    updated = record.model_copy(update={**changes, "updated_at": now_ms()})
+    coordination.save_journal(updated.op_id, updated.model_dump(mode="json"))
+    return updated
+
+
+# --- the mover's steps ----------------------------------------------------------------------
+
+
+def begin_move(coordination: Coordination, op_id: str, account_id: str, target: str) -> MoveRecord:
+    """Start the move, or find it started under this op id (a replay goes on from there)."""
+    existing = load_move(coordination, op_id)
+    if existing is not None:
+        if (existing.account_id, existing.target) != (account_id, target):
+            raise MoveMismatch(op_id)
+        return existing
+    placement = coordination.placement(account_id)
+    if placement is None:
+        raise KefuError(
+            "KEFU_ACCOUNT_NOT_PLACED",
+            f"the account directory has no entry for {account_id!r}",
+            "start a worker of the account's shard once (it registers its accounts), or add the account",
+        )
+    if placement.state != PlacementState.ACTIVE:
+        raise KefuError(
+            "KEFU_PLACEMENT_BUSY",
+            f"account {account_id!r} is {placement.state} (another move holds it)",
+            "finish or roll back that move with its op id",
+        )
+    if placement.shard == target:
+        raise KefuError("KEFU_PLACEMENT_SAME_SHARD", f"account {account_id!r} already lives on {target!r}", "")
+    at = now_ms()
+    record = MoveRecord(
+        op_id=op_id,
+        account_id=account_id,
+        source=placement.shard,
+        target=target,
+        generation=placement.generation,
+        started_at=at,
+        updated_at=at,
+    )
+    moving = placement.model_copy(update={"state": PlacementState.MOVING})
+    if not coordination.place(moving, expected=placement):
+        raise KefuError("KEFU_PLACEMENT_BUSY", f"account {account_id!r} changed while the move began", "run it again")
+    return save_move(coordination, record)
+
+
+def flip(coordination: Coordination, record: MoveRecord) -> MoveRecord:
+    """The directory now says the target: from here the move only goes forward."""
+    moving = Placement(
+        account_id=record.account_id, shard=record.source, generation=record.generation, state=PlacementState.MOVING
+    )
+    arrived = Placement(account_id=record.account_id, shard=record.target, generation=record.generation + 1)
+    if not coordination.place(arrived, expected=moving) and coordination.placement(record.account_id) != arrived:
+        raise KefuError(
+            "KEFU_PLACEMENT_DIRECTORY_CHANGED",
+            f"the directory entry of {record.account_id!r} is not the one this move set",
+            "look at `kefu shards`; roll the move back with its op id",
+        )
+    return save_move(coordination, record, step=MoveStep.FLIPPED)
+
+
+def begin_rollback(coordination: Coordination, record: MoveRecord) -> MoveRecord:
+    if record.step in (MoveStep.FLIPPED, MoveStep.RELEASED, MoveStep.DONE):
+        raise KefuError(
+            "KEFU_PLACEMENT_ALREADY_FLIPPED",
+            f"move {record.op_id} has switched the directory to {record.target!r}; it can only go on",
+            "rerun the move with the same op id (or move the account back)",
+        )
+    if record.step in (MoveStep.ROLLING_BACK_SOURCE, MoveStep.ROLLED_BACK):
+        return record
+    return save_move(coordination, record, step=MoveStep.ROLLING_BACK_TARGET)
+
+
+# --- a shard's steps ------------------------------------------------------------------------
+
+
+def _dirs(services: Services) -> tuple[Path, Path | None]:
+    settings = services.settings
+    return settings.sessions_dir, settings.memory_images_dir
+
+
+def _memory_store(services: Services) -> Any:
+    return services.memory.store if services.memory is not None else None
+
+
+def advance(services: Services, coordination: Coordination, op_id: str) -> Step:
+    """Take the move's next step if it is this shard's. Its follow-ups are the pages and
+    customers the step let go of (held pages to ingest, here or forwarded; input to admit)."""
+    shard = services.settings.shard
+    with leases.held(services.store, f"move:{op_id}", 60) as fence:
+        if fence is None:
+            return Step("busy: another process takes this step")
+        record = load_move(coordination, op_id)
+        if record is None or record.actor() != shard:
+            return Step("not this shard's step")
+        try:
+            return _take(services, coordination, record)
+        except KefuError as error:  # the move stops here with the code; a rerun tries the step again
+            log.error("move %s: step %s failed: %s", op_id, record.step, error)
+            save_move(coordination, record, error=error.code, detail={**record.detail, "problem": error.message})
+            return Step(f"failed {error.code}")
+
+
+def _take(services: Services, coordination: Coordination, record: MoveRecord) -> Step:
+    match record.step:
+        case MoveStep.STOPPING:
+            return Step(_stop_and_export(services, coordination, record))
+        case MoveStep.EXPORTED:
+            return Step(_import(services, coordination, record))
+        case MoveStep.FLIPPED:
+            return _release(services, coordination, record)
+        case MoveStep.RELEASED:
+            return _resume(services, coordination, record)
+        case MoveStep.ROLLING_BACK_TARGET:
+            sessions, images = _dirs(services)
+            discard_import(services.store, _memory_store(services), sessions, images, record.op_id)
+            save_move(coordination, record, step=MoveStep.ROLLING_BACK_SOURCE, error=None)
+            return Step("import discarded")
+        case MoveStep.ROLLING_BACK_SOURCE:
+            return _unstop(services, coordination, record)
+    return Step(f"nothing to do at {record.step}")
+
+
+_BUSY = sql(
+    "SELECT (SELECT count(*) FROM outbox_request WHERE account_id = :a AND state = 'sending')"
+    " + (SELECT count(*) FROM lease WHERE name = 'listener:' || :a AND expires_at >= :at)"
+)
+_UNSENT_AUTO = sql(
+    "SELECT DISTINCT customer_id FROM outbox_request WHERE account_id = :a AND origin = 'auto' AND state = 'pending'"
+)
+
+
+def _seal(store: DeliveryStore, record: MoveRecord) -> str | None:
+    """Once nothing of the account is on its way (pages midway, turns, sends, a listener),
+    seal it in the same transaction: from then on this shard sends none of its requests, so
+    the slice exported next is the whole truth. Automatic replies that could not go out within
+    DRAIN_S are revoked; manual ones move along. Returns why it is not sealed yet."""
+    account_id = record.account_id
+    overdue = now_ms() - record.started_at > DRAIN_S * 1000
+    with store.write() as conn:
+        placement = local_placement(conn, account_id)
+        if placement is not None and placement.state == PlacementState.SEALED:
+            return None
+        busy = count_in_flight(conn, account_id) + conn.execute(_BUSY, {"a": account_id, "at": now_ms()}).scalar_one()
+        unsent = list(conn.execute(_UNSENT_AUTO, {"a": account_id}).scalars())
+        if busy or (unsent and not overdue):
+            return f"draining: {busy} on its way, {len(unsent)} customer(s) with replies to send"
+        for customer_id in unsent:
+            revoke_unsent_auto(conn, customer_id, "KEFU_PLACEMENT_STOPPED")
+        sealed = Placement(
+            account_id=account_id, shard=record.source, generation=record.generation, state=PlacementState.SEALED
+        )
+        record_placement(conn, sealed)
+    return None
+
+
+def _stop_and_export(services: Services, coordination: Coordination, record: MoveRecord) -> str:
+    store, account_id = services.store, record.account_id
+    pause_input(store, account_id)
+    with store.write() as conn:
+        placement = local_placement(conn, account_id)
+        if placement is None or placement.state == PlacementState.ACTIVE:  # its listener stops
+            moving = Placement(
+                account_id=account_id, shard=record.source, generation=record.generation, state=PlacementState.MOVING
+            )
+            record_placement(conn, moving)
+    waiting = _seal(store, record)
+    if waiting is not None:
+        return waiting
+    sessions, images = _dirs(services)
+    exported = export_slice(
+        store, _memory_store(services), sessions, images, account_id, record.source, record.generation + 1
+    )
+    data = encode_slice(exported)
+    coordination.put_blob(f"{record.op_id}:slice", data)
+    with store.read() as conn:
+        secret = conn.execute(
+            sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
+        ).scalar_one_or_none()
+    if secret is not None:
+        coordination.put_blob(f"{record.op_id}:credential", secret.encode(), ttl_s=CREDENTIAL_TTL_S)
+    counts = {table: len(rows) for table, rows in exported.tables.items() if rows}
+    save_move(
+        coordination,
+        record,
+        step=MoveStep.EXPORTED,
+        slice_sha256=hashlib.sha256(data).hexdigest(),
+        detail={"exported": counts, "slice_bytes": len(data), "sessions": len(exported.sessions)},
+    )
+    return f"exported {len(data)} bytes"
+
+
+def _import(services: Services, coordination: Coordination, record: MoveRecord) -> str:
+    data = coordination.blob(f"{record.op_id}:slice")
+    if data is None or hashlib.sha256(data).hexdigest() != record.slice_sha256:
+        save_move(coordination, record, error="KEFU_PLACEMENT_SLICE_MISSING")
+        return "the exported slice is missing"
+    credential = coordination.blob(f"{record.op_id}:credential")
+    sessions, images = _dirs(services)
+    try:
+        result = import_slice(
+            services.store,
+            _memory_store(services),
+            sessions,
+            images,
+            decode_slice(data),
+            record.op_id,
+            record.target,
+            None if credential is None else credential.decode(),
+        )
+    except KefuError as error:  # nothing changed here: the move waits for a rollback
+        log.error("move %s: import refused: %s", record.op_id, error)
+        save_move(coordination, record, error=error.code, detail={**record.detail, "problem": error.message})
+        return f"refused {error.code}"
+    save_move(coordination, record, step=MoveStep.IMPORTED, error=None, detail={**record.detail, "imported": True})
+    coordination.drop_blob(f"{record.op_id}:credential")
+    return f"imported {result.customers} customer(s)"
+
+
+def _release(services: Services, coordination: Coordination, record: MoveRecord) -> Step:
+    """The source lets the account go: its rows leave, and a tombstone forwards its pages that
+    were not ingested here (late or held) to the target, now and whenever one comes in."""
+    sessions, images = _dirs(services)
+    store = services.store
+    remove_slice(
+        store, _memory_store(services), sessions, images, record.account_id, record.target, record.generation + 1
+    )
+    with store.read() as conn:
+        pages = conn.execute(
+            sql("SELECT page FROM received_page WHERE account_id = :a AND ingested_at IS NULL ORDER BY id"),
+            {"a": record.account_id},
+        ).scalars()
+        late = [Ingest(json.loads(page)) for page in pages]
+    save_move(coordination, record, step=MoveStep.RELEASED)
+    coordination.drop_blob(f"{record.op_id}:slice")
+    return Step(f"released; {len(late)} late page(s) to forward", tuple(late))
+
+
+def _resume(services: Services, coordination: Coordination, record: MoveRecord) -> Step:
+    store = services.store
+    with store.write() as conn:
+        record_placement(
+            conn, Placement(account_id=record.account_id, shard=record.target, generation=record.generation + 1)
+        )
+    resumed = resume(store, record.account_id)
+    save_move(coordination, record, step=MoveStep.DONE)
+    return Step(f"resumed: {resumed.outcome}", resumed.follow_ups)
+
+
+def _unstop(services: Services, coordination: Coordination, record: MoveRecord) -> Step:
+    """Rollback on the source: the account is served here again, as before the move."""
+    store = services.store
+    here = Placement(account_id=record.account_id, shard=record.source, generation=record.generation)
+    with store.write() as conn:
+        record_placement(conn, here)
+    resumed = resume(store, record.account_id)
+    coordination.place(here, expected=here.model_copy(update={"state": PlacementState.MOVING}))
+    save_move(coordination, record, step=MoveStep.ROLLED_BACK)
+    return Step(f"rolled back: {resumed.outcome}", resumed.follow_ups)
+
+
+# --- placing accounts -----------------------------------------------------------------------
+
+
+def adopt_accounts(store: DeliveryStore, coordination: Coordination, shard: str) -> list[str]:
+    """Enter this shard's accounts the directory does not know yet (created before there was a
+    directory, or by a library call); returns the accounts the directory places elsewhere."""
+    with store.read() as conn:
+        ids = list(
+            conn.execute(
+                sql(
+                    "SELECT a.id FROM account a WHERE a.deleted_at IS NULL"
+                    " AND NOT EXISTS (SELECT 1 FROM account_placement p WHERE p.account_id = a.id)"
+                )
+            ).scalars()
+        )
+    elsewhere = []
+    for account_id in ids:
+        placement = Placement(account_id=account_id, shard=shard)
+        if not coordination.place(placement, expected=None):
+            current = coordination.placement(account_id)
+            if current is None or current.shard != shard:
+                elsewhere.append(account_id)
+                continue
+            placement = current
+        with store.write() as conn:
+            record_placement(conn, placement)
+    return elsewhere
+
+
+def place_new_account(coordination: Coordination, account_id: str, shard: str) -> Placement:
+    """Before an account is created on `shard`: the directory must not place it elsewhere."""
+    placement = Placement(account_id=account_id, shard=shard)
+    if coordination.place(placement, expected=None):
+        return placement
+    current = coordination.placement(account_id)
+    if current is not None and current.shard == shard:
+        return current
+    raise AccountOnOtherShard(account_id, current.shard if current else None)
+
+
+class AccountOnOtherShard(KefuError):
+    def __init__(self, account_id: str, shard: str | None = None) -> None:
+        where = f"shard {shard!r}" if shard else "another shard"
+        super().__init__(
+            "KEFU_ACCOUNT_ON_OTHER_SHARD",
+            f"the account directory places {account_id!r} on {where}; this shard does not serve it",
+            "serve it from that shard, or move it with `kefu accounts move`",
+        )

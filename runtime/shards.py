@@ -1,0 +1,151 @@
+"""Shards (SPEC 3.12): one holder writes a shard's store at a time, and every account lives on
+exactly one shard.
+
+The shard lease itself lives where every host can see it (Redis, or a local file with the
+embedded broker: worker.coordination); this module is what the store needs of it. A holder's
+`ShardGuard` carries its grant's fencing token and a local deadline. Every write transaction
+of a guarded store checks both (runtime.store.engine): the token against the one the store
+last saw (a newer grant there means ours passed on), the deadline against the monotonic clock
+(a lease not renewed in time is treated as lost before it can expire in Redis, so a holder cut
+off from Redis stops writing before anyone else may start). A guard lives in shared memory, so
+a worker's prefork children see what its main process renews.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+import zlib
+from typing import Any
+
+from pydantic import BaseModel
+
+from runtime.errors import KefuError
+from runtime.states import PlacementState
+from runtime.store.sql import sql
+
+_CELL = struct.Struct("<qq")  # token, deadline (CLOCK_MONOTONIC ns); 0 deadline: lost
+ID_RANGE = 1_000_000_000  # customer ids a shard allocates: kept as they are when an account moves
+
+
+def customer_id_base(shard: str) -> int:
+    """Where the shard's customer ids start. Customer ids name sessions, memory scopes and (by
+    hash) automatic request ids, so a moved account keeps its ids, and shards must not share
+    ranges: `default` has the first (the ids kefu always gave), every other name one of 8,999
+    more by hash (a move refuses the rare account whose ids collide)."""
+    return 0 if shard == "default" else (zlib.crc32(shard.encode()) % 8999 + 1) * ID_RANGE
+
+
+class ShardLeaseLost(KefuError):
+    def __init__(self, shard: str, why: str) -> None:
+        super().__init__(
+            "KEFU_SHARD_LEASE_LOST",
+            f"this process no longer holds shard {shard!r}'s lease ({why}); it wrote nothing after that",
+            "nothing to do: the holder of the new grant serves the shard; this process stops",
+        )
+
+
+class ShardHeldElsewhere(KefuError):
+    def __init__(self, shard: str, owner: str) -> None:
+        super().__init__(
+            "KEFU_SHARD_HELD_ELSEWHERE",
+            f"shard {shard!r} is served by instance {owner!r}; this one may not write its store",
+            "run the command on that instance's host, or stop it first (its lease lapses)",
+        )
+
+
+class ShardGuard:
+    """One grant of a shard's lease as this process (and its forked children) sees it."""
+
+    def __init__(self, shard: str, owner: str) -> None:
+        self.shard = shard
+        self.owner = owner
+        self._cell = mmap.mmap(-1, _CELL.size)  # anonymous and shared: children see renewals
+
+    def _read(self) -> tuple[int, int]:
+        token, deadline = _CELL.unpack(self._cell[:])
+        return int(token), int(deadline)
+
+    @property
+    def token(self) -> int:
+        return self._read()[0]
+
+    def hold(self, token: int, deadline_ns: int) -> None:
+        self._cell[:] = _CELL.pack(token, deadline_ns)
+
+    def lose(self) -> None:
+        token, _ = self._read()
+        self._cell[:] = _CELL.pack(token, 0)
+
+    @property
+    def lost(self) -> bool:
+        return self._read()[1] == 0
+
+    def require(self) -> int:
+        """The token, while the lease is ours by the local clock; else ShardLeaseLost."""
+        token, deadline = self._read()
+        if deadline == 0:
+            raise ShardLeaseLost(self.shard, "it was lost")
+        if time.monotonic_ns() >= deadline:
+            raise ShardLeaseLost(self.shard, "it was not renewed in time")
+        return token
+
+    def check(self, execute: Any) -> None:
+        """Inside a write transaction: the store's fence is still ours. A store that saw only
+        older grants takes ours now (the first write of a new grant claims the store); one that
+        saw a newer grant means ours passed on. `execute(sql, params)` runs on the transaction."""
+        token = self.require()
+        row = execute(_FENCE, {}).fetchone()
+        stored = row[0] if row is not None else 0
+        if stored == token:
+            return
+        if stored > token:
+            self.lose()
+            raise ShardLeaseLost(self.shard, f"the store has seen grant {stored}, newer than this one")
+        at = time.time_ns() // 1_000_000
+        execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
+        execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
+
+
+_FENCE = "SELECT token FROM shard_fence WHERE id = 1"
+_CLAIM = (
+    "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
+    " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"
+)
+_GRANTED = "INSERT OR IGNORE INTO shard_grant (token, owner, granted_at) VALUES (:t, :o, :at)"
+
+
+class Placement(BaseModel):
+    """Where an account lives: the directory's entry. `generation` grows with every move."""
+
+    account_id: str
+    shard: str
+    generation: int = 1
+    state: PlacementState = PlacementState.ACTIVE
+
+
+def local_placement(conn: Any, account_id: str) -> Placement | None:
+    """This shard's copy of the account's directory entry."""
+    row = conn.execute(
+        sql("SELECT account_id, shard, generation, state FROM account_placement WHERE account_id = :a"),
+        {"a": account_id},
+    ).first()
+    return None if row is None else Placement.model_validate(dict(row._mapping))
+
+
+def record_placement(conn: Any, placement: Placement) -> None:
+    conn.execute(
+        sql(
+            "INSERT INTO account_placement (account_id, shard, generation, state, updated_at)"
+            " VALUES (:a, :s, :g, :st, :at) ON CONFLICT (account_id) DO UPDATE SET shard = excluded.shard,"
+            " generation = excluded.generation, state = excluded.state, updated_at = excluded.updated_at"
+        ),
+        {
+            "a": placement.account_id,
+            "s": placement.shard,
+            "g": placement.generation,
+            "st": placement.state,
+            "at": time.time_ns() // 1_000_000,
+        },
+    )

@@ -1,0 +1,314 @@
+"""Shards for real (SPEC 3.12): two shards on one Redis, each with its own worker (embedded beat
+and listeners) and data dir, buyers of four simulated accounts on one simulated platform; an
+account moved under traffic, with its mover killed midway; a standby taking over a killed
+holder; a holder stopped past its lease writing nothing when it wakes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from config import Settings, load_settings
+from runtime.accounts import AccountSpec, create_account
+from runtime.moves import load_move
+from runtime.routes import RouteSpec, create_route
+from runtime.store import DeliveryStore
+from tests.integration.conftest import REDIS_TEST_DB
+from tests.integration.helpers import wait_for
+from transports.simulator import SimulatedPlatform
+from worker.audit import audit
+from worker.celery_app import make_app
+from worker.coordination import RedisCoordinator
+from worker.process import WorkerProcess
+
+BIN = Path(sys.executable).parent
+LEASE_S = 3.0
+
+
+@dataclass
+class Shard:
+    name: str
+    settings: Settings
+    store: DeliveryStore
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def env(self, instance: str) -> dict[str, str]:
+        return {
+            "KEFU_SHARD": self.name,
+            "KEFU_DATA_DIR": str(self.settings.data_dir),
+            "KEFU_BROKER_URL": self.settings.broker_url,
+            "KEFU_INSTANCE": instance,
+            "KEFU_SHARD_LEASE_S": str(LEASE_S),
+            "KEFU_SIMULATOR__PLATFORM_PATH": str(self.settings.simulator_path),
+            "KEFU_RECONCILE__INTERVAL_S": "0.5",
+            "KEFU_RECONCILE__GRACE_S": "2",
+            "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
+            "KEFU_LISTENER__LEASE_S": "3",
+        }
+
+    def start(self, instance: str, wait: bool = True) -> WorkerProcess:
+        log = self.settings.data_dir / f"worker-{instance}.log"
+        worker = WorkerProcess(self.env(instance), log, listen=True, clean_env=True).start()
+        self.workers.append(worker)
+        if wait:
+            worker.wait_ready(make_app(self.settings), timeout_s=60)
+        return worker
+
+    def grants(self) -> list[tuple[int, str]]:
+        with self.store.read() as conn:
+            return [tuple(row) for row in conn.exec_driver_sql("SELECT token, owner FROM shard_grant ORDER BY token")]
+
+
+@pytest.fixture
+def redis_url(redis_base_url: str) -> str:
+    url = f"{redis_base_url}/{REDIS_TEST_DB}"
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture
+def make_shard(tmp_path: Path, redis_url: str) -> Iterator:
+    made: list[Shard] = []
+
+    def make(name: str, accounts: list[str]) -> Shard:
+        settings = load_settings(
+            data_dir=tmp_path / name,
+            broker_url=redis_url,
+            shard=name,
+            simulator={"platform_path": tmp_path / "platform.sqlite"},
+        )
+        store = DeliveryStore(settings.delivery_path, settings.delivery)
+        for account in accounts:
+            create_account(store, AccountSpec(id=account, platform="simulator", identity=f"seller-{account}"))
+            create_route(
+                store, RouteSpec(id=f"{account}-direct", account_id=account, conversation_type="direct"), f"r-{account}"
+            )
+        made.append(shard := Shard(name, settings, store))
+        return shard
+
+    yield make
+    for shard in made:
+        for worker in shard.workers:
+            worker.stop()
+        shard.store.close()
+
+
+class Traffic:
+    """Buyers of each account write at a steady rate through the simulated platform."""
+
+    def __init__(self, platform: SimulatedPlatform, accounts: list[str], per_s: float) -> None:
+        self.platform, self.accounts, self.per_s = platform, accounts, per_s
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1 / self.per_s):
+            account = self.accounts[self.sent % len(self.accounts)]
+            buyer = f"b{self.sent % 7}"
+            self.platform.buyer_says(account, buyer, f"买家{buyer}", "请问什么时候发货？")
+            self.sent += 1
+
+
+def _all_answered(homes: dict[str, DeliveryStore], platform: SimulatedPlatform, timeout_s: float = 60) -> None:
+    def done() -> bool:
+        results = [audit(store, platform, account) for account, store in homes.items()]
+        return all(r.answered == r.buyer_messages and r.buyer_messages > 0 for r in results)
+
+    wait_for(
+        done,
+        timeout_s,
+        "every buyer message of every account to be answered",
+        lambda: {account: audit(store, platform, account) for account, store in homes.items()},
+    )
+    for account, store in homes.items():
+        result = audit(store, platform, account)
+        assert (result.duplicate_replies, result.lost) == (0, 0), (account, result)
+
+
+def _kefu(args: list[str], env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "kefu"), *args],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}, **env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def _count(store: DeliveryStore, query: str, *params: object) -> int:
+    with store.read() as conn:
+        return int(conn.exec_driver_sql(query, params).scalar_one())
+
+
+def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_with_its_mover_killed(
+    make_shard, redis_url
+):
+    a = make_shard("a", ["shop-1", "shop-2"])
+    b = make_shard("b", ["shop-3", "shop-4"])
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    a.start("host-a")
+    b.start("host-b")
+    coordination = RedisCoordinator(redis_url)
+    assert {p.account_id: p.shard for p in coordination.placements()} == {
+        "shop-1": "a",
+        "shop-2": "a",
+        "shop-3": "b",
+        "shop-4": "b",
+    }
+
+    with Traffic(platform, ["shop-1", "shop-2", "shop-3", "shop-4"], per_s=12):
+        wait_for(
+            lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 6,
+            30,
+            "replies on shard a",
+        )
+        mover = subprocess.Popen(
+            [str(BIN / "kefu"), "accounts", "move", "shop-1", "--to", "b", "--op-id", "move-1"],
+            env={**os.environ, **a.env("mover")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(
+            lambda: (m := load_move(coordination, "move-1")) is not None and m.step != "stopping",
+            60,
+            "the move to get past stopping",
+        )
+        mover.send_signal(signal.SIGKILL)
+        mover.wait()
+        interrupted = load_move(coordination, "move-1")
+        assert interrupted is not None and interrupted.step != "done"
+        rerun = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-1"], a.env("mover"))
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        assert "move move-1: done" in rerun.stdout
+        time.sleep(2)  # traffic to the moved account goes on, now to shard b
+
+    _all_answered({"shop-1": b.store, "shop-2": a.store, "shop-3": b.store, "shop-4": b.store}, platform)
+    replay = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-1"], a.env("mover"))
+    assert replay.returncode == 0 and "move move-1: done" in replay.stdout  # the recorded result
+
+    assert coordination.placement("shop-1").model_dump() == {
+        "account_id": "shop-1",
+        "shard": "b",
+        "generation": 2,
+        "state": "active",
+    }
+    # Shard a keeps nothing live for it: no account, customers, sends; a tombstone forwards.
+    for table in ("account", "customer", "inbound_message", "outbox_request"):
+        column = "id" if table == "account" else "account_id"
+        assert _count(a.store, f"SELECT count(*) FROM {table} WHERE {column} = ?", "shop-1") == 0, table
+    assert (
+        _count(a.store, "SELECT count(*) FROM received_page WHERE account_id = ? AND ingested_at IS NULL", "shop-1")
+        == 0
+    )
+    with a.store.read() as conn:
+        assert conn.exec_driver_sql("SELECT shard, state FROM account_placement WHERE account_id = 'shop-1'").one() == (
+            "b",
+            "moved",
+        )
+    # Shard b has its whole history: every buyer line, every reply sent once, its cursor.
+    lines = _count(
+        b.store, "SELECT count(*) FROM inbound_message WHERE account_id = ? AND sender_role = 'external'", "shop-1"
+    )
+    assert lines == len(platform.buyer_messages("shop-1"))
+    assert _count(
+        b.store, "SELECT count(*) FROM outbox_request WHERE account_id = ? AND state = 'sent'", "shop-1"
+    ) == len(platform.received("shop-1"))
+    assert _count(b.store, "SELECT count(*) FROM provider_cursor WHERE account_id = ?", "shop-1") == 1
+
+    shards = _kefu(["shards", "--json"], a.env("viewer"))
+    assert shards.returncode == 0
+    assert '"shard": "a", "holder": "host-a"' in shards.stdout and '"shard": "b", "holder": "host-b"' in shards.stdout
+
+
+def test_a_page_that_reaches_the_wrong_shard_is_forwarded_and_answered_once(make_shard, redis_url):
+    a = make_shard("a", ["shop-1"])
+    b = make_shard("b", ["shop-3"])
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    a.start("host-a")
+    b.start("host-b")
+    platform.buyer_says("shop-3", "b1", "买家b1", "请问什么时候发货？")
+    from transports.simulator import SimulatorTransport
+
+    page = SimulatorTransport(platform).page_after("shop-3", None)
+    assert page is not None
+    make_app(a.settings).send_task("kefu.ingest.page", (page.model_dump(mode="json"),), queue="kefu.ingest.a")
+    _all_answered({"shop-3": b.store}, platform)
+    assert _count(a.store, "SELECT count(*) FROM inbound_message") == 0
+
+
+def _standby_pair(make_shard) -> tuple[Shard, WorkerProcess, WorkerProcess, SimulatedPlatform]:
+    a = make_shard("a", ["shop-1"])
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    holder = a.start("host-1")
+    standby = a.start("host-2", wait=False)
+    coordination = RedisCoordinator(a.settings.broker_url)
+    wait_for(lambda: coordination.standbys("a") == ["host-2"], 30, "the standby to announce itself")
+    return a, holder, standby, platform
+
+
+def test_a_standby_takes_over_a_killed_holder_and_no_two_holders_wrote(make_shard):
+    a, holder, standby, platform = _standby_pair(make_shard)
+    with Traffic(platform, ["shop-1"], per_s=8):
+        wait_for(
+            lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 5,
+            30,
+            "replies from the holder",
+        )
+        holder.kill()
+        killed_at = time.monotonic()
+        wait_for(lambda: len(a.grants()) == 2, LEASE_S + 15, "the standby to take the lease and write")
+        took_over_s = time.monotonic() - killed_at
+        time.sleep(2)
+    _all_answered({"shop-1": a.store}, platform)
+    assert took_over_s < LEASE_S + 10
+    assert [owner for _, owner in a.grants()] == ["host-1", "host-2"]
+    first, second = (token for token, _ in a.grants())
+    assert second > first
+    with a.store.read() as conn:
+        last_of_first = conn.exec_driver_sql(
+            "SELECT max(started_at) FROM outbox_attempt WHERE shard_token = ?", (first,)
+        ).scalar_one()
+        first_of_second = conn.exec_driver_sql(
+            "SELECT min(started_at) FROM outbox_attempt WHERE shard_token = ?", (second,)
+        ).scalar_one()
+    assert last_of_first < first_of_second  # the two holders' sends never interleave
+
+
+def test_a_holder_stopped_past_its_lease_writes_nothing_when_it_wakes(make_shard):
+    a, holder, standby, platform = _standby_pair(make_shard)
+    platform.buyer_says("shop-1", "b1", "买家b1", "请问什么时候发货？")
+    _all_answered({"shop-1": a.store}, platform)
+    os.killpg(holder.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(a.grants()) == 2, LEASE_S + 15, "the standby to take over")
+        first, second = (token for token, _ in a.grants())
+        platform.buyer_says("shop-1", "b2", "买家b2", "可以退货吗？")
+        _all_answered({"shop-1": a.store}, platform)
+        written_by_first = _count(a.store, "SELECT count(*) FROM outbox_attempt WHERE shard_token = ?", first)
+    finally:
+        os.killpg(holder.pid, signal.SIGCONT)
+    platform.buyer_says("shop-1", "b3", "买家b3", "能开发票吗？")
+    wait_for(lambda: not holder.running(), 30, "the woken holder to find its lease lost and stop")
+    assert "KEFU_SHARD_LEASE_LOST" in holder.output()
+    _all_answered({"shop-1": a.store}, platform)
+    assert _count(a.store, "SELECT count(*) FROM outbox_attempt WHERE shard_token = ?", first) == written_by_first
+    assert [owner for _, owner in a.grants()] == ["host-1", "host-2"]

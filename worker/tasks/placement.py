@@ -1,0 +1,20 @@
+"""The steps a shard takes in a move of an account (runtime.moves), on `kefu.placement.<shard>`:
+the mover sends `advance` to the shard whose step is next, and sends it again until the
+journal moves on (a step is idempotent, and one runs at a time per move)."""
+
+from __future__ import annotations
+
+from celery import Task
+
+from runtime import moves
+from worker.context import runtime_for
+from worker.dispatch import dispatch
+from worker.tasks.base import kefu_task
+
+
+@kefu_task("kefu.placement.advance")
+def advance(self: Task, op_id: str) -> str:
+    services = runtime_for(self.app)
+    step = moves.advance(services, services.coordination, op_id)
+    dispatch(self.app, step.follow_ups)
+    return step.outcome
