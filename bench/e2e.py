@@ -11,8 +11,10 @@ against the same worker, is the round trip of a no-op Celery task (`kefu.ingest.
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -24,6 +26,7 @@ from runtime.accounts import AccountSpec, create_account
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
+from transports.simulator.platform import ReceivedSend
 from worker.celery_app import make_app
 from worker.dispatch import receive_page
 from worker.process import WorkerProcess
@@ -38,18 +41,42 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Rig:
-    def __init__(self, data_dir: Path, broker: str, concurrency: int) -> None:
-        redis.Redis.from_url(broker).flushdb()
-        self.settings = load_settings(data_dir=data_dir, broker_url=broker)
+    """One shard's worker set and its accounts. Several rigs can share a Redis (`flush=False`
+    for all but the first) and a simulated platform file (`platform_path`)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        broker: str,
+        concurrency: int,
+        shard: str = "default",
+        accounts: Sequence[str] = (ACCOUNT,),
+        platform_path: Path | None = None,
+        flush: bool = True,
+    ) -> None:
+        if flush:
+            redis.Redis.from_url(broker).flushdb()
+        simulator = {"platform_path": platform_path} if platform_path else {}
+        self.settings = load_settings(data_dir=data_dir, broker_url=broker, shard=shard, simulator=simulator)
+        self.accounts = list(accounts)
         store = DeliveryStore(self.settings.delivery_path)
-        create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
-        create_route(store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="bench-route")
+        for account in self.accounts:
+            create_account(store, AccountSpec(id=account, platform="simulator", identity=f"{account}-seller"))
+            create_route(
+                store,
+                RouteSpec(id=f"{account}-all", account_id=account, conversation_type="direct"),
+                op_id=f"{account}-route",
+            )
+        store.close()  # the worker's and this process's runtime open their own
         self.platform = SimulatedPlatform(self.settings.simulator_path)
         self.transport = SimulatorTransport(self.platform)
         self.app = make_app(self.settings)
         env = {"KEFU_DATA_DIR": str(data_dir), "KEFU_BROKER_URL": broker}
+        if shard != "default":
+            env["KEFU_SHARD"] = shard
+        if platform_path:
+            env["KEFU_SIMULATOR__PLATFORM_PATH"] = str(platform_path)
         self.worker = WorkerProcess(env, data_dir / "worker.log", beat=False, concurrency=concurrency)
-        self.buyers = 0
 
     def noop_round_trips(self, count: int) -> list[float]:
         ping = self.app.tasks[tasks.ping.name]
@@ -62,28 +89,42 @@ class Rig:
 
     def offer(self, rate: float, seconds: float, drain_s: float = 15) -> tuple[list[float], int, float]:
         """Publish at `rate`/s for `seconds`; return (latencies ms, unanswered, last reply time after start)."""
-        sent: dict[str, float] = {}
-        after = max((s.id for s in self.platform.received(ACCOUNT)), default=0)
-        start = time.time()
-        total = int(rate * seconds)
-        for i in range(total):
-            target = start + i / rate
-            if (delay := target - time.time()) > 0:
-                time.sleep(delay)
-            self.buyers += 1
-            buyer = f"buyer{self.buyers}"
-            message = self.platform.buyer_says(ACCOUNT, buyer, buyer, "请问什么时候发货？")
-            sent[buyer] = time.time()
-            receive_page(self.app, self.transport.page_of(ACCOUNT, [message]))
-        deadline = time.time() + drain_s
-        while time.time() < deadline:
-            replies = [s for s in self.platform.received(ACCOUNT, after_id=after) if s.recipient_id in sent]
-            if len(replies) >= total:
-                break
-            time.sleep(0.05)
-        latencies = [(r.received_at / 1000 - sent[r.recipient_id]) * 1000 for r in replies]
-        last = max((r.received_at / 1000 for r in replies), default=start) - start
-        return latencies, total - len(replies), last
+        return offer([(self, account) for account in self.accounts], rate, seconds, drain_s)
+
+
+_buyers = itertools.count(1)  # buyer names are never reused within a process
+
+
+def offer(
+    lanes: Sequence[tuple[Rig, str]], rate: float, seconds: float, drain_s: float = 15
+) -> tuple[list[float], int, float]:
+    """Publish at `rate`/s for `seconds`, each message from a new buyer, round robin over the
+    lanes (an account, and the rig whose shard serves it; every rig on one simulated platform);
+    return (latencies ms, unanswered, last reply time after start)."""
+    platform = lanes[0][0].platform
+    sent: dict[tuple[str, str], float] = {}
+    after = max((s.id for s in platform.received()), default=0)
+    start = time.time()
+    total = int(rate * seconds)
+    for i in range(total):
+        target = start + i / rate
+        if (delay := target - time.time()) > 0:
+            time.sleep(delay)
+        rig, account = lanes[i % len(lanes)]
+        buyer = f"buyer{next(_buyers)}"
+        message = rig.platform.buyer_says(account, buyer, buyer, "请问什么时候发货？")
+        sent[(account, buyer)] = time.time()
+        receive_page(rig.app, rig.transport.page_of(account, [message]))
+    deadline = time.time() + drain_s
+    replies: list[ReceivedSend] = []
+    while time.time() < deadline:
+        replies = [s for s in platform.received(after_id=after) if (s.account_id, s.recipient_id) in sent]
+        if len(replies) >= total:
+            break
+        time.sleep(0.05)
+    latencies = [(r.received_at / 1000 - sent[(r.account_id, r.recipient_id or "")]) * 1000 for r in replies]
+    last = max((r.received_at / 1000 for r in replies), default=start) - start
+    return latencies, total - len(replies), last
 
 
 def main() -> None:

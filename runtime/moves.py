@@ -41,6 +41,7 @@ from runtime.store.sql import sql
 log = logging.getLogger(__name__)
 
 DRAIN_S = 30.0  # the source waits this long for replies already on their way, then revokes unsent ones
+STEP_LEASE_S = 15.0  # one step of a move at a time per shard; renewed while it runs
 CREDENTIAL_TTL_S = 3600  # an exported credential's copy in the coordination store
 SOURCE_STEPS = {MoveStep.STOPPING, MoveStep.FLIPPED, MoveStep.ROLLING_BACK_SOURCE}
 TARGET_STEPS = {MoveStep.EXPORTED, MoveStep.RELEASED, MoveStep.ROLLING_BACK_TARGET}
@@ -93,48 +94,66 @@ def save_move(coordination: Coordination, record: MoveRecord, **changes: Any) ->
 
 
 def begin_move(coordination: Coordination, op_id: str, account_id: str, target: str) -> MoveRecord:
-    """Start the move, or find it started under this op id (a replay goes on from there)."""
-    existing = load_move(coordination, op_id)
-    if existing is not None:
-        if (existing.account_id, existing.target) != (account_id, target):
-            raise MoveMismatch(op_id)
-        return existing
+    """Start the move, or find it started under this op id (a replay goes on from there). The
+    journal is written before the directory marks the account moving, so a mover killed in
+    between leaves a move that a rerun finishes, never an account marked moving by no move."""
+    record = load_move(coordination, op_id)
+    if record is not None and (record.account_id, record.target) != (account_id, target):
+        raise MoveMismatch(op_id)
     placement = coordination.placement(account_id)
-    if placement is None:
-        raise KefuError(
-            "KEFU_ACCOUNT_NOT_PLACED",
-            f"the account directory has no entry for {account_id!r}",
-            "start a worker of the account's shard once (it registers its accounts), or add the account",
+    if record is None:
+        if placement is None:
+            raise KefuError(
+                "KEFU_ACCOUNT_NOT_PLACED",
+                f"the account directory has no entry for {account_id!r}",
+                "start a worker of the account's shard once (it registers its accounts), or add the account",
+            )
+        if placement.state != PlacementState.ACTIVE:
+            raise _busy(account_id, placement)
+        if placement.shard == target:
+            raise KefuError("KEFU_PLACEMENT_SAME_SHARD", f"account {account_id!r} already lives on {target!r}", "")
+        at = now_ms()
+        record = MoveRecord(
+            op_id=op_id,
+            account_id=account_id,
+            source=placement.shard,
+            target=target,
+            generation=placement.generation,
+            started_at=at,
+            updated_at=at,
         )
-    if placement.state != PlacementState.ACTIVE:
-        raise KefuError(
-            "KEFU_PLACEMENT_BUSY",
-            f"account {account_id!r} is {placement.state} (another move holds it)",
-            "finish or roll back that move with its op id",
-        )
-    if placement.shard == target:
-        raise KefuError("KEFU_PLACEMENT_SAME_SHARD", f"account {account_id!r} already lives on {target!r}", "")
-    at = now_ms()
-    record = MoveRecord(
-        op_id=op_id,
-        account_id=account_id,
-        source=placement.shard,
-        target=target,
-        generation=placement.generation,
-        started_at=at,
-        updated_at=at,
+        record = save_move(coordination, record)
+    if record.step == MoveStep.STOPPING:
+        here = Placement(account_id=account_id, shard=record.source, generation=record.generation)
+        moving = _moving(record)
+        if placement != moving and not coordination.place(moving, expected=here):
+            raise _busy(account_id, placement)
+    return record
+
+
+def _moving(record: MoveRecord) -> Placement:
+    """The directory's entry while this move holds the account: it names the move."""
+    return Placement(
+        account_id=record.account_id,
+        shard=record.source,
+        generation=record.generation,
+        state=PlacementState.MOVING,
+        move=record.op_id,
     )
-    moving = placement.model_copy(update={"state": PlacementState.MOVING})
-    if not coordination.place(moving, expected=placement):
-        raise KefuError("KEFU_PLACEMENT_BUSY", f"account {account_id!r} changed while the move began", "run it again")
-    return save_move(coordination, record)
+
+
+def _busy(account_id: str, placement: Placement | None) -> KefuError:
+    state = placement.state if placement else "not in the directory"
+    return KefuError(
+        "KEFU_PLACEMENT_BUSY",
+        f"account {account_id!r} is {state} (another move holds it, or it changed meanwhile)",
+        "finish or roll back that move with its op id",
+    )
 
 
 def flip(coordination: Coordination, record: MoveRecord) -> MoveRecord:
     """The directory now says the target: from here the move only goes forward."""
-    moving = Placement(
-        account_id=record.account_id, shard=record.source, generation=record.generation, state=PlacementState.MOVING
-    )
+    moving = _moving(record)
     arrived = Placement(account_id=record.account_id, shard=record.target, generation=record.generation + 1)
     if not coordination.place(arrived, expected=moving) and coordination.placement(record.account_id) != arrived:
         raise KefuError(
@@ -173,7 +192,7 @@ def advance(services: Services, coordination: Coordination, op_id: str) -> Step:
     """Take the move's next step if it is this shard's. Its follow-ups are the pages and
     customers the step let go of (held pages to ingest, here or forwarded; input to admit)."""
     shard = services.settings.shard
-    with leases.held(services.store, f"move:{op_id}", 60) as fence:
+    with leases.held(services.store, f"move:{op_id}", STEP_LEASE_S) as fence:
         if fence is None:
             return Step("busy: another process takes this step")
         record = load_move(coordination, op_id)
@@ -181,7 +200,7 @@ def advance(services: Services, coordination: Coordination, op_id: str) -> Step:
             return Step("not this shard's step")
         try:
             return _take(services, coordination, record)
-        except KefuError as error:  # the move stops here with the code; a rerun tries the step again
+        except KefuError as error:  # the move stops with the code; a rerun tries the step again
             log.error("move %s: step %s failed: %s", op_id, record.step, error)
             save_move(coordination, record, error=error.code, detail={**record.detail, "problem": error.message})
             return Step(f"failed {error.code}")
@@ -277,28 +296,28 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
 
 
 def _import(services: Services, coordination: Coordination, record: MoveRecord) -> str:
+    """A refusal (a disagreeing cursor, ids taken here, a damaged slice) changes nothing here;
+    the move stops with its code, for a rerun or a rollback."""
     data = coordination.blob(f"{record.op_id}:slice")
     if data is None or hashlib.sha256(data).hexdigest() != record.slice_sha256:
-        save_move(coordination, record, error="KEFU_PLACEMENT_SLICE_MISSING")
-        return "the exported slice is missing"
+        raise KefuError("KEFU_PLACEMENT_SLICE_MISSING", f"move {record.op_id}: the exported slice is gone", "roll back")
+    moved = decode_slice(data)
     credential = coordination.blob(f"{record.op_id}:credential")
+    if moved.credential_ref is not None and credential is None:  # its copy expired: the source exports again
+        save_move(coordination, record, step=MoveStep.STOPPING)
+        return "the credential's copy expired; exporting again"
     sessions, images = _dirs(services)
-    try:
-        result = import_slice(
-            services.store,
-            _memory_store(services),
-            sessions,
-            images,
-            decode_slice(data),
-            record.op_id,
-            record.target,
-            None if credential is None else credential.decode(),
-        )
-    except KefuError as error:  # nothing changed here: the move waits for a rollback
-        log.error("move %s: import refused: %s", record.op_id, error)
-        save_move(coordination, record, error=error.code, detail={**record.detail, "problem": error.message})
-        return f"refused {error.code}"
-    save_move(coordination, record, step=MoveStep.IMPORTED, error=None, detail={**record.detail, "imported": True})
+    result = import_slice(
+        services.store,
+        _memory_store(services),
+        sessions,
+        images,
+        moved,
+        record.op_id,
+        record.target,
+        None if credential is None else credential.decode(),
+    )
+    save_move(coordination, record, step=MoveStep.IMPORTED, detail={**record.detail, "imported": True})
     coordination.drop_blob(f"{record.op_id}:credential")
     return f"imported {result.customers} customer(s)"
 
@@ -340,7 +359,7 @@ def _unstop(services: Services, coordination: Coordination, record: MoveRecord) 
     with store.write() as conn:
         record_placement(conn, here)
     resumed = resume(store, record.account_id)
-    coordination.place(here, expected=here.model_copy(update={"state": PlacementState.MOVING}))
+    coordination.place(here, expected=_moving(record))
     save_move(coordination, record, step=MoveStep.ROLLED_BACK)
     return Step(f"rolled back: {resumed.outcome}", resumed.follow_ups)
 

@@ -71,6 +71,10 @@ class ShardGuard:
     def token(self) -> int:
         return self._read()[0]
 
+    @property
+    def deadline_ns(self) -> int:
+        return self._read()[1]
+
     def hold(self, token: int, deadline_ns: int) -> None:
         self._cell[:] = _CELL.pack(token, deadline_ns)
 
@@ -123,6 +127,7 @@ class Placement(BaseModel):
     shard: str
     generation: int = 1
     state: PlacementState = PlacementState.ACTIVE
+    move: str | None = None  # in the directory, while moving: the op id of the move that holds it
 
 
 def local_placement(conn: Any, account_id: str) -> Placement | None:

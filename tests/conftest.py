@@ -29,6 +29,17 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture(autouse=True)
+def _no_shard_lease_outlives_its_test() -> Iterator[None]:
+    """A test that ran a worker or a command in this process (Celery's testing worker, a
+    worker_init signal, runtime_for) held its shard's lease; it is let go with the test, or its
+    renewals would go on against the next test's Redis and data dir."""
+    yield
+    from worker.shard_lease import release_shard
+
+    release_shard()
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return load_settings(data_dir=tmp_path / "var")

@@ -10,6 +10,7 @@ Keys in Redis:
     kefu:shard:<S>:lease              hash owner, token, granted_at; expires with the lease
     kefu:shard:<S>:tokens             counter: every new grant takes the next fencing token
     kefu:shard:<S>:standby            sorted set: waiting owners, scored by when they lapse
+    kefu:shard:<S>:members            sorted set: "<owner>/<process>" of the holder, likewise
     kefu:directory                    hash account id -> placement JSON
     kefu:move:<op>                    a move's journal record (JSON)
     kefu:move:<op>:<blob>             a move's exported slice, its credential (expires)
@@ -54,10 +55,12 @@ class LeaseHolder:
 class Coordinator(Coordination, Protocol):
     """The directory and journal (runtime.ports.Coordination), and the shard leases."""
 
-    def grant(self, shard: str, owner: str, ttl_ms: int) -> Grant | None:
-        """Take the lease, or renew it when `owner` holds it. None while another owner holds it."""
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+        """Take the lease, or renew it when `owner` holds it. None while another owner holds it.
+        `member` names the process of the owner asking: it counts as alive for `ttl_ms`."""
 
-    def release(self, shard: str, owner: str) -> None: ...
+    def release(self, shard: str, owner: str, member: str = "") -> None:
+        """This member is done; the lease goes once no other member of the owner is alive."""
 
     def holder(self, shard: str) -> LeaseHolder | None: ...
 
@@ -78,11 +81,12 @@ def _entry(placement: Placement | None) -> str | None:
 
 _GRANT = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner == ARGV[1] then
+if owner and owner ~= ARGV[1] then return false end
+redis.call('ZADD', KEYS[4], ARGV[3] + ARGV[2], ARGV[1] .. '/' .. ARGV[5])
+if owner then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {tonumber(redis.call('HGET', KEYS[1], 'token')), 0}
 end
-if owner then return false end
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'granted_at', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -90,8 +94,13 @@ redis.call('SADD', KEYS[3], ARGV[4])
 return {token, 1}
 """
 _RELEASE = """
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1] .. '/' .. ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, ARGV[3])
+for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if string.sub(member, 1, #ARGV[1] + 1) == ARGV[1] .. '/' then return 0 end
+end
+return redis.call('DEL', KEYS[1])
 """
 _PLACE = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
@@ -113,13 +122,14 @@ class RedisCoordinator:
     def _key(shard: str, what: str) -> str:
         return f"kefu:shard:{shard}:{what}"
 
-    def grant(self, shard: str, owner: str, ttl_ms: int) -> Grant | None:
-        keys = [self._key(shard, "lease"), self._key(shard, "tokens"), "kefu:shards"]
-        reply = self._grant(keys=keys, args=[owner, ttl_ms, _now_ms(), shard])
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+        keys = [self._key(shard, "lease"), self._key(shard, "tokens"), "kefu:shards", self._key(shard, "members")]
+        reply = self._grant(keys=keys, args=[owner, ttl_ms, _now_ms(), shard, member])
         return None if reply is None else Grant(int(reply[0]), bool(reply[1]))
 
-    def release(self, shard: str, owner: str) -> None:
-        self._release(keys=[self._key(shard, "lease")], args=[owner])
+    def release(self, shard: str, owner: str, member: str = "") -> None:
+        keys = [self._key(shard, "lease"), self._key(shard, "members")]
+        self._release(keys=keys, args=[owner, member, _now_ms()])
 
     def holder(self, shard: str) -> LeaseHolder | None:
         with self._redis.pipeline() as pipe:
@@ -180,6 +190,8 @@ CREATE TABLE IF NOT EXISTS lease (shard TEXT PRIMARY KEY, owner TEXT NOT NULL, t
 CREATE TABLE IF NOT EXISTS token (shard TEXT PRIMARY KEY, last INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS standby (shard TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,
     PRIMARY KEY (shard, owner));
+CREATE TABLE IF NOT EXISTS member (shard TEXT NOT NULL, owner TEXT NOT NULL, member TEXT NOT NULL,
+    expires_at INTEGER NOT NULL, PRIMARY KEY (shard, owner, member));
 CREATE TABLE IF NOT EXISTS directory (account_id TEXT PRIMARY KEY, entry TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS journal (op_id TEXT PRIMARY KEY, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS blob (key TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at INTEGER);
@@ -216,7 +228,7 @@ class LocalCoordinator:
             finally:
                 db.close()
 
-    def grant(self, shard: str, owner: str, ttl_ms: int) -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
         now = _now_ms()
         with self._db() as db:
             row = db.execute(
@@ -224,6 +236,7 @@ class LocalCoordinator:
             ).fetchone()
             if row is not None and row[0] != owner:
                 return None
+            db.execute("INSERT OR REPLACE INTO member VALUES (?, ?, ?, ?)", (shard, owner, member, now + ttl_ms))
             if row is not None:
                 db.execute("UPDATE lease SET expires_at = ? WHERE shard = ?", (now + ttl_ms, shard))
                 return Grant(int(row[1]), new=False)
@@ -238,9 +251,14 @@ class LocalCoordinator:
             )
             return Grant(token, new=True)
 
-    def release(self, shard: str, owner: str) -> None:
+    def release(self, shard: str, owner: str, member: str = "") -> None:
         with self._db() as db:
-            db.execute("DELETE FROM lease WHERE shard = ? AND owner = ?", (shard, owner))
+            db.execute("DELETE FROM member WHERE shard = ? AND owner = ? AND member = ?", (shard, owner, member))
+            others = db.execute(
+                "SELECT 1 FROM member WHERE shard = ? AND owner = ? AND expires_at > ?", (shard, owner, _now_ms())
+            ).fetchone()
+            if others is None:
+                db.execute("DELETE FROM lease WHERE shard = ? AND owner = ?", (shard, owner))
 
     def holder(self, shard: str) -> LeaseHolder | None:
         now = _now_ms()

@@ -7,10 +7,12 @@ a host's processes work side by side. A process of another instance is a standby
 beat or listener waits before it consumes, schedules, listens or opens the store, and takes
 over when the lease lapses; an operator command refuses (KEFU_SHARD_HELD_ELSEWHERE).
 
-The holder renews every quarter of the lease. A renewal refused (another owner has it) or
-missing for 80 % of the lease loses it locally before it can expire in Redis: the guard stops
+The holder renews every quarter of the lease. A renewal refused (another owner has it), one
+that finds the lease lapsed meanwhile (a new grant: someone else may have held it in between),
+or none for 80 % of the lease, loses it locally before it can expire in Redis: the guard stops
 every write of this process and its forked children (runtime.shards), and the process shuts
-down. Its supervisor restarts it, and it waits as a standby.
+down. Its supervisor restarts it, and it waits as a standby. A process that stops cleanly lets
+go; the lease goes once no other process of its instance is renewing it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import atexit
 import logging
 import os
 import signal
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from config import Settings
+from runtime.errors import KefuError
 from runtime.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost
 from worker.coordination import Coordinator, Grant, coordinator_for
 
@@ -45,15 +50,14 @@ class ShardHolder:
         self.coordinator = coordinator
         self.guard = ShardGuard(self.shard, self.owner)
         self.ttl_ms = int(settings.shard_lease_s * 1000)
-        self.took_it = False  # this process made a new grant (not joined its instance's): it releases
         self.pid = os.getpid()
+        self.member = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"  # among its instance's
         self._on_lost = on_lost
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _granted(self, grant: Grant, sent_ns: int) -> None:
         self.guard.hold(grant.token, sent_ns + int(self.ttl_ms * KEEP_FRACTION * 1_000_000))
-        self.took_it |= grant.new
 
     def acquire(self, wait: bool) -> None:
         """Take or join the lease. Another instance holding it: wait as a standby (announced,
@@ -62,7 +66,7 @@ class ShardHolder:
         while True:
             sent = time.monotonic_ns()
             try:
-                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms)
+                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member)
             except Exception as error:
                 if not wait:
                     raise
@@ -105,8 +109,10 @@ class ShardHolder:
             if self.guard.lost:  # a write of this process or a child found a newer grant in the store
                 break
             sent = time.monotonic_ns()
+            if sent >= self.guard.deadline_ns:  # stalled past it (a paused process): it may have lapsed
+                break
             try:
-                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms)
+                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member)
             except Exception as error:
                 log.warning("shard %s: renewing the lease failed (%s)", self.shard, type(error).__name__)
                 try:
@@ -115,8 +121,7 @@ class ShardHolder:
                     break
                 wait_s = min(interval_s, 0.5)
                 continue
-            if grant is None:
-                self.guard.lose()
+            if grant is None or grant.new:  # another instance has it, or it lapsed in between
                 break
             self._granted(grant, sent)
             wait_s = interval_s
@@ -127,45 +132,62 @@ class ShardHolder:
         self._on_lost()
 
     def stop(self) -> None:
-        """Stop renewing; release the lease if this process took it and still holds it."""
+        """Stop renewing and let go: the lease goes once no other process of the instance holds
+        it (a worker restarting beside its instance's listener hands nothing to a standby)."""
         if os.getpid() != self.pid:  # a forked child: its parent holds the lease
             return
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self.took_it and not self.guard.lost:
+        if not self.guard.lost:
             try:
-                self.coordinator.release(self.shard, self.owner)
+                self.coordinator.release(self.shard, self.owner, self.member)
             except Exception as error:  # it lapses by itself
                 log.warning("shard %s: releasing the lease failed (%s)", self.shard, type(error).__name__)
         self.guard.lose()
 
 
-_holder: ShardHolder | None = None
+_holders: dict[tuple[str, str, str], ShardHolder] = {}
+
+
+def _key(settings: Settings) -> tuple[str, str, str]:
+    return settings.shard, str(settings.data_dir), settings.broker_url
 
 
 def hold_shard(settings: Settings, wait: bool = True, on_lost: Callable[[], None] = _terminate) -> ShardHolder:
     """This process's hold on its shard: taken (or joined) once, and renewed until exit. A
     forked child (a prefork pool process, the embedded beat) shares its parent's."""
-    global _holder
-    if _holder is not None and _holder.shard == settings.shard and not _holder.guard.lost:
-        return _holder
+    held = _holders.get(_key(settings))
+    if held is not None and not held.guard.lost:
+        return held
     holder = ShardHolder(settings, coordinator_for(settings), on_lost)
     holder.acquire(wait)
     holder.start_renewing()
     atexit.register(holder.stop)
-    _holder = holder
+    _holders[_key(settings)] = holder
     return holder
 
 
-def process_guard(settings: Settings) -> ShardGuard:
-    """The guard a store of this process writes under; a process that holds nothing yet (an
-    operator command) joins its instance's grant or takes a free lease, and never waits."""
-    return hold_shard(settings, wait=False).guard
+def process_guard(settings: Settings) -> ShardGuard | None:
+    """The guard a store of this process writes under. A process that serves nothing (an
+    operator command, a library caller) joins its instance's grant or takes a free lease and
+    never waits; losing it only stops its writes. With the coordination store unreachable
+    (Redis down) it writes unguarded, as a local process beside the shard's workers may: they
+    stop writing themselves once their lease goes unrenewed, and no standby can take over."""
+    held = _holders.get(_key(settings))
+    if held is not None and not held.guard.lost:
+        return held.guard
+    try:
+        return hold_shard(settings, wait=False, on_lost=lambda: None).guard
+    except KefuError:
+        raise
+    except Exception as error:
+        log.warning(
+            "shard %s: the lease cannot be asked for (%s); writing without it", settings.shard, type(error).__name__
+        )
+        return None
 
 
 def release_shard() -> None:
-    global _holder
-    if _holder is not None:
-        _holder.stop()
-        _holder = None
+    while _holders:
+        _holders.popitem()[1].stop()

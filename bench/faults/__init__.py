@@ -16,6 +16,8 @@ received sends and every session log.
     python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
+    python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
+                                                     # broker-restart, slow-turns)
 
 Scenarios:
   kill-workers    SIGKILL worker main processes and pool children alternately (≥ --kills);
@@ -33,6 +35,11 @@ Scenarios:
   bad-start       an overwritten store header, schema version 999, openai without endpoint
                   settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
                   non-zero with a KEFU_ code within the bound, consuming nothing.
+
+With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
+two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
+are split between the two accounts, kills hit both shards' processes (each listener at least
+once), and the table adds up both shards' stores.
 
 Any process that exits by itself is restarted (like a compose restart policy) and counted,
 with its status and error class. Below the table: broker messages left unacked in Redis (a

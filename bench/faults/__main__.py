@@ -12,7 +12,7 @@ from types import FrameType
 from rich.console import Console
 
 import bench.faults as faults
-from bench.faults.options import SCENARIOS, options_for
+from bench.faults.options import SCENARIOS, SHARDED, options_for
 from bench.faults.report import render
 
 
@@ -32,7 +32,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dir", type=Path, dest="workdir", help="keep the run in this folder")
     parser.add_argument("--keep", action="store_true", help="keep the run folder even when the run passes")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
-    return parser.parse_args(argv)
+    parser.add_argument("--shards", type=int, default=1, choices=(1, 2), help="shards, one account each (default 1)")
+    args = parser.parse_args(argv)
+    if args.shards > 1 and args.scenario not in SHARDED:
+        parser.error(f"--shards 2 runs with {', '.join(SHARDED)}")
+    return args
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -55,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         settle_s=args.settle_s,
         workdir=args.workdir,
         keep=args.keep,
+        shards=args.shards,
     )
     console = Console(width=None if sys.stdout.isatty() else 132)
     progress = Console(stderr=True)

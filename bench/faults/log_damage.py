@@ -201,7 +201,7 @@ def log_damage(options: Options, root: Path, say: Say) -> RunReport:
             workload.join()
         finally:
             workload.stop()
-        settled = settle(rig.store, rig.platform, ACCOUNT, options.settle_s, STALL_S, LINGER_S)
+        settled = settle(rig.homes, rig.platform, options.settle_s, STALL_S, LINGER_S)
         report = conclude(rig, options, publisher, workload)
         report.settled = settled
         report.setup = report.setup.replace("messages,", f"messages + {len(victims)} victims × {ROUNDS + 1},", 1)

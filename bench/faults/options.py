@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCENARIOS = ("kill-workers", "broker-restart", "slow-turns", "log-damage", "bad-start")
+SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Options:
     settle_s: float
     workdir: Path | None = None  # where the run keeps its data, logs and AOF (default: a temp dir)
     keep: bool = False  # keep the run dir even when the run passed
+    shards: int = 1  # 2: two shards on the one Redis and simulated platform, one account each
 
     @property
     def window_s(self) -> float:
@@ -65,10 +67,13 @@ def options_for(
     settle_s: float | None = None,
     workdir: Path | None = None,
     keep: bool = False,
+    shards: int = 1,
 ) -> Options:
     """The scenario's defaults (full or short), with whatever was given explicitly on top."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
+    if shards not in (1, 2) or (shards > 1 and scenario not in SHARDED):
+        raise ValueError(f"--shards {shards}: 1, or 2 with {', '.join(SHARDED)}")
     base = (SHORT if short else FULL)[scenario]
     return Options(
         scenario=scenario,
@@ -81,4 +86,5 @@ def options_for(
         settle_s=base.settle_s if settle_s is None else settle_s,
         workdir=workdir,
         keep=keep,
+        shards=shards,
     )

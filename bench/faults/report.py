@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,21 +25,49 @@ class Settled:
     timed_out: bool
 
 
-def settle(
-    store: DeliveryStore, platform: SimulatedPlatform, account_id: str, bound_s: float, stall_s: float, linger_s: float
-) -> Settled:
-    """Wait until the store is quiet and every offered message is answered (then `linger_s`
-    more, so a late second reply still counts), or until it is quiet and nothing changed for
+Homes = Sequence[tuple[DeliveryStore, str]]  # each shard's store, with the account it serves
+
+
+def merged_audit(homes: Homes, platform: SimulatedPlatform) -> LedgerAudit:
+    """The ledger audit of every account in its own shard's store, added up."""
+    audits = [ledger_audit(store, platform, account) for store, account in homes]
+    if len(audits) == 1:
+        return audits[0]
+    counts = {
+        name: sum(getattr(a, name) for a in audits)
+        for name, f in LedgerAudit.model_fields.items()
+        if f.annotation is int
+    }
+    why = sum((Counter(a.why) for a in audits), Counter[str]())
+    last = max((a.last_reply_at_ms for a in audits if a.last_reply_at_ms is not None), default=None)
+    return audits[0].model_copy(update={**counts, "why": dict(why), "last_reply_at_ms": last})
+
+
+def merged_scan(scans: Sequence[SessionLogScan]) -> SessionLogScan:
+    """Session log scans of several shards, as one."""
+    if len(scans) == 1:
+        return scans[0]
+    return SessionLogScan(
+        logs=sum(s.logs for s in scans),
+        corrupt=[name for s in scans for name in s.corrupt],
+        torn=[name for s in scans for name in s.torn],
+        kept_aside=[path for s in scans for path in s.kept_aside],
+    )
+
+
+def settle(homes: Homes, platform: SimulatedPlatform, bound_s: float, stall_s: float, linger_s: float) -> Settled:
+    """Wait until the stores are quiet and every offered message is answered (then `linger_s`
+    more, so a late second reply still counts), or until they are quiet and nothing changed for
     `stall_s` (what is left is lost), or `bound_s` is up."""
     began = time.monotonic()
     last_change, last_seen = began, None
     while True:
         now = time.monotonic()
-        audit = ledger_audit(store, platform, account_id)
-        seen = (audit.answered_once, audit.doubled, audit.lost, str(stage_counts(store)))
+        audit = merged_audit(homes, platform)
+        seen = (audit.answered_once, audit.doubled, audit.lost, str([stage_counts(store) for store, _ in homes]))
         if seen != last_seen:
             last_change, last_seen = now, seen
-        quiet = is_quiet(store)
+        quiet = all(is_quiet(store) for store, _ in homes)
         if quiet and audit.lost == 0:
             time.sleep(linger_s)
             return Settled(True, time.monotonic() - began, False)

@@ -2,6 +2,10 @@
 workers, one beat and (unless publishing directly) `kefu listen`, on a fresh data dir with a
 simulator account and an enabled direct route.
 
+With two shards (`RigConfig.shards`), each shard has all of that but Redis: its own data dir,
+account, KEFU_SHARD and KEFU_INSTANCE, and every process of both shards shares the one Redis
+and one simulated platform file. Roles are then named after the shard (`a/worker-1`).
+
 A supervisor thread restarts any process that exited, the way a compose restart policy would:
 a planned kill is restarted after its pause, anything else (kombu can make a worker exit when
 Redis restarts with unacked messages) after a second, and counted.
@@ -20,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 from celery import Celery
@@ -35,6 +40,7 @@ from worker.context import runtime_for
 from worker.process import BeatProcess, KefuProcess, ListenProcess, WorkerProcess
 
 ACCOUNT = "faults-shop"
+SHARD_NAMES = ("a", "b")  # of a rig with two shards (one shard: the default shard, as ever)
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 UNPLANNED_RESTART_S = 1.0
 TICK_S = 0.2
@@ -42,11 +48,11 @@ TICK_S = 0.2
 Say = Callable[[str], None]
 
 
-def set_up_store(settings: Settings) -> None:
+def set_up_store(settings: Settings, account: str = ACCOUNT) -> None:
     """The run's shop: a simulator account with an enabled direct route."""
     store = DeliveryStore(settings.delivery_path, settings.delivery)
-    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="faults-shop-seller"))
-    create_route(store, RouteSpec(id="faults-direct", account_id=ACCOUNT, conversation_type="direct"), "faults-r")
+    create_account(store, AccountSpec(id=account, platform="simulator", identity=f"{account}-seller"))
+    create_route(store, RouteSpec(id="faults-direct", account_id=account, conversation_type="direct"), "faults-r")
     store.close()
 
 
@@ -87,11 +93,27 @@ def exit_reason(process: KefuProcess) -> str:
 
 
 @dataclass
+class Shard:
+    """One shard of the rig: the account it serves, its settings, its processes' env, an app."""
+
+    name: str
+    account: str
+    settings: Settings
+    env: dict[str, str]
+    app: Celery
+
+    @property
+    def store(self) -> DeliveryStore:
+        return runtime_for(self.app).store
+
+
+@dataclass
 class Member:
     """One supervised process."""
 
     role: str
     process: KefuProcess
+    shard: str = "default"
     restart_at: float | None = None  # a planned restart (after a kill), monotonic
     unplanned_exits: int = 0
     exit_reasons: Counter[str] = field(default_factory=Counter)
@@ -103,6 +125,7 @@ class RigConfig:
     concurrency: int = 2
     listen: bool = True
     env: dict[str, str] = field(default_factory=dict)  # scenario settings on top of base_env
+    shards: int = 1
 
 
 class Rig:
@@ -114,6 +137,7 @@ class Rig:
         self.data_dir = root / "data"
         self.logs = root / "logs"
         self.members: list[Member] = []
+        self.shards: list[Shard] = []
         self.faults: Counter[str] = Counter()
         self.last_fault_at = 0.0  # wall clock (s) of the last fault or the last restart it caused
         self._lock = threading.RLock()
@@ -139,26 +163,60 @@ class Rig:
 
     def start(self) -> None:
         self.redis.start()
-        self.settings = load_settings(data_dir=self.data_dir, broker_url=self.redis.url)
-        set_up_store(self.settings)
-        self.platform = SimulatedPlatform(self.settings.simulator_path)
-        self.app = make_app(self.settings)
-        self.env = {**base_env(self.data_dir, self.redis.url), **self.config.env}
-        for index in range(1, self.config.workers + 1):
-            worker = WorkerProcess(
-                self.env, self.logs / f"worker-{index}.log", beat=False, concurrency=self.config.concurrency,
-                clean_env=True, cwd=PROJECT_ROOT,
-            )  # fmt: skip
-            self.members.append(Member(f"worker-{index}", worker))
-        self.members.append(Member("beat", BeatProcess(self.env, self.logs / "beat.log", True, PROJECT_ROOT)))
-        if self.config.listen:
-            self.members.append(Member("listen", ListenProcess(self.env, self.logs / "listen.log", True, PROJECT_ROOT)))
+        if self.config.shards == 1:  # the default shard, as the suite always ran
+            self.shards = [self._shard("default", ACCOUNT, self.data_dir, {}, {})]
+        else:
+            platform_path = self.root / "platform.sqlite"
+            for name in SHARD_NAMES[: self.config.shards]:
+                instance = f"faults-{name}"
+                env = {
+                    "KEFU_SHARD": name,
+                    "KEFU_INSTANCE": instance,
+                    "KEFU_SIMULATOR__PLATFORM_PATH": str(platform_path),
+                }
+                overrides = {"shard": name, "instance": instance, "simulator": {"platform_path": platform_path}}
+                self.shards.append(self._shard(name, f"{ACCOUNT}-{name}", self.root / f"data-{name}", env, overrides))
+        first = self.shards[0]
+        self.settings, self.app, self.env = first.settings, first.app, first.env
+        self.platform = SimulatedPlatform(first.settings.simulator_path)
+        for shard in self.shards:
+            self._add_members(shard)
         for member in self.members:
             self._start(member)
         for member in self.workers:
-            member.process.wait_ready(self.app, timeout_s=60)  # type: ignore[attr-defined]
+            member.process.wait_ready(self.shard(member.shard).app, timeout_s=60)  # type: ignore[attr-defined]
         self._supervisor.start()
         self.say(f"rig up: redis :{self.redis.port}, {', '.join(m.role for m in self.members)}")
+
+    def _shard(
+        self, name: str, account: str, data_dir: Path, shard_env: dict[str, str], overrides: dict[str, Any]
+    ) -> Shard:
+        """A shard's store (with its account), and its settings (`overrides`: what `shard_env`
+        tells its processes), processes' env and app."""
+        settings = load_settings(data_dir=data_dir, broker_url=self.redis.url, **overrides)
+        set_up_store(settings, account)
+        env = {**base_env(data_dir, self.redis.url), **shard_env, **self.config.env}
+        return Shard(name, account, settings, env, make_app(settings))
+
+    def _add_members(self, shard: Shard) -> None:
+        """Its workers, beat and `kefu listen`; roles and logs say the shard when there are two."""
+        prefix = "" if self.config.shards == 1 else f"{shard.name}/"
+
+        def member(role: str, process: KefuProcess) -> None:
+            self.members.append(Member(prefix + role, process, shard.name))
+
+        def log(role: str) -> Path:
+            return self.logs / f"{prefix.replace('/', '-')}{role}.log"
+
+        for index in range(1, self.config.workers + 1):
+            worker = WorkerProcess(
+                shard.env, log(f"worker-{index}"), beat=False, concurrency=self.config.concurrency,
+                clean_env=True, cwd=PROJECT_ROOT,
+            )  # fmt: skip
+            member(f"worker-{index}", worker)
+        member("beat", BeatProcess(shard.env, log("beat"), True, PROJECT_ROOT))
+        if self.config.listen:
+            member("listen", ListenProcess(shard.env, log("listen"), True, PROJECT_ROOT))
 
     def close(self) -> None:
         self._stopping.set()
@@ -177,7 +235,19 @@ class Rig:
 
     @property
     def workers(self) -> list[Member]:
-        return [m for m in self.members if m.role.startswith("worker-")]
+        return [m for m in self.members if isinstance(m.process, WorkerProcess)]
+
+    @property
+    def listeners(self) -> list[Member]:
+        return [m for m in self.members if isinstance(m.process, ListenProcess)]
+
+    @property
+    def homes(self) -> list[tuple[DeliveryStore, str]]:
+        """Each shard's store with the account it serves."""
+        return [(shard.store, shard.account) for shard in self.shards]
+
+    def shard(self, name: str) -> Shard:
+        return next(s for s in self.shards if s.name == name)
 
     def member(self, role: str) -> Member:
         return next(m for m in self.members if m.role == role)
@@ -249,8 +319,8 @@ class Rig:
                 member.process.kill()
             else:
                 member.process.kill_main()
-        if member.role == "listen":
-            kind, what = "listener kills", "listen"
+        if isinstance(member.process, ListenProcess):
+            kind, what = "listener kills", member.role
         else:
             kind = "worker kills (main with its pool)" if with_pool else "worker kills (main alone)"
             what = f"{member.role} main" + (" with its pool" if with_pool else "")

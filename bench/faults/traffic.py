@@ -3,6 +3,7 @@ broker-restart and slow-turns. Each ends with the audit of `conclude`."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -13,12 +14,12 @@ from typing import Any
 
 from bench.faults.events import TaskTracker
 from bench.faults.options import Options
-from bench.faults.report import RunReport, settle
-from bench.faults.rig import ACCOUNT, Member, Rig, RigConfig, Say
+from bench.faults.report import RunReport, merged_audit, merged_scan, settle
+from bench.faults.rig import Member, Rig, RigConfig, Say
 from bench.faults.workload import Publisher, Workload
 from runtime.session_log import CorruptSessionLog, SessionLog
 from runtime.store.sql import sql
-from worker.audit import ledger_audit, scan_session_logs
+from worker.audit import scan_session_logs
 
 INGEST_TASK = "kefu.ingest.page"
 STALL_S = 12.0  # quiet and unchanged this long: what is left unanswered is lost
@@ -79,15 +80,18 @@ def inject_kills(options: Options, tracker: TaskTracker) -> Inject:
         start = time.monotonic()
         window = max(options.window_s, 1.0)
         times = sorted(rng.uniform(0.05, 1.0) * window for _ in range(options.kills))
-        listener_kills = max(1, options.kills // 10) if rig.config.listen and options.kills else 0
+        listeners = rig.listeners  # one per shard; each is killed at least once
+        listener_kills = max(len(listeners), options.kills // 10) if rig.config.listen and options.kills else 0
         # In the second half: a killed listener's lease keeps its successor waiting (30 s before
         # KEFU_LISTENER__LEASE_S), and pages only flow again through the reconciler's catch-up.
         later = range(options.kills // 2, options.kills)
         listener_slots = set(rng.sample(later, min(listener_kills, len(later))))
+        listener_turns = itertools.count()  # the listeners take turns
         for index, at in enumerate(times):
             _wait_until(start, at)
             if index in listener_slots:
-                rig.kill_main(rig.member("listen"), pause_s=rng.uniform(0.5, 2.0))
+                listener = listeners[next(listener_turns) % len(listeners)]
+                rig.kill_main(listener, pause_s=rng.uniform(0.5, 2.0))
             main, with_pool = index % 2 == 0, index % 6 != 4  # main kills: with its pool, with, alone, …
             burst = threading.Thread(target=workload.burst, args=(BURST, BURST_SPREAD_S), daemon=True)
             burst.start()
@@ -125,8 +129,12 @@ def run_traffic(
     """Start the rig, offer the workload while `inject` runs, settle, audit."""
     began = time.monotonic()
     with Rig(root, config, say) as rig:
-        publisher = Publisher(rig.app) if options.direct else None
-        workload = Workload(rig.platform, ACCOUNT, random.Random(f"workload-{options.seed}"), options.buyers, publisher)
+        by_account = {shard.account: shard.app for shard in rig.shards}
+        publisher = Publisher(rig.app, by_account) if options.direct else None
+        accounts = [shard.account for shard in rig.shards]
+        workload = Workload(
+            rig.platform, accounts, random.Random(f"workload-{options.seed}"), options.buyers, publisher
+        )
         workload.start(options.messages, options.rate)
         try:
             inject(rig, workload, random.Random(options.seed))
@@ -134,7 +142,7 @@ def run_traffic(
         finally:
             workload.stop()
         say(f"[{rig.elapsed():6.1f}s] {workload.offered} messages offered; waiting for the store to go quiet")
-        settled = settle(rig.store, rig.platform, ACCOUNT, options.settle_s, STALL_S, linger_s)
+        settled = settle(rig.homes, rig.platform, options.settle_s, STALL_S, linger_s)
         report = conclude(rig, options, publisher, workload)
         report.settled = settled
     report.wall_s = time.monotonic() - began
@@ -144,17 +152,19 @@ def run_traffic(
 def setup_text(options: Options, config: RigConfig, publisher: Publisher | None) -> str:
     path = f"direct publishing via {publisher.via}" if publisher else "kefu listen"
     pool = f"{config.workers} prefork workers × {config.concurrency}"
+    if config.shards > 1:
+        pool = f"{config.shards} shards, each {pool}"
     return f"{options.messages} messages, {options.buyers} buyers, {options.rate:g}/s · {path} · {pool} · beat"
 
 
 def conclude(rig: Rig, options: Options, publisher: Publisher | None, workload: Workload) -> RunReport:
     """The audit of the final state, with what the rig saw, and the checks every run must pass."""
-    audit = ledger_audit(rig.store, rig.platform, ACCOUNT)
+    audit = merged_audit(rig.homes, rig.platform)
     report = RunReport(
         scenario=options.scenario,
         setup=setup_text(options, rig.config, publisher) + f" · seed {options.seed}",
         audit=audit,
-        logs=scan_session_logs(rig.store, rig.settings.sessions_dir),
+        logs=merged_scan([scan_session_logs(shard.store, shard.settings.sessions_dir) for shard in rig.shards]),
         faults=dict(rig.faults),
         unplanned_exits=rig.unplanned_exits(),
     )
@@ -180,18 +190,22 @@ def _stranded_text(rig: Rig) -> str:
 
 
 def _listener_text(rig: Rig) -> str:
-    with rig.store.read() as conn:
-        state, error = conn.execute(
-            sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": ACCOUNT}
-        ).one()
-    return state + (f" ({error})" if error else "")
+    states = []
+    for shard in rig.shards:
+        with shard.store.read() as conn:
+            state, error = conn.execute(
+                sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": shard.account}
+            ).one()
+        shown = state + (f" ({error})" if error else "")
+        states.append(shown if len(rig.shards) == 1 else f"{shard.name}: {shown}")
+    return "; ".join(states)
 
 
 # -- the scenarios -------------------------------------------------------------------------------
 
 
 def kill_workers(options: Options, root: Path, say: Say) -> RunReport:
-    config = RigConfig(listen=not options.direct)
+    config = RigConfig(listen=not options.direct, shards=options.shards)
 
     def inject(rig: Rig, workload: Workload, rng: random.Random) -> None:
         tracker = TaskTracker(rig.app).start()
@@ -209,7 +223,7 @@ def kill_workers(options: Options, root: Path, say: Say) -> RunReport:
 
 
 def broker_restart(options: Options, root: Path, say: Say) -> RunReport:
-    config = RigConfig(listen=not options.direct)
+    config = RigConfig(listen=not options.direct, shards=options.shards)
     report = run_traffic(options, config, root, say, inject_redis_restarts(options))
     report.checks[f"≥ {options.kills} redis kills"] = report.faults.get("redis kills", 0) >= options.kills
     return report
@@ -235,10 +249,11 @@ def slow_turns(options: Options, root: Path, say: Say) -> RunReport:
             "KEFU_AGENT__OPENAI__RETRY_BACKOFF_S": "0",
             "KEFU_AGENT__TURN_LEASE_S": str(TURN_LEASE_S),
         }
-        config = RigConfig(listen=not options.direct, env=env)
+        config = RigConfig(listen=not options.direct, env=env, shards=options.shards)
         report = run_traffic(options, config, root, say, no_injection, linger_s=3 * MODEL_DELAY_S + 2)
         model_calls = len(fake.requests)
-    long_turns, turns = _turn_lengths(root / "data" / "sessions", TURN_LEASE_S)
+    lengths = [_turn_lengths(sessions, TURN_LEASE_S) for sessions in sorted(root.glob("data*/sessions"))]
+    long_turns, turns = sum(n for n, _ in lengths), sum(n for _, n in lengths)
     report.faults = {"turns longer than the lease": long_turns, **report.faults}
     report.rows += [
         ("model", f"{MODEL_DELAY_S:g} s per response, timeout {MODEL_TIMEOUT_S:g} s × 1 attempt"),

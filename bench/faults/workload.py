@@ -3,7 +3,8 @@
 Buyers write through the simulated platform (`buyer_says`); `kefu listen` picks the messages
 up from there. With direct publishing the driver also publishes each message's page itself,
 through `worker.dispatch.receive_page` when the project has it (record in SQLite, then
-publish), else straight to the ingest queue.
+publish), else straight to the ingest queue. With several accounts (one per shard), each buyer
+writes to one of them, by its index.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Sequence
 
 from celery import Celery
 
@@ -43,8 +45,9 @@ class Publisher:
 
     via = "receive_page"
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, by_account: dict[str, Celery] | None = None) -> None:
         self.app = app
+        self.by_account = by_account or {}  # the app of each account's shard, when not `app`'s
         self.retries = 0
 
     def publish(self, page: InboundPage) -> bool:
@@ -52,7 +55,7 @@ class Publisher:
         deadline = time.monotonic() + PUBLISH_PATIENCE_S
         while True:
             try:
-                receive_page(self.app, page)
+                receive_page(self.by_account.get(page.account_id, self.app), page)
                 return True
             except Exception:
                 self.retries += 1
@@ -62,19 +65,21 @@ class Publisher:
 
 
 class Workload:
-    """`total` messages at `rate`/s, each from a buyer drawn from `buyers` by the seeded rng."""
+    """`total` messages at `rate`/s, each from a buyer drawn from `buyers` by the seeded rng,
+    to the account (of `account_id`, one or several) the buyer's index picks."""
 
     def __init__(
         self,
         platform: SimulatedPlatform,
-        account_id: str,
+        account_id: str | Sequence[str],
         rng: random.Random,
         buyers: int,
         publisher: Publisher | None = None,
     ) -> None:
         self.platform = platform
         self.transport = SimulatorTransport(platform)
-        self.account_id = account_id
+        self.accounts = [account_id] if isinstance(account_id, str) else list(account_id)
+        self.account_id = self.accounts[0]
         self.rng = rng
         self.buyers = buyers
         self.publisher = publisher
@@ -94,10 +99,11 @@ class Workload:
         with self._lock:
             text = text or self.rng.choice(QUESTIONS)
             self.offered += 1
-        message = self.platform.buyer_says(self.account_id, buyer, f"买家{index}", text)
+        account = self.accounts[index % len(self.accounts)]
+        message = self.platform.buyer_says(account, buyer, f"买家{index}", text)
         if self.publisher is None:
             return message
-        page = self.transport.page_of(self.account_id, [message])
+        page = self.transport.page_of(account, [message])
         if not self.publisher.publish(page):
             with self._lock:
                 self.unpublished += 1

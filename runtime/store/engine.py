@@ -57,8 +57,13 @@ def _is_busy(error: BaseException) -> bool:
 
 def _owner_only(path: Path) -> None:
     """The store holds credentials: only its owner may read it (SQLite gives its -wal and -shm
-    files the database file's permissions)."""
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    files the database file's permissions). An existing file is never opened here: closing a
+    descriptor drops every POSIX lock this process holds on the file, SQLite's included, so a
+    second store on a file another store of this process has open would corrupt it."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))  # new: no one holds a lock yet
+    except FileExistsError:
+        pass
     mode = path.stat().st_mode
     if mode & 0o077:
         os.chmod(path, mode & 0o700)

@@ -124,7 +124,9 @@ def test_inspect_ping_and_flower_queues_on_redis(tmp_path, redis_base_url):
             return bool(queues)
 
         wait_for(flower_lists_queues, 30, "flower to report queue lengths")
-        assert sorted(queues) == [f"kefu.{f}.default" for f in ("agent", "ingest", "memory", "outbox", "receipts")]
+        assert sorted(queues) == [
+            f"kefu.{f}.default" for f in ("agent", "ingest", "memory", "outbox", "placement", "receipts")
+        ]
     finally:
         _stop(flower)
         _stop(worker)

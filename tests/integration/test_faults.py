@@ -79,6 +79,13 @@ def test_faults_kill_workers_short(tmp_path: Path, mode: str) -> None:
     assert_clean(report)
 
 
+def test_faults_kill_workers_short_on_two_shards(tmp_path: Path) -> None:
+    """Two shards on one Redis, each with its own worker set, beat and listener; kills on both."""
+    report = run_short("kill-workers", tmp_path, "--shards", "2")
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert_clean(report)
+
+
 def test_faults_broker_restart_short(tmp_path: Path) -> None:
     report = run_short("broker-restart", tmp_path)
     assert report["faults"].get("redis kills", 0) >= 6, summary(report)

@@ -81,7 +81,7 @@ def test_invalid_page_is_rejected_by_the_worker_and_writes_nothing(settings, sto
 def test_each_task_family_lands_in_exactly_one_queue(settings):
     app = make_app(settings)
     with app.connection_for_write() as conn:
-        for family in ("ingest", "agent", "outbox"):
+        for family in ("ingest", "agent", "outbox", "placement"):
             app.send_task(f"kefu.{family}.probe", connection=conn)
         with conn.channel() as channel:
             depths = {q.name: q(channel).queue_declare(passive=False).message_count for q in app.conf.task_queues}
@@ -91,4 +91,5 @@ def test_each_task_family_lands_in_exactly_one_queue(settings):
         "kefu.outbox.default": 1,
         "kefu.receipts.default": 0,
         "kefu.memory.default": 0,
+        "kefu.placement.default": 1,
     }

@@ -20,6 +20,8 @@ import redis
 
 from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
+from runtime.agent.memory import scope_of
+from runtime.memory.store import MemoryStore
 from runtime.moves import load_move
 from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
@@ -41,6 +43,7 @@ class Shard:
     settings: Settings
     store: DeliveryStore
     workers: list[WorkerProcess] = field(default_factory=list)
+    extra: dict[str, str] = field(default_factory=dict)
 
     def env(self, instance: str) -> dict[str, str]:
         return {
@@ -54,6 +57,7 @@ class Shard:
             "KEFU_RECONCILE__GRACE_S": "2",
             "KEFU_LISTENER__SUPERVISE_INTERVAL_MS": "100",
             "KEFU_LISTENER__LEASE_S": "3",
+            **self.extra,
         }
 
     def start(self, instance: str, wait: bool = True) -> WorkerProcess:
@@ -78,12 +82,14 @@ def redis_url(redis_base_url: str) -> str:
 
 @pytest.fixture
 def make_shard(tmp_path: Path, redis_url: str) -> Iterator:
+    """Shards on Redis, each with its own data dir; `embedded=True`: on the embedded broker, all
+    in one data dir (one machine)."""
     made: list[Shard] = []
 
-    def make(name: str, accounts: list[str]) -> Shard:
+    def make(name: str, accounts: list[str], embedded: bool = False) -> Shard:
         settings = load_settings(
-            data_dir=tmp_path / name,
-            broker_url=redis_url,
+            data_dir=tmp_path / ("var" if embedded else name),
+            broker_url="embedded" if embedded else redis_url,
             shard=name,
             simulator={"platform_path": tmp_path / "platform.sqlite"},
         )
@@ -144,6 +150,16 @@ def _all_answered(homes: dict[str, DeliveryStore], platform: SimulatedPlatform, 
         assert (result.duplicate_replies, result.lost) == (0, 0), (account, result)
 
 
+def _folders(shard: Shard, customer_id: int) -> int:
+    if not shard.settings.memory_path.exists():
+        return 0
+    memory = MemoryStore(shard.settings.memory_path)
+    try:
+        return len(memory.folders(scope_of(customer_id)))
+    finally:
+        memory.close()
+
+
 def _kefu(args: list[str], env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "kefu"), *args],
@@ -164,6 +180,8 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
 ):
     a = make_shard("a", ["shop-1", "shop-2"])
     b = make_shard("b", ["shop-3", "shop-4"])
+    for shard in (a, b):  # a small context window: turns are archived into memory folders soon
+        shard.extra = {"KEFU_AGENT__CONTEXT_WINDOW_TOKENS": "1000", "KEFU_MEMORY__ALLOW_SMALL_WINDOW": "true"}
     platform = SimulatedPlatform(a.settings.simulator_path)
     a.start("host-a")
     b.start("host-b")
@@ -181,6 +199,11 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
             30,
             "replies on shard a",
         )
+        with a.store.read() as conn:
+            [reader_of] = conn.exec_driver_sql("SELECT min(id) FROM customer WHERE account_id = 'shop-1'").one()
+        wait_for(lambda: _folders(a, reader_of) > 0, 60, "memory folders of a shop-1 customer on shard a")
+        marked = _kefu(["read", str(reader_of)], a.env("host-a"))  # an operator's read mark moves along
+        assert marked.returncode == 0, marked.stdout
         mover = subprocess.Popen(
             [str(BIN / "kefu"), "accounts", "move", "shop-1", "--to", "b", "--op-id", "move-1"],
             env={**os.environ, **a.env("mover")},
@@ -210,6 +233,7 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
         "shard": "b",
         "generation": 2,
         "state": "active",
+        "move": None,
     }
     # Shard a keeps nothing live for it: no account, customers, sends; a tombstone forwards.
     for table in ("account", "customer", "inbound_message", "outbox_request"):
@@ -233,6 +257,18 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
         b.store, "SELECT count(*) FROM outbox_request WHERE account_id = ? AND state = 'sent'", "shop-1"
     ) == len(platform.received("shop-1"))
     assert _count(b.store, "SELECT count(*) FROM provider_cursor WHERE account_id = ?", "shop-1") == 1
+    assert _folders(b, reader_of) > 0 and _folders(a, reader_of) == 0  # its memory moved along
+    with b.store.read() as conn:
+        watermark = conn.exec_driver_sql(
+            "SELECT w.watermark FROM reader_watermark w WHERE w.customer_id = ? AND w.reader = 'operator'",
+            (reader_of,),
+        ).scalar_one()
+        assert (
+            conn.exec_driver_sql(  # it names one of the customer's messages as numbered on b
+                "SELECT customer_id FROM inbound_message WHERE id = ?", (watermark,)
+            ).scalar_one()
+            == reader_of
+        )
 
     shards = _kefu(["shards", "--json"], a.env("viewer"))
     assert shards.returncode == 0
@@ -312,3 +348,69 @@ def test_a_holder_stopped_past_its_lease_writes_nothing_when_it_wakes(make_shard
     _all_answered({"shop-1": a.store}, platform)
     assert _count(a.store, "SELECT count(*) FROM outbox_attempt WHERE shard_token = ?", first) == written_by_first
     assert [owner for _, owner in a.grants()] == ["host-1", "host-2"]
+
+
+def test_a_move_refused_for_a_disagreeing_cursor_changes_nothing_and_rolls_back(make_shard, redis_url):
+    a = make_shard("a", ["shop-1"])
+    b = make_shard("b", [])
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    a.start("host-a")
+    b.start("host-b")
+    platform.buyer_says("shop-1", "b1", "买家b1", "请问什么时候发货？")
+    _all_answered({"shop-1": a.store}, platform)
+    with a.store.read() as conn:
+        [stream] = conn.exec_driver_sql("SELECT stream_id FROM provider_cursor WHERE account_id = 'shop-1'").one()
+    # shop-1 lived on b once: deleted there, its cursor left behind at another place.
+    create_account(b.store, AccountSpec(id="shop-1", platform="simulator", identity="seller-shop-1"))
+    with b.store.write() as conn:
+        conn.exec_driver_sql("UPDATE account SET deleted_at = 1 WHERE id = 'shop-1'")
+        conn.exec_driver_sql(
+            "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at)"
+            " VALUES ('shop-1', ?, 'elsewhere', 'old-page', 1)",
+            (stream,),
+        )
+    before = _count(b.store, "SELECT count(*) FROM inbound_message") + _count(b.store, "SELECT count(*) FROM customer")
+
+    refused = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-c"], a.env("mover"))
+    assert refused.returncode == 2 and "KEFU_CHECKPOINT_CURSOR_CONFLICT" in refused.stdout, refused.stdout
+    after = _count(b.store, "SELECT count(*) FROM inbound_message") + _count(b.store, "SELECT count(*) FROM customer")
+    assert after == before
+    with b.store.read() as conn:
+        assert conn.exec_driver_sql("SELECT cursor FROM provider_cursor WHERE account_id = 'shop-1'").scalar_one() == (
+            "elsewhere"
+        )
+
+    rolled = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-c", "--rollback"], a.env("mover"))
+    assert rolled.returncode == 0 and "move move-c: rolled-back" in rolled.stdout, rolled.stdout
+    coordination = RedisCoordinator(redis_url)
+    assert coordination.placement("shop-1").model_dump() == {
+        "account_id": "shop-1",
+        "shard": "a",
+        "generation": 1,
+        "state": "active",
+        "move": None,
+    }
+    platform.buyer_says("shop-1", "b2", "买家b2", "可以退货吗？")  # a is serving it again
+    _all_answered({"shop-1": a.store}, platform)
+
+
+def test_on_the_embedded_broker_two_shards_of_one_data_dir_move_an_account(make_shard):
+    a = make_shard("a", ["shop-1", "shop-2"], embedded=True)
+    b = make_shard("b", ["shop-3"], embedded=True)
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    a.start("host")
+    b.start("host")
+    with Traffic(platform, ["shop-1", "shop-2", "shop-3"], per_s=6):
+        wait_for(
+            lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 3,
+            30,
+            "replies on shard a",
+        )
+        moved = _kefu(["accounts", "move", "shop-1", "--to", "b"], a.env("host"))
+        assert moved.returncode == 0 and ": done in" in moved.stdout, moved.stdout
+        time.sleep(2)
+    _all_answered({"shop-1": b.store, "shop-2": a.store, "shop-3": b.store}, platform)
+    shards = _kefu(["shards", "--json"], a.env("host"))
+    assert '"shard": "b", "holder": "host"' in shards.stdout and '"accounts": ["shop-1", "shop-3"]' in shards.stdout
+    status = _kefu(["status", "--all"], a.env("host"))
+    assert status.returncode == 0 and "shard a" in status.stdout and "shard b" in status.stdout, status.stdout

@@ -31,11 +31,15 @@ def current_settings() -> Settings:
     return settings
 
 
+def check_shard_name(shard: str) -> None:
+    if not re.fullmatch(SHARD_NAME, shard):
+        raise KefuError("KEFU_INVALID_INPUT", "--shard: " + SHARD_RULE, "name a shard as KEFU_SHARD would")
+
+
 def use_shard(shard: str) -> None:
     """This command works on another shard than KEFU_SHARD's."""
     settings = current_settings()
-    if not re.fullmatch(SHARD_NAME, shard):
-        raise KefuError("KEFU_INVALID_INPUT", "--shard: " + SHARD_RULE, "name a shard as KEFU_SHARD would")
+    check_shard_name(shard)
     app.kefu_settings = settings.model_copy(update={"shard": shard})
     app.kefu_runtime = None
 

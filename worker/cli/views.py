@@ -10,6 +10,7 @@ from rich.table import Table
 
 from runtime.store import DeliveryStore
 from worker.cli.common import (
+    check_shard_name,
     cli,
     console,
     current_settings,
@@ -64,6 +65,8 @@ def _status_of(shard: str) -> None:
     if shard == settings.shard:
         store = open_store()
     else:
+        with operator_errors():
+            check_shard_name(shard)
         path = settings.model_copy(update={"shard": shard}).delivery_path
         if not path.exists():
             console.print(f"shard {shard}: no store in this data dir (see `kefu shards` for who serves it)")

@@ -1,0 +1,132 @@
+"""A move's journal step by step (runtime.moves), between two real shard stores on one local
+coordination file, with a MockTransport for the platform: no broker, no worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from config import load_settings
+from runtime import moves, pipeline
+from runtime.accounts import AccountSpec, create_account
+from runtime.errors import KefuError
+from runtime.moves import begin_move, begin_rollback, flip, load_move
+from runtime.pipeline import Attempt, Ingest
+from runtime.routes import RouteSpec, create_route
+from runtime.shards import customer_id_base
+from runtime.states import MoveStep
+from runtime.store import DeliveryStore
+from tests.local_services import Local
+from tests.unit.test_pipeline import page, turn
+from worker.coordination import LocalCoordinator
+
+
+def _shard(tmp_path, name: str) -> Local:
+    settings = load_settings(data_dir=tmp_path / name, shard=name)
+    store = DeliveryStore(settings.delivery_path, settings.delivery, customer_id_base=customer_id_base(name))
+    return Local(settings, store)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    a, b = _shard(tmp_path, "a"), _shard(tmp_path, "b")
+    create_account(a.store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
+    create_route(a.store, RouteSpec(id="shop-direct", account_id="shop", conversation_type="direct"), "op-r")
+    coordination = LocalCoordinator(tmp_path / "coordination.sqlite")
+    assert moves.adopt_accounts(a.store, coordination, "a") == []
+    yield a, b, coordination
+    a.store.close()
+    b.store.close()
+
+
+def _replied(services: Local, n: int) -> str:
+    """A buyer line ingested and answered by a turn; the reply's request, not yet sent."""
+    received = page(n)
+    [admit] = pipeline.ingest(services, received.model_dump(mode="json")).follow_ups
+    pipeline.admit(services, admit.customer_id)
+    _, emitted = turn(services, admit.customer_id)
+    [attempt] = [work for work in emitted if isinstance(work, Attempt)]
+    return attempt.request_id
+
+
+def _state(store: DeliveryStore, request_id: str) -> str | None:
+    with store.read() as conn:
+        row = conn.exec_driver_sql("SELECT state FROM outbox_request WHERE request_id = ?", (request_id,)).first()
+    return None if row is None else row[0]
+
+
+def test_a_move_drains_seals_imports_flips_releases_and_resumes(shards):
+    a, b, coordination = shards
+    sent = _replied(a, 1)
+    pipeline.deliver(a, sent)
+    waiting = _replied(a, 2)  # registered, not yet sent when the move begins
+    record = begin_move(coordination, "m1", "shop", "b")
+    assert moves.advance(b, coordination, "m1").outcome == "not this shard's step"
+
+    draining = moves.advance(a, coordination, "m1")
+    assert draining.outcome.startswith("draining") and load_move(coordination, "m1").step == MoveStep.STOPPING
+    assert pipeline.deliver(a, waiting).outcome == "sent"  # what is on its way still goes out
+    assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
+    assert load_move(coordination, "m1").step == MoveStep.EXPORTED
+    late = page(3).model_dump(mode="json")
+    assert pipeline.ingest(a, late).outcome == "held"  # paused: kept, not lost
+
+    assert moves.advance(b, coordination, "m1").outcome == "imported 1 customer(s)"
+    record = flip(coordination, load_move(coordination, "m1"))
+    assert coordination.placement("shop").shard == "b" and coordination.placement("shop").generation == 2
+    with pytest.raises(KefuError) as refused:
+        begin_rollback(coordination, record)
+    assert refused.value.code == "KEFU_PLACEMENT_ALREADY_FLIPPED"
+
+    released = moves.advance(a, coordination, "m1")
+    assert [work.page["page_op_id"] for work in released.follow_ups if isinstance(work, Ingest)] == ["p3"]
+    forwarded = pipeline.ingest(a, late)  # the source forwards it now
+    [onward] = forwarded.follow_ups
+    assert forwarded.outcome == "forwarded to b" and isinstance(onward, Ingest)
+    assert (onward.shard, onward.page["page_op_id"]) == ("b", "p3")
+    assert _state(a.store, sent) is None  # a keeps nothing of the account
+
+    resumed = moves.advance(b, coordination, "m1")
+    assert load_move(coordination, "m1").step == MoveStep.DONE
+    assert _state(b.store, sent) == "sent" and _state(b.store, waiting) == "sent"
+    assert pipeline.ingest(b, late).outcome == "ingested"
+    assert resumed.outcome.startswith("resumed")
+
+
+def test_nothing_is_sent_from_either_shard_while_the_account_is_handed_over(shards, monkeypatch):
+    a, b, coordination = shards
+    monkeypatch.setattr(moves, "DRAIN_S", 0.0)  # replies not sent by now are revoked, manual ones move
+    revoked = _replied(a, 1)
+    begin_move(coordination, "m1", "shop", "b")
+    moves.advance(a, coordination, "m1")
+    assert _state(a.store, revoked) == "revoked"
+    assert load_move(coordination, "m1").step == MoveStep.EXPORTED
+    moves.advance(b, coordination, "m1")
+    with a.store.write() as conn:  # were a request still pending on both sides, neither sends it
+        conn.exec_driver_sql("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
+    with b.store.write() as conn:
+        conn.exec_driver_sql("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
+    assert pipeline.deliver(a, revoked).outcome == "moving"
+    assert pipeline.deliver(b, revoked).outcome == "moving"
+    assert a.transport.sent == [] and b.transport.sent == []
+
+
+def test_a_move_rolled_back_before_the_flip_serves_the_account_where_it_was(shards):
+    a, b, coordination = shards
+    _replied(a, 1)
+    begin_move(coordination, "m1", "shop", "b")
+    moves.advance(a, coordination, "m1")  # draining: the reply is not sent yet
+    with pytest.raises(KefuError) as mismatch:
+        begin_move(coordination, "m1", "shop", "c")
+    assert mismatch.value.code == "KEFU_PLACEMENT_OP_MISMATCH"
+    begin_rollback(coordination, load_move(coordination, "m1"))
+    assert moves.advance(b, coordination, "m1").outcome == "import discarded"
+    assert moves.advance(a, coordination, "m1").outcome.startswith("rolled back")
+    assert load_move(coordination, "m1").step == MoveStep.ROLLED_BACK
+    assert coordination.placement("shop").model_dump() == {
+        "account_id": "shop",
+        "shard": "a",
+        "generation": 1,
+        "state": "active",
+        "move": None,
+    }
+    assert pipeline.ingest(a, page(2).model_dump(mode="json")).outcome == "ingested"
