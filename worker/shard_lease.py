@@ -143,7 +143,7 @@ class ShardHolder:
             try:
                 self.coordinator.release(self.shard, self.owner, self.member)
             except Exception as error:  # it lapses by itself
-                log.warning("shard %s: releasing the lease failed (%s)", self.shard, type(error).__name__)
+                log.info("shard %s: releasing the lease failed (%s)", self.shard, type(error).__name__)
         self.guard.lose()
 
 

@@ -414,3 +414,25 @@ def test_on_the_embedded_broker_two_shards_of_one_data_dir_move_an_account(make_
     assert '"shard": "b", "holder": "host"' in shards.stdout and '"accounts": ["shop-1", "shop-3"]' in shards.stdout
     status = _kefu(["status", "--all"], a.env("host"))
     assert status.returncode == 0 and "shard a" in status.stdout and "shard b" in status.stdout, status.stdout
+
+
+def test_a_move_with_either_side_killed_midway_goes_on_when_they_are_back(make_shard, redis_url):
+    a = make_shard("a", ["shop-1"])
+    b = make_shard("b", ["shop-3"])
+    platform = SimulatedPlatform(a.settings.simulator_path)
+    a.start("host-a")
+    b.start("host-b").kill()  # the target is down when the move begins
+    platform.buyer_says("shop-1", "b1", "买家b1", "请问什么时候发货？")
+    _all_answered({"shop-1": a.store}, platform)
+
+    stuck = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-k", "--timeout", "8"], a.env("mover"))
+    assert stuck.returncode == 2 and "KEFU_PLACEMENT_TIMEOUT" in stuck.stdout, stuck.stdout
+    coordination = RedisCoordinator(redis_url)
+    assert load_move(coordination, "move-k").step == "exported"  # the source did its part
+    platform.buyer_says("shop-1", "b2", "买家b2", "可以退货吗？")  # held on a, not lost
+    a.workers[-1].kill()  # and now the source dies too
+    b.start("host-b")
+    a.start("host-a")
+    done = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-k"], a.env("mover"))
+    assert done.returncode == 0 and "move move-k: done" in done.stdout, done.stdout
+    _all_answered({"shop-1": b.store}, platform)
