@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from runtime.routes import RouteSpec, create_route
 from runtime.status import is_quiet
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
+from transports.simulator.buyers import QUESTION, SteadyBuyers
 from worker.audit import Audit, audit
 from worker.celery_app import make_app
 from worker.context import runtime_for
@@ -66,7 +66,6 @@ SHARD_WORKERS = (
     " KEFU_RECONCILE__INTERVAL_S=0.5, __GRACE_S=2, KEFU_LISTENER__LEASE_S=3 (as tests/integration/test_shards.py)"
 )
 P99_BOUND_MS = 150.0
-QUESTION = "请问什么时候发货？"
 Lanes = list[tuple[Rig, str]]
 
 
@@ -359,31 +358,6 @@ def move(root: Path, broker: str, history: int, per_buyer: int, say: Console) ->
 # -- 3. a standby taking over a killed holder ------------------------------------------------
 
 
-class Buyers:
-    """A new buyer writes every 1/`per_s` s through the simulated platform (the listener of
-    whoever holds the shard pages it in)."""
-
-    def __init__(self, platform: SimulatedPlatform, account: str, per_s: float) -> None:
-        self.platform, self.account, self.per_s = platform, account, per_s
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Buyers:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(1 / self.per_s):
-            buyer = f"t{self.sent:05d}"
-            self.platform.buyer_says(self.account, buyer, f"买家{buyer}", QUESTION)
-            self.sent += 1
-
-
 @dataclass
 class Takeover:
     lease_s: float
@@ -407,7 +381,7 @@ def takeover(root: Path, broker: str, lease_s: float, per_s: float, say: Console
         coordination = RedisCoordinator(broker)
         wait_until(lambda: coordination.standbys("t") == ["host-2"], 60, "the standby to announce itself")
         say.print(f"[dim]takeover: lease {lease_s:g} s; buyers at {per_s:g}/s, SIGKILL of the holder …[/dim]")
-        with Buyers(platform, account, per_s):
+        with SteadyBuyers(platform, [account], per_s, buyer=lambda n: f"t{n:05d}"):
             wait_until(lambda: len(platform.received(account)) >= 3 * per_s, 30, "replies from the holder")
             holder.kill()
             killed_at = time.time()

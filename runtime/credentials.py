@@ -34,11 +34,17 @@ def save_credentials(conn: Connection, account_id: str, secret: dict[str, Any]) 
     )
 
 
+def stored_secret(conn: Connection, account_id: str) -> str | None:
+    """The credentials as stored (JSON text): what a move hands to the account's new shard."""
+    secret: str | None = conn.execute(
+        sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
+    ).scalar_one_or_none()
+    return secret
+
+
 def load_credentials(store: DeliveryStore, account_id: str) -> dict[str, Any]:
     with store.read() as conn:
-        secret = conn.execute(
-            sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
-        ).scalar_one_or_none()
+        secret = stored_secret(conn, account_id)
     if secret is None:
         raise CredentialsMissing(account_id)
     credentials: dict[str, Any] = json.loads(secret)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from runtime.errors import KefuError
-from runtime.shards import ShardLeaseLost
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
@@ -92,9 +91,7 @@ def before_file_write(fence: Fence) -> Iterator[None]:
     at = now_ms()
     with fence.store.read() as conn:
         if fence.store.guard is not None:  # and the shard is still this process's to write
-            token = fence.store.guard.require()
-            if (conn.execute(sql("SELECT token FROM shard_fence")).scalar_one_or_none() or 0) > token:
-                raise ShardLeaseLost(fence.store.guard.shard, "the store has seen a newer grant")
+            fence.store.guard.confirm(conn.exec_driver_sql)
         still_ours = conn.execute(
             sql("SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until"),
             {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 3},

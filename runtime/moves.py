@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime import leases
+from runtime.credentials import stored_secret
 from runtime.errors import KefuError
 from runtime.input_pause import count_in_flight, pause_input
 from runtime.outbox import revoke_unsent_auto
@@ -279,9 +280,7 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
     data = encode_slice(exported)
     coordination.put_blob(f"{record.op_id}:slice", data)
     with store.read() as conn:
-        secret = conn.execute(
-            sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
-        ).scalar_one_or_none()
+        secret = stored_secret(conn, account_id)
     if secret is not None:
         coordination.put_blob(f"{record.op_id}:credential", secret.encode(), ttl_s=CREDENTIAL_TTL_S)
     counts = {table: len(rows) for table, rows in exported.tables.items() if rows}

@@ -39,6 +39,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runtime.agent.memory import scope_of
 from runtime.agent.sessions import damaged_folder
+from runtime.credentials import stored_secret
 from runtime.errors import AccountUnknown, KefuError, invalid_fields
 from runtime.memory.store import SCHEMA, MemoryStore, ScopeRows
 from runtime.states import PlacementState
@@ -287,7 +288,7 @@ def export_slice(
             {"a": account_id},
         )
         media_rows: list[Row] = [{**r, "data": _text(r["data"])} for r in media.mappings()]
-        secret = conn.execute(sql(f"SELECT secret FROM credential WHERE {_OWN}"), {"a": account_id}).scalar()
+        secret = stored_secret(conn, account_id)
     customers = [c for r in tables["customer"] if isinstance(c := r["id"], int)]
     return AccountSlice(
         version=1,

@@ -95,18 +95,24 @@ class ShardGuard:
             raise ShardLeaseLost(self.shard, "it was not renewed in time")
         return token
 
-    def check(self, execute: Any) -> None:
-        """Inside a write transaction: the store's fence is still ours. A store that saw only
-        older grants takes ours now (the first write of a new grant claims the store); one that
-        saw a newer grant means ours passed on. `execute(sql, params)` runs on the transaction."""
+    def confirm(self, execute: Any) -> tuple[int, int]:
+        """The lease is ours by the local clock and the store has seen no newer grant; returns
+        (our token, the store's). `execute(sql, params)` runs on the caller's transaction."""
         token = self.require()
         row = execute(_FENCE, {}).fetchone()
-        stored = row[0] if row is not None else 0
-        if stored == token:
-            return
+        stored = int(row[0]) if row is not None else 0
         if stored > token:
             self.lose()
             raise ShardLeaseLost(self.shard, f"the store has seen grant {stored}, newer than this one")
+        return token, stored
+
+    def check(self, execute: Any) -> None:
+        """Inside a write transaction: the store's fence is still ours. A store that saw only
+        older grants takes ours now (the first write of a new grant claims the store); one that
+        saw a newer grant means ours passed on."""
+        token, stored = self.confirm(execute)
+        if stored == token:
+            return
         at = time.time_ns() // 1_000_000
         execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
         execute(_GRANTED, {"t": token, "o": self.owner, "at": at})

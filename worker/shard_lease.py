@@ -174,9 +174,6 @@ def process_guard(settings: Settings) -> ShardGuard | None:
     never waits; losing it only stops its writes. With the coordination store unreachable
     (Redis down) it writes unguarded, as a local process beside the shard's workers may: they
     stop writing themselves once their lease goes unrenewed, and no standby can take over."""
-    held = _holders.get(_key(settings))
-    if held is not None and not held.guard.lost:
-        return held.guard
     try:
         return hold_shard(settings, wait=False, on_lost=lambda: None).guard
     except KefuError:

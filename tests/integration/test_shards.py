@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from runtime.store import DeliveryStore
 from tests.integration.conftest import REDIS_TEST_DB
 from tests.integration.helpers import wait_for
 from transports.simulator import SimulatedPlatform
+from transports.simulator.buyers import SteadyBuyers
 from worker.audit import audit
 from worker.celery_app import make_app
 from worker.coordination import RedisCoordinator
@@ -109,29 +109,9 @@ def make_shard(tmp_path: Path, redis_url: str) -> Iterator:
         shard.store.close()
 
 
-class Traffic:
-    """Buyers of each account write at a steady rate through the simulated platform."""
-
-    def __init__(self, platform: SimulatedPlatform, accounts: list[str], per_s: float) -> None:
-        self.platform, self.accounts, self.per_s = platform, accounts, per_s
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(1 / self.per_s):
-            account = self.accounts[self.sent % len(self.accounts)]
-            buyer = f"b{self.sent % 7}"
-            self.platform.buyer_says(account, buyer, f"买家{buyer}", "请问什么时候发货？")
-            self.sent += 1
+def returning_buyers(platform: SimulatedPlatform, accounts: list[str], per_s: float) -> SteadyBuyers:
+    """Buyers of each account at a steady rate; seven of them come back, so sessions grow."""
+    return SteadyBuyers(platform, accounts, per_s, buyer=lambda n: f"b{n % 7}")
 
 
 def _all_answered(homes: dict[str, DeliveryStore], platform: SimulatedPlatform, timeout_s: float = 60) -> None:
@@ -193,7 +173,7 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
         "shop-4": "b",
     }
 
-    with Traffic(platform, ["shop-1", "shop-2", "shop-3", "shop-4"], per_s=12):
+    with returning_buyers(platform, ["shop-1", "shop-2", "shop-3", "shop-4"], per_s=12):
         wait_for(
             lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 6,
             30,
@@ -303,7 +283,7 @@ def _standby_pair(make_shard) -> tuple[Shard, WorkerProcess, WorkerProcess, Simu
 
 def test_a_standby_takes_over_a_killed_holder_and_no_two_holders_wrote(make_shard):
     a, holder, standby, platform = _standby_pair(make_shard)
-    with Traffic(platform, ["shop-1"], per_s=8):
+    with returning_buyers(platform, ["shop-1"], per_s=8):
         wait_for(
             lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 5,
             30,
@@ -400,7 +380,7 @@ def test_on_the_embedded_broker_two_shards_of_one_data_dir_move_an_account(make_
     platform = SimulatedPlatform(a.settings.simulator_path)
     a.start("host")
     b.start("host")
-    with Traffic(platform, ["shop-1", "shop-2", "shop-3"], per_s=6):
+    with returning_buyers(platform, ["shop-1", "shop-2", "shop-3"], per_s=6):
         wait_for(
             lambda: _count(a.store, "SELECT count(*) FROM outbox_request WHERE state = 'sent'") >= 3,
             30,
