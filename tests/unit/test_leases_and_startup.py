@@ -156,3 +156,14 @@ def test_operator_errors_turn_a_damaged_store_into_its_code_and_exit_2(settings,
     assert "KEFU_DELIVERY_STORE_UNREADABLE" in capsys.readouterr().out
     with pytest.raises(sqlalchemy.exc.IntegrityError), operator_errors():
         raise sqlalchemy.exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))
+
+
+def test_operator_errors_turn_an_unreachable_redis_into_its_code_and_exit_2(capsys):
+    import redis
+
+    from worker.cli.common import operator_errors
+
+    with pytest.raises(typer.Exit) as raised, operator_errors():
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:1.")
+    assert raised.value.exit_code == 2
+    assert "KEFU_COORDINATION_UNAVAILABLE" in capsys.readouterr().out

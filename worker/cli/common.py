@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
+import redis
 import sqlalchemy.exc
 import typer
 from pydantic import BaseModel, ValidationError
@@ -97,6 +98,15 @@ def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> I
         if known is None:
             raise
         _print_error(known)
+        raise exit_with(2) from None
+    except redis.RedisError as error:  # the shard leases, directory and move journal live there
+        _print_error(
+            KefuError(
+                "KEFU_COORDINATION_UNAVAILABLE",
+                f"Redis at KEFU_BROKER_URL did not answer ({type(error).__name__}); nothing was changed by this step",
+                "start Redis or fix KEFU_BROKER_URL, then run the command again (a move: with the same --op-id)",
+            )
+        )
         raise exit_with(2) from None
     except ValidationError as error:  # an option that does not fit: name it, never echo the value
         problems = "; ".join(validation_problems(error, "input"))
