@@ -91,11 +91,16 @@ def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict
         return [json.loads(page) for page in rows]
 
 
-def hold_page(store: DeliveryStore, page: InboundPage) -> None:
-    """Keep the page for the resume. It is also a received page not yet ingested (one published
-    without being recorded is recorded now), so nothing of it lives only in the broker."""
+def hold_page(store: DeliveryStore, page: InboundPage) -> bool:
+    """Keep the page for the resume, if input is still paused; False when a resume came between
+    the ingestion that saw the pause and now, so the page is to be ingested at once (a page held
+    after the resume collected the held ones would wait for the reconciler). A held page is also
+    a received page not yet ingested (one published without being recorded is recorded now), so
+    nothing of it lives only in the broker."""
     record_received(store, page)
     with store.write() as conn:
+        if not is_paused(conn, page.account_id):
+            return False
         conn.execute(
             sql(
                 "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"
@@ -109,6 +114,7 @@ def hold_page(store: DeliveryStore, page: InboundPage) -> None:
                 "at": now_ms(),
             },
         )
+    return True
 
 
 def release_held(db: sqlite3.Connection, page: InboundPage) -> None:

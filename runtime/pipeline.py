@@ -147,8 +147,9 @@ def ingest(services: Services, data: object) -> Step:
     try:
         result = ingest_page(store, page)
     except InputPaused:  # kept whole, published again on resume; the cursor did not move
-        hold_page(store, page)
-        return Step("held")
+        if hold_page(store, page):
+            return Step("held")
+        return Step("resumed meanwhile", (Ingest(page.model_dump(mode="json")),))
     except KefuError as error:
         if error.code not in NEVER_INGESTED:
             raise  # e.g. a store that cannot be opened: the page stays pending for the reconciler

@@ -63,6 +63,17 @@ def test_a_page_caught_midway_is_held_whole_and_ingested_once_after_resume(store
     assert count(store, "SELECT count(*) FROM inbound_message") == 2 and held_pages(store) == []
 
 
+def test_a_page_whose_pause_was_lifted_before_it_was_held_is_not_held(store, shop, transport, platform):
+    page = transport.page_of(shop, [platform.buyer_says(shop, "b1", "b1", "在吗")])
+    pause_input(store, shop)
+    with pytest.raises(InputPaused):
+        ingest_page(store, page)
+    assert pipeline.resume(store, shop).follow_ups == ()  # the resume came first: nothing was held yet
+    assert hold_page(store, page) is False  # so the page is not held for a resume that is over
+    assert held_pages(store) == []
+    assert ingest_page(store, page).rows_written == 1
+
+
 def test_admission_stops_while_paused_and_in_flight_counts_turns(store, shop, transport, platform):
     customer = ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")]))
     customer_id = customer.customer_ids[0]
