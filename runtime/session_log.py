@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import zstandard
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
@@ -251,6 +253,73 @@ def _whole_frame_after(data: bytes, start: int) -> int | None:
     return None
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class _Parsed:
+    """A log file's bytes up to its last whole event, and the events they hold, indexed by type,
+    with what was derived from them (SessionLog.derived). The lists are append-only: a
+    snapshot shares them with the log that made it and keeps their lengths at that moment."""
+
+    data: bytes
+    events: list[SessionEvent]
+    by_type: dict[str, list[SessionEvent]]
+    derived: dict[str, list[Any]] = field(default_factory=dict)
+    lengths: dict[str, int] = field(default_factory=dict)  # of each type's list, at the snapshot
+    count: int = 0  # of events, at the snapshot
+
+    def snapshot(self) -> _Parsed:
+        lengths = {type: len(events) for type, events in self.by_type.items()}
+        return _Parsed(self.data, self.events, dict(self.by_type), self.derived, lengths, len(self.events))
+
+    def copy(self) -> _Parsed:
+        """Of a snapshot: lists of its own, as they were at the snapshot. Derived values are by
+        seq, so those of its events are good whenever they were derived (the snapshot shares
+        the log's `derived`, to keep what is derived after it)."""
+        return _Parsed(
+            self.data,
+            self.events[: self.count],
+            {type: events[: self.lengths[type]] for type, events in self.by_type.items() if type in self.lengths},
+            {name: values[: self.count] for name, values in list(self.derived.items())},
+        )
+
+
+class _ParsedCache:
+    """What this process last read or wrote of each log, so a turn reads only the frames added
+    since (by another process: a customer's turns move between workers) and never decodes and
+    validates the whole history again. A file whose known prefix changed is read whole, so
+    damage anywhere is still found. Bounded by bytes and events, least recently used out."""
+
+    def __init__(self, max_bytes: int = 64 << 20, max_events: int = 200_000) -> None:
+        self.max_bytes, self.max_events = max_bytes, max_events
+        self._entries: OrderedDict[Path, _Parsed] = OrderedDict()
+        self._bytes = self._events = 0
+
+    def get(self, path: Path) -> _Parsed | None:
+        entry = self._entries.get(path)
+        if entry is not None:
+            self._entries.move_to_end(path)
+        return entry
+
+    def put(self, path: Path, entry: _Parsed) -> None:
+        self.drop(path)
+        self._entries[path] = entry
+        self._bytes += len(entry.data)
+        self._events += entry.count
+        while len(self._entries) > 1 and (self._bytes > self.max_bytes or self._events > self.max_events):
+            self.drop(next(iter(self._entries)))
+
+    def drop(self, path: Path) -> None:
+        entry = self._entries.pop(path, None)
+        if entry is not None:
+            self._bytes -= len(entry.data)
+            self._events -= entry.count
+
+
+_parsed = _ParsedCache()
+
+
 class SessionLog:
     """One session's log. Only the holder of the session's writer lease may append."""
 
@@ -264,6 +333,9 @@ class SessionLog:
         self._damage_at = 0
         self._salvaged: list[SessionEvent] = []
         self._pending: list[SessionEvent] = []
+        self._by_type: dict[str, list[SessionEvent]] = {}
+        self._derived: dict[str, list[Any]] = {}
+        self._data = b""  # the file's bytes up to its last whole event, as this log read or wrote them
         self._compressor = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True)
 
     @property
@@ -283,12 +355,77 @@ class SessionLog:
         """Durable events followed by buffered ones."""
         return self.events + self._pending
 
+    def of_type(self, type: EventType) -> Sequence[SessionEvent]:
+        """The events of one type (durable and buffered), oldest first, without a scan."""
+        return self._by_type.get(type, ())
+
+    def last(self, type: EventType) -> SessionEvent | None:
+        found = self._by_type.get(type)
+        return found[-1] if found else None
+
+    def derived(self, name: str, derive: Callable[[SessionEvent], T]) -> list[T]:
+        """`derive` of each event (durable and buffered), by seq. Events never change, so each
+        is derived once, kept with the log (and, once durable, across loads in this process):
+        a turn's cost does not grow with the session's length."""
+        values: list[T] = self._derived.setdefault(name, [])
+        if len(values) < self.offset:
+            values.extend(map(derive, self.all_events[len(values) :]))
+        return values
+
+    def _index(self, events: Sequence[SessionEvent]) -> None:
+        for event in events:
+            self._by_type.setdefault(event.type, []).append(event)
+
     def load(self) -> list[SessionEvent]:
         data = self.path.read_bytes() if self.path.exists() else b""
+        known = _parsed.get(self.path)
+        if known is not None and data.startswith(known.data) and self._load_after(known, data):
+            return self.events
+        self._load_whole(data)
+        if not self.torn_bytes:
+            self._remember()
+        return self.events
+
+    def _load_after(self, known: _Parsed, data: bytes) -> bool:
+        """Take the known prefix as read, then the frames after it; False (nothing changed) when
+        what follows is not all whole events, for the whole-file read to judge."""
+        rest = data[len(known.data) :]
+        frames = read_frames(rest)
+        if (frames[-1][1] if frames else 0) != len(rest):
+            return False  # a torn or damaged tail
+        known = known.copy()
+        events, first_new = known.events, len(known.events)
+        for _, _, payload in frames:
+            for line in payload.splitlines():
+                try:
+                    event = SESSION_EVENT.validate_json(line)
+                except ValidationError:
+                    return False
+                if event.seq != len(events):
+                    return False
+                events.append(event)
+        self._set_loaded(_Parsed(data, events, known.by_type, known.derived))
+        self._index(events[first_new:])
+        if frames:
+            self._remember()
+        return True
+
+    def _set_loaded(self, parsed: _Parsed) -> None:
+        self.events, self._pending, self._data = parsed.events, [], parsed.data
+        self.torn_bytes, self._damage_at, self._salvaged = 0, len(parsed.data), []
+        self._by_type, self._derived = parsed.by_type, parsed.derived
+
+    def _remember(self) -> None:
+        """Keep what this log knows of the file (all of it durable: nothing is buffered) for
+        the next load here."""
+        _parsed.put(self.path, _Parsed(self._data, self.events, self._by_type, self._derived).snapshot())
+
+    def _load_whole(self, data: bytes) -> None:
         frames = read_frames(data)
         events: list[SessionEvent] = []
         self._damage_at = frames[-1][1] if frames else 0  # where the torn tail starts
         if self._damage_at < len(data) and (later := _whole_frame_after(data, self._damage_at)) is not None:
+            _parsed.drop(self.path)
             raise CorruptSessionLog(
                 f"{self.path}: bytes {self._damage_at}-{later} do not decode and whole frames follow them"
             )
@@ -300,16 +437,19 @@ class SessionLog:
                     event = SESSION_EVENT.validate_json(line)
                 except ValidationError as error:
                     if index < len(frames) - 1 or position < len(lines) - 1:
+                        _parsed.drop(self.path)
                         raise CorruptSessionLog(f"{self.path}: event {len(events)} is not a whole event") from error
                     self._damage_at = start
                     self._salvaged = events[len(events) - position :]
                     break
                 if event.seq != len(events):
+                    _parsed.drop(self.path)
                     raise CorruptSessionLog(f"{self.path}: seq {event.seq} where {len(events)} was expected")
                 events.append(event)
-        self.torn_bytes = len(data) - self._damage_at
-        self.events = events
-        return events
+        salvaged, damage_at = self._salvaged, self._damage_at
+        self._set_loaded(_Parsed(data[:damage_at], events, {}))
+        self._index(events)
+        self._salvaged, self._damage_at, self.torn_bytes = salvaged, damage_at, len(data) - damage_at
 
     def open_for_append(self) -> list[SessionEvent]:
         """Load, then cut a torn tail off (re-writing the whole events of a damaged last frame),
@@ -321,9 +461,11 @@ class SessionLog:
                 handle.truncate(self._damage_at)
                 if self._salvaged:
                     handle.seek(self._damage_at)
-                    handle.write(self._frame(self._salvaged))
+                    handle.write(salvage := self._frame(self._salvaged))
+                    self._data += salvage
                 os.fsync(handle.fileno())
             self.torn_bytes, self._salvaged = 0, []
+            self._remember()
         return events
 
     def _frame(self, events: list[SessionEvent]) -> bytes:
@@ -335,6 +477,7 @@ class SessionLog:
         gives exactly its fields."""
         event = SESSION_EVENT.validate_python(dict(seq=self.offset, type=type, at=now_ms(), **data))
         self._pending.append(event)
+        self._index((event,))
         return event
 
     def flush(self) -> bool:
@@ -342,10 +485,13 @@ class SessionLog:
         if not self._pending:
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        frame = self._frame(self._pending)
         with self._guard(), open(self.path, "ab") as handle:
-            handle.write(self._frame(self._pending))
+            handle.write(frame)
             handle.flush()
             os.fsync(handle.fileno())
         self.events.extend(self._pending)
         self._pending.clear()
+        self._data += frame
+        self._remember()
         return True

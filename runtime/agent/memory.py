@@ -26,13 +26,13 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from config import MemorySettings
-from runtime.agent.context import estimate_tokens, text_tokens
-from runtime.agent.view import archived_upto, chat_message, model_view
+from runtime.agent.context import span_tokens, text_tokens, view_tokens
+from runtime.agent.view import archived_upto, chat_message
 from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
 from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, IndexedFolder, MemoryStore
-from runtime.session_log import SessionEvent, SessionLog, ToolResult
+from runtime.session_log import MemoryArchive, MemoryRecall, SessionEvent, SessionLog, ToolResult, TurnStart
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +92,6 @@ class ArchiveOutcome:
     trimmed: int = 0  # recalled blocks re-archived
 
 
-def context_tokens(log: SessionLog, memory: SessionMemory, task: str) -> int:
-    """The context the next model call would see, with its scoring `task` (a deterministic
-    estimate, so archive and recall decisions replay the same way)."""
-    return estimate_tokens(model_view(log.all_events, task))
-
-
 def percent(tokens: int, memory: SessionMemory) -> float:
     return 100.0 * tokens / memory.window_tokens
 
@@ -105,8 +99,8 @@ def percent(tokens: int, memory: SessionMemory) -> float:
 # --- archive ---------------------------------------------------------------------------------
 
 
-def _turn_starts(events: list[SessionEvent], upto: int) -> list[int]:
-    return [e.seq for e in events if e.type == "turn/start" and e.seq >= upto]
+def _turn_starts(log: SessionLog, upto: int) -> list[int]:
+    return [e.seq for e in log.of_type("turn/start") if e.seq >= upto]
 
 
 def _image_placeholder(name: str) -> str:
@@ -196,10 +190,6 @@ def _keep_images(
     return kept
 
 
-def _span_tokens(events: list[SessionEvent]) -> int:
-    return estimate_tokens([m for e in events if (m := chat_message(e)) is not None])
-
-
 def _guard(log: SessionLog, memory: SessionMemory, used: int) -> ArchiveReason | None:
     settings = memory.settings
     if not settings.enabled:
@@ -209,7 +199,7 @@ def _guard(log: SessionLog, memory: SessionMemory, used: int) -> ArchiveReason |
             return "small-window"
         if used > FALSE_WINDOW_FACTOR * memory.window_tokens:
             return "false-window"
-    recent = [e for e in log.all_events if e.type == "memory/archive"][-HARD_LIMIT_EPISODES:]
+    recent = [e for e in log.of_type("memory/archive") if isinstance(e, MemoryArchive)][-HARD_LIMIT_EPISODES:]
     if len(recent) == HARD_LIMIT_EPISODES and all(e.after_percent > settings.hard_limit_percent for e in recent):
         return "hard-limit"
     return None
@@ -221,7 +211,7 @@ def archive(
     """Archive when the context is above `line_percent` of the window (the trigger after a turn,
     the emergency line before a model step): recalled blocks first, then the oldest turns.
     `task` is the scoring task the next call carries, when the caller has it already."""
-    used = context_tokens(log, memory, judge_task(memory) if task is None else task)
+    used = view_tokens(log, judge_task(memory) if task is None else task)
     if percent(used, memory) <= line_percent:
         return ArchiveOutcome("below-trigger")
     adopted = _adopt_orphans(log, session_id, memory, used)  # before any new plan: never twice
@@ -247,12 +237,12 @@ def _archive_turns(
 ) -> ArchiveOutcome:
     """Archive the oldest whole turns (never the latest one) until `target` tokens are out."""
     events = log.all_events
-    upto = archived_upto(events)
-    starts = _turn_starts(events, upto)
+    upto = archived_upto(log)
+    starts = _turn_starts(log, upto)
     cuts: list[tuple[int, int]] = []  # (cut, tokens removed up to it)
     removed = 0
     for start, end in zip(starts, starts[1:], strict=False):  # the latest turn is never archived
-        removed += _span_tokens(events[start:end])
+        removed += span_tokens(log, start, end)
         cuts.append((end, removed))
         if removed >= target:
             break
@@ -292,7 +282,8 @@ def plan_id(source: ArchiveSource) -> str:
 def _append_archive_event(
     log: SessionLog, memory: SessionMemory, source: ArchiveSource, folders: int, after_tokens: int
 ) -> None:
-    before = next((e.segments for e in reversed(log.all_events) if e.type == "memory/archive"), 0)
+    last = log.last("memory/archive")
+    before = last.segments if isinstance(last, MemoryArchive) else 0
     segments = before + folders
     log.append(
         "memory/archive",
@@ -310,9 +301,9 @@ def _adopt_orphans(log: SessionLog, session_id: str, memory: SessionMemory, used
     """Plans committed for this session whose surface event a crash lost: append it now."""
     adopted = 0
     for source in memory.store.session_plans(session_id):
-        if source.from_seq == archived_upto(log.all_events) and source.to_seq > source.from_seq:
+        if source.from_seq == archived_upto(log) and source.to_seq > source.from_seq:
             folders = memory.store.plan_size(plan_id(source))
-            removed = _span_tokens(log.all_events[source.from_seq : source.to_seq])
+            removed = span_tokens(log, source.from_seq, source.to_seq)
             _append_archive_event(log, memory, source, folders, used - removed)
             adopted += folders
     return adopted
@@ -337,13 +328,14 @@ class BlockEntry:
     turn: str  # the turn that injected it
 
 
-def block_entries(events: list[SessionEvent]) -> list[BlockEntry]:
-    last = next((e for e in reversed(events) if e.type == "memory/recall"), None)
-    return [BlockEntry(**entry) for entry in last.entries] if last else []
+def block_entries(log: SessionLog) -> list[BlockEntry]:
+    last = log.last("memory/recall")
+    return [BlockEntry(**entry) for entry in last.entries] if isinstance(last, MemoryRecall) else []
 
 
-def _latest_turn(events: list[SessionEvent]) -> str | None:
-    return next((e.turn for e in reversed(events) if e.type == "turn/start"), None)
+def _latest_turn(log: SessionLog) -> str | None:
+    last = log.last("turn/start")
+    return last.turn if isinstance(last, TurnStart) else None
 
 
 def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> list[str]:
@@ -351,7 +343,7 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     if not memory.settings.enabled or not query.strip():
         return []
     settings = memory.settings.recall
-    entries = block_entries(log.all_events)
+    entries = block_entries(log)
     state = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
     index = RecallIndex.build(memory.store, memory.scope)
     picks, state = select(index, query, state, settings.first_gen_max, settings.rotation_slots)
@@ -430,8 +422,8 @@ def _render_block(memory: SessionMemory, folder_ids: list[str]) -> str:
 def rearchive(log: SessionLog, memory: SessionMemory, target: int) -> tuple[int, int]:
     """Trim recalled blocks, lowest priority first and never those the latest turn injected,
     until `target` tokens are out; their folders are marked for re-review. (count, tokens)."""
-    entries = block_entries(log.all_events)
-    latest = _latest_turn(log.all_events)
+    entries = block_entries(log)
+    latest = _latest_turn(log)
     folders = {f.id: f for f in memory.store.folders(memory.scope)}
     candidates = _lowest_priority_first(entries, folders, protect=latest)
     removed_ids: list[str] = []

@@ -16,11 +16,11 @@ from typing import Literal, TypeVar
 
 from runtime import leases
 from runtime.admission import load_customer
+from runtime.agent.context import view_tokens
 from runtime.agent.memory import (
     MemoryEngine,
     SessionMemory,
     archive,
-    context_tokens,
     judge_task,
     rearchive,
     scope_of,
@@ -73,7 +73,7 @@ def archive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> str:
 
 def rearchive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> str:
     """Trim the recall block by the compress share of the context: how many blocks went."""
-    target = math.ceil(context_tokens(log, memory, judge_task(memory)) * memory.settings.compress_percent / 100)
+    target = math.ceil(view_tokens(log, judge_task(memory)) * memory.settings.compress_percent / 100)
     return str(rearchive(log, memory, target)[0])
 
 

@@ -73,9 +73,13 @@ class RulesProvider:
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         # Read notices carry no buyer lines: the reply is about the latest batch or follow-up.
-        last_user = max(
-            (i for i, m in enumerate(messages) if m.role == "user" and not m.content.startswith(READ_NOTICE_PREFIX)),
-            default=None,
+        last_user = next(
+            (
+                i
+                for i in range(len(messages) - 1, -1, -1)
+                if messages[i].role == "user" and not messages[i].content.startswith(READ_NOTICE_PREFIX)
+            ),
+            None,
         )
         if last_user is None:
             return AssistantReply(text="(no customer input)")

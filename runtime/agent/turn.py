@@ -25,8 +25,8 @@ from runtime.admission import (
     open_batch,
     revoke_batch,
 )
-from runtime.agent.context import context_use
-from runtime.agent.memory import MemoryEngine, archive, context_tokens, judge_task, percent, recall
+from runtime.agent.context import context_use, view_tokens
+from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.sessions import DAMAGED_NOTE, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
@@ -41,6 +41,7 @@ from runtime.rendering import RenderableMessage, content_text, render_batch
 from runtime.session_log import (
     AssistantAttempt,
     AssistantMessage,
+    MessageRead,
     SessionEvent,
     SessionLog,
     StepEnd,
@@ -178,7 +179,7 @@ def _deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone
         reads = undelivered_reads(conn, customer_id)
     if not reads:
         return
-    seen = {e.platform_message_id for e in log.all_events if e.type == "im/message-read"}
+    seen = {e.platform_message_id for e in log.of_type("im/message-read") if isinstance(e, MessageRead)}
     for read in reads:
         if read.platform_message_id not in seen:
             log.append(
@@ -192,10 +193,11 @@ def _deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone
     mark_delivered(store, reads)
 
 
-def _turns_of(events: list[SessionEvent], batch_id: str) -> list[tuple[TurnStart, str | None]]:
+def _turns_of(log: SessionLog, batch_id: str) -> list[tuple[TurnStart, str | None]]:
     """(turn/start, outcome or None) for every turn recorded for a batch."""
-    ends = {e.turn: e.outcome for e in events if isinstance(e, TurnEnd)}
-    return [(e, ends.get(e.turn)) for e in events if isinstance(e, TurnStart) and e.batch_id == batch_id]
+    ends = {e.turn: e.outcome for e in log.of_type("turn/end") if isinstance(e, TurnEnd)}
+    starts = log.of_type("turn/start")
+    return [(e, ends.get(e.turn)) for e in starts if isinstance(e, TurnStart) and e.batch_id == batch_id]
 
 
 def _reconcile_session(
@@ -233,7 +235,7 @@ def _call_model(
     if attempt > retry.max_attempts:  # the attempts were spent (KEFU_AGENT__OPENAI__MAX_ATTEMPTS lowered)
         return None
     try:
-        view = model_view(log.all_events, task)
+        view = model_view(log, task)
         reply = provider.complete(view, tools)
     except ModelError as error:
         log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
@@ -241,7 +243,7 @@ def _call_model(
         if not error.transient or attempt == retry.max_attempts:
             return None
         return _RetryAfter(_backoff_s(retry, attempt))
-    tokens, source = context_use(view, reply)
+    tokens, source = context_use(view_tokens(log, task), reply)
     return reply.model_copy(update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}})
 
 
@@ -289,7 +291,7 @@ def run_turn(
             prompt = _system_prompt(agent.persona)
             log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
 
-        turns = _turns_of(log.events, batch.id)
+        turns = _turns_of(log, batch.id)
         if _reconcile_session(store, turns, batch, fence):
             return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
 
@@ -388,8 +390,7 @@ def run_turn(
             (revoke_batch if paused else finish_batch)(conn, batch.id)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
-        archived_inline
-        or percent(context_tokens(log, memory, judge_task(memory)), memory) > memory.settings.trigger_percent
+        archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
     return TurnResult(batch.id, outcome, session_id, archive_due=due)
 

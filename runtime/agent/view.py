@@ -2,13 +2,23 @@
 under one system message that carries the memory sections. Never attempts or lifecycle events.
 
 Pure over the log's events, so a restart rebuilds exactly the view (recall block included) the
-model saw before it.
+model saw before it. Each event's message is made once (SessionLog.derived) and the sections
+are found by type (SessionLog.last), so building the view costs the same on a session's
+thousandth turn as on its tenth.
 """
 
 from __future__ import annotations
 
 from runtime.ports import ChatMessage, ToolCall
-from runtime.session_log import MessageRead, SessionEvent, UserMessage
+from runtime.session_log import (
+    MemoryArchive,
+    MemoryRecall,
+    MessageRead,
+    SessionEvent,
+    SessionLog,
+    SystemMessage,
+    UserMessage,
+)
 
 # Sessions started before the memory engine carry this placeholder in their system message.
 LEGACY_MEMORY_SLOT = "\n\n[长期记忆]\n（暂无）"
@@ -26,37 +36,44 @@ def chat_message(event: SessionEvent) -> ChatMessage | None:
     return None
 
 
-def archived_upto(events: list[SessionEvent]) -> int:
+def chat_messages(log: SessionLog) -> list[ChatMessage | None]:
+    """Each event's message (or None), by seq."""
+    return log.derived("chat", chat_message)
+
+
+def _last_archive(log: SessionLog) -> MemoryArchive | None:
+    last = log.last("memory/archive")
+    return last if isinstance(last, MemoryArchive) else None
+
+
+def archived_upto(log: SessionLog) -> int:
     """Events before this seq (but the system message) are archived out of the model's view."""
-    return next((e.upto for e in reversed(events) if e.type == "memory/archive"), 0)
+    last = _last_archive(log)
+    return last.upto if last else 0
 
 
-def _memory_note(events: list[SessionEvent]) -> str | None:
-    """The one merged `[memory] …` note of the session (cumulative segment count)."""
-    return next((e.note for e in reversed(events) if e.type == "memory/archive"), None)
+def recall_block(log: SessionLog) -> str:
+    last = log.last("memory/recall")
+    return last.text if isinstance(last, MemoryRecall) else ""
 
 
-def recall_block(events: list[SessionEvent]) -> str:
-    return next((e.text for e in reversed(events) if e.type == "memory/recall"), "")
-
-
-def system_text(events: list[SessionEvent], judge_task: str = "") -> str | None:
-    """The system message: the session's own prompt, then the memory note, the recall block
-    and the scoring task (each only when there is one)."""
-    first = next((e for e in events if e.type == "system/message"), None)
-    if first is None:
+def system_text(log: SessionLog, judge_task: str = "") -> str | None:
+    """The system message: the session's own prompt, then the memory note (the one merged
+    `[memory] …` note, cumulative segment count), the recall block and the scoring task (each
+    only when there is one)."""
+    first = next(iter(log.of_type("system/message")), None)
+    if not isinstance(first, SystemMessage):
         return None
-    sections = [first.text.replace(LEGACY_MEMORY_SLOT, ""), _memory_note(events), recall_block(events), judge_task]
+    archive = _last_archive(log)
+    note = archive.note if archive else None
+    sections = [first.text.replace(LEGACY_MEMORY_SLOT, ""), note, recall_block(log), judge_task]
     return "\n\n".join(s for s in sections if s)
 
 
-def model_view(events: list[SessionEvent], judge_task: str = "") -> list[ChatMessage]:
+def model_view(log: SessionLog, judge_task: str = "") -> list[ChatMessage]:
     messages: list[ChatMessage] = []
-    system = system_text(events, judge_task)
+    system = system_text(log, judge_task)
     if system is not None:
         messages.append(ChatMessage(role="system", content=system))
-    upto = archived_upto(events)
-    for event in events:
-        if event.seq >= upto and (message := chat_message(event)) is not None:
-            messages.append(message)
+    messages.extend(m for m in chat_messages(log)[archived_upto(log) :] if m is not None)
     return messages

@@ -171,8 +171,9 @@ def test_the_demo_with_a_small_window_archives_scores_and_recalls_into_the_promp
     # 张三's last question (about the courier) recalled his archived first turns into the prompt.
     recalled = {scope: v["recall_block"] for scope, v in memory.items() if v["recall_block"]}
     assert list(recalled) == ["customer-1"]
-    events = SessionLog(demo_dir / "sessions" / "default" / "s1-1.jsonl.zst").load()
-    system = model_view(events)[0].content
+    log = SessionLog(demo_dir / "sessions" / "default" / "s1-1.jsonl.zst")
+    log.load()
+    system = model_view(log)[0].content
     store = MemoryStore(demo_dir / "memory-default.sqlite")
     texts = [store.text(i) for i in recalled["customer-1"]]
     assert any("快递" in t for t in texts) and all(t.rstrip() in system for t in texts)

@@ -112,10 +112,11 @@ def test_rules_agent_archives_scores_heuristically_and_recalls_into_the_prompt(
     folders = {f["id"]: f for f in scope["folders"]}
     assert folders and all(f["scored"] and f["score_source"] == "heuristic" for f in folders.values())
     assert all(3 <= len(f["keywords"]) <= 8 and 0.01 <= f["alpha"] <= 1 for f in folders.values())
-    events = session_events(settings)
     recalled = recalled_before
     assert recalled and set(recalled) <= set(folders) and scope["recall_block"] == recalled
-    system = model_view(events)[0].content
+    log = SessionLog(session_path(settings.sessions_dir, "s1-1"))
+    log.load()
+    system = model_view(log)[0].content
     texts = {i: MemoryStore(settings.memory_path).text(i) for i in recalled}
     assert any("快递" in t for t in texts.values()) and all(t.rstrip() in system for t in texts.values())
     assert len(platform.received(shop)) == len(EARLY) + 1  # one reply per message, archive or not

@@ -103,7 +103,7 @@ def test_old_turns_are_archived_whole_and_the_surface_gets_one_merged_note(
     folders = memory.store.folders(scope_of(customer))
     assert archives[-1].segments == len(folders) == sum(e.folders for e in archives)
     assert all(f.scored and f.score_source == "heuristic" for f in folders)
-    view = model_view(log.events)
+    view = model_view(log)
     system = view[0].content
     assert system.count("[memory]") == 1 and f"[memory] {len(folders)} earlier segments archived" in system
     archived_text = "".join(memory.store.text(f.id) for f in folders)
@@ -180,11 +180,12 @@ def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(
     recall = [e for e in log.events if e.type == "memory/recall"][-1]
     picked = [entry["folder_id"] for entry in recall.entries]
     assert picked and all("快递" in archived[i] or "顺丰" in archived[i] for i in picked)
-    system = model_view(log.events)[0].content
+    system = model_view(log)[0].content
     assert "[长期记忆]" in system and all(f'id="{i}"' in system for i in picked)
     assert archived[picked[0]].rstrip() in system
     restarted = SessionLog(session_path(settings.sessions_dir, session_of(result)))
-    assert system_text(restarted.load()) == system_text(log.events)  # byte for byte after a restart
+    restarted.load()
+    assert system_text(restarted) == system_text(log)  # byte for byte after a restart
     assert load_state(memory.store, scope).block == picked
 
 
@@ -197,14 +198,14 @@ def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
     _, result = say_and_turn(store, settings, transport, platform, memory, "发票确认收货后怎么申请？")
     log = session(settings, result)
     log.open_for_append()
-    entries = block_entries(log.events)
+    entries = block_entries(log)
     latest = [e.turn for e in log.events if e.type == "turn/start"][-1]
     older = [e.folder_id for e in entries if e.turn != latest]
     newer = [e.folder_id for e in entries if e.turn == latest]
     assert older, "an earlier turn's recall must be in the block"
     trimmed, removed = rearchive(log, memory.session(customer), target=10**9)
     assert trimmed == len(older) and removed > 0
-    assert [e.folder_id for e in block_entries(log.all_events)] == newer  # this turn's picks stay
+    assert [e.folder_id for e in block_entries(log)] == newer  # this turn's picks stay
     review = [f.id for f in memory.store.folders(scope_of(customer)) if f.review]
     assert sorted(review) == sorted(older)
     score_scope(memory.session(customer))  # the heuristic re-reviews them
@@ -220,7 +221,7 @@ def test_the_rearchive_task_trims_through_the_worker_shell(
     memory = engine(settings, window=50_000)
     say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
     _, result = say_and_turn(store, settings, transport, platform, memory, "发票确认收货后怎么申请？")
-    before = block_entries(session(settings, result).events)
+    before = block_entries(session(settings, result))
     configured = settings.model_copy(
         update={
             "agent": settings.agent.model_copy(update={"context_window_tokens": 50_000}),
@@ -228,7 +229,7 @@ def test_the_rearchive_task_trims_through_the_worker_shell(
         }
     )
     trimmed = int(make_app(configured).tasks["kefu.memory.rearchive"].apply(args=[customer]).get())
-    after = block_entries(session(settings, result).events)
+    after = block_entries(session(settings, result))
     assert trimmed >= 1 and len(after) == len(before) - trimmed
     latest = [e.turn for e in session(settings, result).events if e.type == "turn/start"][-1]
     assert all(e in after for e in before if e.turn == latest)  # this turn's picks stay

@@ -253,3 +253,58 @@ def test_an_unknown_type_loads_as_it_always_did_as_an_event_that_is_not_whole(tm
     path.write_bytes(_frame(_event(0)) + _frame(newer))
     log = SessionLog(path)
     assert [e.seq for e in log.load()] == [0] and log.torn_bytes > 0
+
+
+def _appended_frame(*events: dict[str, Any]) -> bytes:
+    """A frame as another process's writer would append it."""
+    body = "".join(event_line(SESSION_EVENT.validate_python({"at": 0, **e})) for e in events).encode()
+    return zstandard.ZstdCompressor(write_checksum=True, write_content_size=True).compress(body)
+
+
+def test_a_load_after_another_writer_appended_reads_the_new_frames_and_derives_each_event_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.append("user/message", source="b1", text="在吗")
+    log.flush()
+    derived: list[int] = []
+
+    def derive(event: SessionEvent) -> int:
+        derived.append(event.seq)
+        return event.seq
+
+    assert log.derived("seq", derive) == [0, 1]
+    with open(path, "ab") as handle:  # another worker process took the customer's next turn
+        handle.write(_appended_frame({"seq": 2, "type": "turn/end", "turn": "t0", "outcome": "complete"}))
+    again = SessionLog(path)
+    assert [e.seq for e in again.load()] == [0, 1, 2]
+    assert again.derived("seq", derive) == [0, 1, 2] and derived == [0, 1, 2]  # only the new event derived
+    assert [e.seq for e in again.of_type("turn/end")] == [2] and again.last("turn/start") == again.events[0]
+    again.append("turn/start", turn="t3", batch_id="b2", kind="batch")  # buffered: indexed, not yet durable
+    assert again.last("turn/start") is not None and again.last("turn/start").seq == 3
+    assert [e.seq for e in SessionLog(path).load()] == [0, 1, 2]
+
+
+def test_damage_inside_what_this_process_already_read_is_still_found(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    for n in range(3):
+        log.append("user/message", source="b1", text=f"第{n}条消息")
+        log.flush()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # the same size, the same tail: damage in the middle
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptSessionLog):
+        SessionLog(path).load()
+
+
+def test_a_torn_frame_after_what_this_process_read_is_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("user/message", source="b1", text="第一条")
+    log.flush()
+    frame = _appended_frame({"seq": 1, "type": "user/message", "source": "b1", "text": "第二条"})
+    with open(path, "ab") as handle:
+        handle.write(frame[: len(frame) // 2])
+    reader = SessionLog(path)
+    assert [e.seq for e in reader.load()] == [0] and reader.torn_bytes == len(frame) // 2

@@ -1,0 +1,125 @@
+"""Per-message cost as one customer's session grows, and as the store fills: no broker.
+
+Each buyer message runs the whole pipeline in this process, the steps a worker would run on
+its tasks (ingest, admission, the agent turn with the memory engine on, the outbox attempt)
+against a real store, session log and simulator. The baseline in the same run is a raw
+SQLite insert-and-commit of one row.
+
+    python -m bench.growth [--turns 1000] [--history 0]
+
+`--turns`: one customer, one message per turn; the cost is reported per window of turns.
+`--history N`: N inbound messages of other customers are stored first, so the cost is read
+at that store size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from config import load_settings
+from runtime import pipeline
+from runtime.accounts import AccountSpec, create_account
+from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Settle
+from runtime.routes import RouteSpec, create_route
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+from worker.context import WorkerRuntime
+
+ACCOUNT = "bench-shop"
+
+
+def run_inline(runtime: WorkerRuntime, first: FollowUp) -> None:
+    """The follow-ups a message makes due, run here in order (the memory engine's archive is
+    left out: it runs as its own task family)."""
+    due: deque[FollowUp] = deque([first])
+    while due:
+        match due.popleft():
+            case Ingest(page, _):
+                step = pipeline.ingest(runtime, page)
+            case Admit(customer_id):
+                step = pipeline.admit(runtime, customer_id)
+            case RunTurn(customer_id, _):
+                step = pipeline.turn(runtime, customer_id, due.append)
+            case Attempt(request_id, _, retries):
+                step = pipeline.deliver(runtime, request_id, retries)
+            case Settle(request_id):
+                step = pipeline.settle(runtime, request_id)
+            case _:
+                continue
+        due.extend(step.follow_ups)
+
+
+def fill_history(runtime: WorkerRuntime, transport: SimulatorTransport, platform: SimulatedPlatform, n: int) -> None:
+    """`n` stored inbound messages of 1,000 other customers, 100 to a page, ingested only."""
+    for start in range(0, n, 100):
+        said = [platform.buyer_says(ACCOUNT, f"h{(start + i) % 1000}", "买家", "历史消息") for i in range(100)]
+        pipeline.ingest(runtime, transport.page_of(ACCOUNT, said).model_dump(mode="json"))
+
+
+def raw_commit_ms(folder: Path, rows: int = 500) -> float:
+    db = sqlite3.connect(folder / "raw.sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    began = time.perf_counter()
+    for _ in range(rows):
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (body) VALUES (?)", ("什么时候发货？",))
+        db.execute("COMMIT")
+    db.close()
+    return (time.perf_counter() - began) / rows * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--history", type=int, default=0)
+    args = parser.parse_args()
+    windows = sorted({w for w in (1, 10, 100, 500, 1000, 2000, 5000) if w <= args.turns} | {args.turns})
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        settings = load_settings(data_dir=folder)
+        runtime = WorkerRuntime(settings)
+        create_account(runtime.store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
+        create_route(runtime.store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="r")
+        platform = SimulatedPlatform(settings.simulator_path)
+        transport = SimulatorTransport(platform)
+        filled = time.perf_counter()
+        fill_history(runtime, transport, platform, args.history)
+        filled = time.perf_counter() - filled
+        costs: list[float] = []
+        cpu: list[float] = []
+        for turn in range(args.turns):
+            page = transport.page_of(
+                ACCOUNT, [platform.buyer_says(ACCOUNT, "loyal", "老顾客", f"第{turn}次：什么时候发货？")]
+            )
+            began, began_cpu = time.perf_counter(), time.process_time()
+            run_inline(runtime, Ingest(page.model_dump(mode="json")))
+            costs.append((time.perf_counter() - began) * 1000)
+            cpu.append((time.process_time() - began_cpu) * 1000)
+        replies = sum(1 for send in platform.received(ACCOUNT) if send.recipient_id == "loyal")
+        raw = raw_commit_ms(folder)
+        log_bytes = sum(p.stat().st_size for p in settings.sessions_dir.glob("*.zst"))
+    table = Table("turn", "wall ms per message", "CPU ms per message", "CPU vs turn 10", "wall × raw commit")
+    base = statistics.median(cpu[5:15]) if args.turns >= 15 else statistics.median(cpu)
+    for at in windows:
+        window = slice(max(0, at - 20), at)  # the 20 messages up to this turn, their median
+        wall, used = statistics.median(costs[window]), statistics.median(cpu[window])
+        table.add_row(f"{at:,}", f"{wall:.2f}", f"{used:.2f}", f"{used / base:.2f}×", f"{wall / raw:.1f}")
+    console = Console()
+    console.print(table)
+    console.print(
+        f"{args.turns:,} messages, {replies:,} replied; history {args.history:,} messages stored in {filled:.1f} s;"
+        f" raw SQLite commit {raw:.3f} ms; session log {log_bytes / 1e6:.2f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()
