@@ -71,19 +71,25 @@ def compute_report(conn: Connection, account_id: str, generation: int) -> Checkp
     pending = PendingCounts(
         input=conn.execute(
             sql(
-                "SELECT count(*) FROM inbound_message WHERE account_id = :a AND (state = 'claimed'"
-                " OR (state = 'pending' AND sender_role IN ('external', 'human-native')))"
+                # Through the open-state indexes (V14): the account's own index would read all it stored.
+                "SELECT (SELECT count(*) FROM inbound_message INDEXED BY inbound_claimed"
+                "  WHERE account_id = :a AND state = 'claimed')"
+                " + (SELECT count(*) FROM inbound_message INDEXED BY inbound_pending"
+                "  WHERE account_id = :a AND state = 'pending' AND sender_role IN ('external', 'human-native'))"
             ),
             params,
         ).scalar_one()
         + received_not_ingested(conn, account_id),
         outbox=conn.execute(
-            sql("SELECT count(*) FROM outbox_request WHERE account_id = :a AND state IN ('pending', 'sending')"),
+            sql(
+                "SELECT count(*) FROM outbox_request INDEXED BY outbox_open_by_customer"
+                " WHERE account_id = :a AND state IN ('pending', 'sending')"
+            ),
             params,
         ).scalar_one(),
         turns=conn.execute(
-            sql(
-                "SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
+            sql(  # CROSS JOIN: open batches first, then their customers (not all of the account's customers)
+                "SELECT count(*) FROM admission_batch b CROSS JOIN customer c ON c.id = b.customer_id"
                 " WHERE c.account_id = :a AND b.state IN ('claimed', 'committed')"
             ),
             params,

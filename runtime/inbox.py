@@ -48,7 +48,7 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
     would put the cursor back."""
     at = now_ms()
     key = (page.account_id, page.stream_id, page.page_op_id)
-    with store.raw() as db, immediate(db):
+    with store.raw() as db, immediate(db, durable=True):  # the receiver ACKs the platform after this
         if db.execute(f"SELECT 1 FROM page_receipt WHERE {_KEY}", key).fetchone():
             return False
         if not isinstance(fetched_after, Unchecked):
@@ -152,7 +152,7 @@ def received_not_ingested(conn: Connection, account_id: str) -> int:
         sql(
             "SELECT coalesce(sum((SELECT sum(json_array_length(g.value, '$.messages'))"
             " FROM json_each(r.page, '$.groups') g)), 0)"
-            " FROM received_page r WHERE account_id = :a AND ingested_at IS NULL"
+            " FROM received_page r INDEXED BY received_page_pending WHERE account_id = :a AND ingested_at IS NULL"
         ),
         {"a": account_id},
     ).scalar_one()

@@ -164,7 +164,7 @@ def _commit_group(
 
 def _commit_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
     key = (page.account_id, page.stream_id, page.page_op_id)
-    with immediate(db):
+    with immediate(db, durable=True):  # the platform is told the cursor next (the groups get on disk with it)
         if db.execute(_PAGE_COMMITTED, key).fetchone():
             return
         have = db.execute(

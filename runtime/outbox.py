@@ -143,7 +143,7 @@ def _handed_off(conn: Connection, account_id: str) -> bool:
 
 def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: float) -> AttemptGrant | AttemptSkipped:
     at = now_ms()
-    with store.write() as conn:
+    with store.write(durable=True) as conn:  # the send follows: never begun twice after a power loss
         request = load_request(conn, request_id)
         if request is None:
             return AttemptSkipped("unknown-request")
@@ -333,13 +333,13 @@ def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, pla
 
 def record_sent(store: DeliveryStore, request_id: str, attempt_no: int, receipt: SendReceipt) -> None:
     """The platform accepted the send. Also settles a request marked result-unknown meanwhile."""
-    with store.write() as conn:
+    with store.write(durable=True) as conn:
         _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=receipt.platform_message_id)
 
 
 def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failure: SendFailure) -> None:
     request_state = {"not-submitted": "pending", "rejected": "failed", "unknown": "result-unknown"}[failure.kind]
-    with store.write() as conn:
+    with store.write(durable=True) as conn:
         _mark(conn, request_id, attempt_no, failure.kind, request_state, error_code=failure.code)
 
 
@@ -350,7 +350,7 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup,
     send still on its way may arrive after the answer, and the query does not count. Queries are
     counted, so the reconciler stops asking after `receipt_query_limit`. True when the request
     left result-unknown."""
-    with store.write() as conn:
+    with store.write(durable=True) as conn:
         request = load_request(conn, request_id)
         if request is None or request.state != OutboxState.RESULT_UNKNOWN:
             return False
@@ -380,7 +380,7 @@ def confirm_result(
     store: DeliveryStore, request_id: str, delivered: bool, platform_message_id: str | None = None
 ) -> OutboxRequest:
     """An operator settles a `result-unknown` request after checking the platform."""
-    with store.write() as conn:
+    with store.write(durable=True) as conn:
         request = load_request(conn, request_id)
         if request is None:
             raise RequestUnknown(request_id)
@@ -427,8 +427,8 @@ def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, 
     """Pending requests nobody attempted for a grace, and attempts whose lease ran out without
     an outcome (the reconciler; begin_attempt turns the latter into result-unknown)."""
     query = sql(
-        "SELECT request_id FROM outbox_request WHERE (state = 'pending' AND updated_at < :t)"
-        " OR (state = 'sending' AND updated_at < :lease) LIMIT :n"
+        "SELECT request_id FROM outbox_request WHERE state = 'pending' AND updated_at < :t"
+        " UNION ALL SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < :lease LIMIT :n"
     )
     return [str(r) for r in conn.execute(query, {"t": quiet_before, "lease": lease_before, "n": limit}).scalars()]
 

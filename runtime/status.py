@@ -37,7 +37,8 @@ def is_quiet(store: DeliveryStore) -> bool:
             sql(
                 "SELECT 1 FROM received_page WHERE ingested_at IS NULL"
                 " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'claimed'"
-                " OR (state = 'pending' AND sender_role IN ('external', 'human-native'))"
+                " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'pending'"
+                " AND sender_role IN ('external', 'human-native')"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
             )

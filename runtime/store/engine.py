@@ -25,9 +25,10 @@ if TYPE_CHECKING:
 
 class _Connection(sqlite3.Connection):
     """A store's DBAPI connection, which knows its shard guard (set once the store is migrated)
-    so `immediate()` can check it."""
+    so `immediate()` can check it, and whether its commits are on disk on their own."""
 
     kefu_guard: ShardGuard | None = None
+    kefu_synchronous = "FULL"  # NORMAL in WAL mode: a commit is on disk at the next FULL one or checkpoint
 
 
 def now_ms() -> int:
@@ -35,19 +36,39 @@ def now_ms() -> int:
 
 
 @contextmanager
-def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error. On a guarded
-    store's connection the shard lease is checked first (runtime.shards)."""
-    db.execute("BEGIN IMMEDIATE")
+def synchronous(db: sqlite3.Connection, durable: bool) -> Iterator[None]:
+    """A durable transaction's COMMIT returns once it is on disk (PRAGMA synchronous = FULL,
+    set before BEGIN, where SQLite applies it; in WAL mode it also makes every earlier commit
+    durable). For the commits a platform call follows or records: a power loss must never
+    roll back "attempt begun", or a recorded page the platform was told it may drop. The other
+    commits keep WAL's NORMAL (consistent, durable at the next durable commit or checkpoint)."""
+    base = getattr(db, "kefu_synchronous", "FULL")
+    if not durable or base == "FULL":
+        yield
+        return
+    db.execute("PRAGMA synchronous = FULL")
     try:
-        guard = getattr(db, "kefu_guard", None)
-        if guard is not None:
-            guard.check(db.execute)
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+        yield
+    finally:
+        db.execute(f"PRAGMA synchronous = {base}")
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection, durable: bool = False) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error. On a guarded
+    store's connection the shard lease is checked first (runtime.shards). `durable`: see
+    `synchronous`."""
+    with synchronous(db, durable):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            guard = getattr(db, "kefu_guard", None)
+            if guard is not None:
+                guard.check(db.execute)
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -135,6 +156,7 @@ class DeliveryStore:
         ]
         if self.guard is not None and self._fenced:
             cast(_Connection, dbapi).kefu_guard = self.guard
+        cast(_Connection, dbapi).kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         if s.cache_size_kib is not None:
             wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
         for name, value, expected in wanted:
@@ -160,10 +182,12 @@ class DeliveryStore:
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One write transaction; commits on success, rolls back on any error."""
+    def write(self, durable: bool = False) -> Iterator[Connection]:
+        """One write transaction; commits on success, rolls back on any error. `durable`: the
+        commit is on disk when this returns (see `synchronous`)."""
         with self.engine.connect() as conn:
-            with conn.begin():
+            dbapi = cast(sqlite3.Connection, conn.connection.dbapi_connection)
+            with synchronous(dbapi, durable), conn.begin():
                 yield conn
 
     @contextmanager

@@ -403,5 +403,23 @@ V13 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13)
+V14 = Migration(
+    14,
+    "open-work indexes a query can use: one partial index per state",
+    (
+        # SQLite uses a partial index only for a query whose WHERE repeats the index's: one on
+        # `state IN ('pending', 'claimed')` never served `state = 'pending'`, so admission read all
+        # of a customer's messages and the reconciler whole tables. One index per open state
+        # holds only open work, so these queries cost what is open, not what is stored.
+        "DROP INDEX inbound_open",
+        "CREATE INDEX inbound_pending ON inbound_message (customer_id, id) WHERE state = 'pending'",
+        "CREATE INDEX inbound_claimed ON inbound_message (customer_id) WHERE state = 'claimed'",
+        "DROP INDEX outbox_unsettled",
+        "CREATE INDEX outbox_pending ON outbox_request (customer_id) WHERE state = 'pending'",
+        "CREATE INDEX outbox_sending ON outbox_request (updated_at) WHERE state = 'sending'",
+        "CREATE INDEX outbox_unknown ON outbox_request (updated_at) WHERE state = 'result-unknown'",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -62,8 +62,37 @@ def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
         assert conn.exec_driver_sql("SELECT revision, generation FROM route").one() == (1, 1)
         assert conn.exec_driver_sql("SELECT count(*) FROM operation").scalar_one() == 0
         indexes = {row[1] for row in conn.exec_driver_sql("PRAGMA index_list(outbox_request)")}
-    assert "outbox_unsettled" in indexes
+    assert {"outbox_pending", "outbox_sending", "outbox_unknown"} <= indexes and "outbox_unsettled" not in indexes
     DeliveryStore(path)  # reopening a migrated file is a no-op
+
+
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [
+        (
+            "SELECT id FROM inbound_message WHERE customer_id = 1 AND state = 'pending' ORDER BY id LIMIT 5",
+            "inbound_pending",
+        ),
+        (
+            "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending' AND received_at < 5",
+            "inbound_pending",
+        ),
+        (
+            "SELECT request_id FROM outbox_request WHERE customer_id = 1 AND state = 'pending' ORDER BY rowid",
+            "outbox_pending",
+        ),
+        ("SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < 5", "outbox_sending"),
+        (
+            "SELECT request_id FROM outbox_request WHERE state = 'result-unknown' AND receipt_queries < 5",
+            "outbox_unknown",
+        ),
+    ],
+)
+def test_queries_on_open_work_read_only_open_work(store, query, index):
+    """Open work is found through its state's partial index, never by reading what is stored."""
+    with store.read() as conn:
+        plan = " ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}"))
+    assert f"USING INDEX {index}" in plan and "TEMP B-TREE" not in plan
 
 
 def test_newer_file_is_refused_untouched(tmp_path):

@@ -1,0 +1,78 @@
+"""The commits a platform call follows or records are on disk when they return (PRAGMA
+synchronous = FULL for that transaction); the others keep WAL's NORMAL. Traced on the store's
+own connections while one buyer message goes through the pipeline."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sqlalchemy import event
+
+from runtime import pipeline
+from runtime.pipeline import Admit, Attempt, RunTurn
+from runtime.store import DeliveryStore
+from tests.local_services import Local
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+
+
+def _traced(store: DeliveryStore) -> list[str]:
+    """Every statement the store's connections run from now on."""
+    statements: list[str] = []
+    store.engine.dispose()
+
+    def trace(dbapi: sqlite3.Connection, _record: object) -> None:
+        dbapi.set_trace_callback(statements.append)
+
+    event.listen(store.engine, "connect", trace)
+    return statements
+
+
+def _split(statements: list[str]) -> list[list[str]]:
+    """Each write transaction's statements, after the PRAGMA set just before its BEGIN."""
+    transactions: list[list[str]] = []
+    current: list[str] = []
+    before = None
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous"):
+            before = statement
+        elif statement == "BEGIN IMMEDIATE":
+            current = [before or "", statement]
+            before = None
+        elif statement == "COMMIT" and current:
+            transactions.append(current)
+            current = []
+        elif current:
+            current.append(statement)
+    return transactions
+
+
+def _durable(transactions: list[list[str]], needle: str) -> list[bool]:
+    return [t[0] == "PRAGMA synchronous = FULL" for t in transactions if any(needle in s for s in t)]
+
+
+def test_receiving_ingesting_and_sending_commit_durably_and_admission_does_not(
+    settings, store: DeliveryStore, shop: str, platform: SimulatedPlatform, transport: SimulatorTransport
+) -> None:
+    services = Local(settings, store, transport=transport)  # type: ignore[arg-type]
+    statements = _traced(store)
+    page = transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "什么时候发货？")])
+    due = list(pipeline.receive(services, page).follow_ups)
+    while due:
+        work = due.pop(0)
+        if isinstance(work, pipeline.Ingest):
+            due += pipeline.ingest(services, work.page).follow_ups
+        elif isinstance(work, Admit):
+            due += pipeline.admit(services, work.customer_id).follow_ups
+        elif isinstance(work, RunTurn):
+            due += pipeline.turn(services, work.customer_id, due.append).follow_ups
+        elif isinstance(work, Attempt):
+            due += pipeline.deliver(services, work.request_id).follow_ups
+    assert len(platform.received(shop)) == 1
+    transactions = _split(statements)
+    assert _durable(transactions, "INSERT OR IGNORE INTO received_page") == [True]  # the receiver ACKs next
+    assert _durable(transactions, "INSERT INTO page_receipt") == [True]  # the cursor is confirmed next
+    assert _durable(transactions, "INSERT INTO outbox_attempt") == [True]  # the send follows
+    assert _durable(transactions, "UPDATE outbox_attempt SET state") == [True]  # the send's outcome
+    assert _durable(transactions, "INSERT INTO admission_batch") == [False]  # nothing on the platform hangs on it
+    with store.read() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 1  # NORMAL again after each
