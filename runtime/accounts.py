@@ -11,7 +11,7 @@ from runtime.errors import AccountUnknown, KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import Account, table_of
+from runtime.store.tables import Account, AccountTable, table_of
 
 
 class AccountSpec(BaseModel):
@@ -39,7 +39,7 @@ def identity_clash(conn: Connection, spec: AccountSpec) -> None:
 def insert_account(conn: Connection, spec: AccountSpec) -> Account:
     identity_clash(conn, spec)
     row = Account(**spec.model_dump(), simulated=spec.platform == "simulator", created_at=now_ms())
-    conn.execute(table_of(Account).insert().values(**row.model_dump()))
+    conn.execute(table_of(AccountTable).insert().values(**row.model_dump()))
     return row
 
 

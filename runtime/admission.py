@@ -18,7 +18,7 @@ from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
-from runtime.store.tables import AdmissionBatch, Customer, Route, table_of
+from runtime.store.tables import AdmissionBatch, AdmissionBatchTable, Customer, Route, table_of
 
 
 def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
@@ -69,8 +69,23 @@ def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
     return AdmissionBatch.model_validate(dict(row)) if row else None
 
 
+_NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer comes from the full evaluation
+    "SELECT EXISTS (SELECT 1 FROM customer WHERE id = :c AND NOT handling_paused)"
+    " AND NOT EXISTS (SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed'))"
+    " AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
+    "  AND sender_role IN ('external', 'human-native'))"
+)
+
+
 def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
-    """Claim up to `batch_size` pending messages into a new batch when the route admits."""
+    """Claim up to `batch_size` pending messages into a new batch when the route admits.
+
+    First a read: with no open batch and no buyer input waiting (as after most turns) there is
+    nothing to decide, and no write lock is taken. Input committed after that read brings its
+    own admission."""
+    with store.read() as conn:
+        if conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one():
+            return AdmissionDecision("nothing-pending")
     with store.write() as conn:
         customer = load_customer(conn, customer_id)
         if customer is None:
@@ -115,7 +130,7 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         batch_id = batch_id_of(customer_id, pending[0][1])
         at = now_ms()
         conn.execute(
-            table_of(AdmissionBatch)
+            table_of(AdmissionBatchTable)
             .insert()
             .values(
                 id=batch_id,

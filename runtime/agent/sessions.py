@@ -59,11 +59,14 @@ class OpenSession:
     replaced: DamagedSession | None = None  # the damaged session this one continues
 
 
-def open_session(store: DeliveryStore, customer_id: int, sessions_dir: Path, fence: Fence | None) -> OpenSession:
+def open_session(
+    store: DeliveryStore, customer_id: int, sessions_dir: Path, fence: Fence | None, known: str | None = None
+) -> OpenSession:
     """The customer's current session, opened for appending under `fence`; a damaged one is
-    retired first and a new, empty session opened in its place."""
+    retired first and a new, empty session opened in its place. `known`: the customer's session
+    id as read under the same lease (only its holder changes it), saving a transaction."""
     guard = partial(before_file_write, fence) if fence is not None else nullcontext
-    session_id = _ensure_session_id(store, customer_id, fence)
+    session_id = known or _ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()

@@ -273,7 +273,7 @@ def run_turn(
         with fenced(store, fence) as conn:
             revoke_batch(conn, batch.id)
         return TurnResult(batch.id, "revoked", customer.session_id)
-    session = open_session(store, customer_id, sessions_dir, fence)
+    session = open_session(store, customer_id, sessions_dir, fence, customer.session_id if fence else None)
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id) if memory_engine else None
     waiting = waiting_for_model(log)

@@ -1,0 +1,147 @@
+"""Where a buyer message's cost goes, counted: SQL statements and transactions per pipeline step,
+durable commits, session-log fsyncs, and CPU per step. No broker (the broker hops are counted
+by `bench.e2e`); each message from its own buyer, through the same steps a worker runs.
+
+    python -m bench.cost [--messages 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import event
+
+from bench.growth import ACCOUNT
+from config import load_settings
+from runtime import pipeline
+from runtime.accounts import AccountSpec, create_account
+from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Step
+from runtime.routes import RouteSpec, create_route
+from transports.simulator import SimulatedPlatform, SimulatorTransport
+from worker.context import WorkerRuntime
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.statements: Counter[str] = Counter()  # step -> SQL statements (BEGIN/COMMIT/PRAGMA apart)
+        self.transactions: Counter[str] = Counter()
+        self.durable: Counter[str] = Counter()
+        self.fsyncs: Counter[str] = Counter()  # os.fsync outside SQLite: the session log
+        self.cpu_ms: defaultdict[str, float] = defaultdict(float)
+        self.step = "receive"
+
+    def statement(self, text: str) -> None:
+        head = text.split(None, 1)[0].upper() if text.strip() else ""
+        if head == "BEGIN":
+            self.transactions[self.step] += 1
+        elif text == "PRAGMA synchronous = FULL":
+            self.durable[self.step] += 1
+        elif head not in ("COMMIT", "ROLLBACK", "PRAGMA"):
+            self.statements[self.step] += 1
+
+
+def run(runtime: WorkerRuntime, counts: Counts, page: dict[str, object]) -> None:
+    steps: dict[type, Callable[[FollowUp], Step]] = {
+        Ingest: lambda w: pipeline.ingest(runtime, w.page),  # type: ignore[attr-defined]
+        Admit: lambda w: pipeline.admit(runtime, w.customer_id),  # type: ignore[attr-defined]
+        RunTurn: lambda w: pipeline.turn(runtime, w.customer_id, due.append),  # type: ignore[attr-defined]
+        Attempt: lambda w: pipeline.deliver(runtime, w.request_id),  # type: ignore[attr-defined]
+    }
+    counts.step = "receive"
+    began = time.process_time()
+    received = pipeline.receive(runtime, pipeline.InboundPage.model_validate(page))
+    counts.cpu_ms["receive"] += (time.process_time() - began) * 1000
+    due: list[FollowUp] = list(received.follow_ups)
+    while due:
+        work = due.pop(0)
+        if type(work) not in steps:
+            continue
+        counts.step = type(work).__name__
+        began = time.process_time()
+        due.extend(steps[type(work)](work).follow_ups)
+        counts.cpu_ms[counts.step] += (time.process_time() - began) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(data_dir=Path(tmp))
+        runtime = WorkerRuntime(settings)
+        create_account(runtime.store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
+        create_route(runtime.store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="r")
+        platform = SimulatedPlatform(settings.simulator_path)
+        transport = SimulatorTransport(platform)
+        counts = Counts()
+        warm = transport.page_of(ACCOUNT, [platform.buyer_says(ACCOUNT, "warm", "买家", "什么时候发货？")])
+        run(runtime, Counts(), warm.model_dump(mode="json"))  # imports, first connections
+        runtime.store.engine.dispose()
+        event.listen(
+            runtime.store.engine, "connect", lambda db, _: db.set_trace_callback(counts.statement)
+        )
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            counts.fsyncs[counts.step] += 1
+            real_fsync(fd)
+
+        os.fsync = fsync
+        began = time.perf_counter()
+        for n in range(args.messages):
+            said = platform.buyer_says(ACCOUNT, f"b{n}", "买家", "什么时候发货？")
+            run(runtime, counts, transport.page_of(ACCOUNT, [said]).model_dump(mode="json"))
+        wall = time.perf_counter() - began
+        os.fsync = real_fsync
+        replies = len(platform.received(ACCOUNT)) - 1
+        raw = raw_commit_ms(Path(tmp))
+    n = args.messages
+    table = Table("step", "SQL statements", "transactions", "durable commits", "log fsyncs", "CPU ms", title=f"per buyer message ({n} messages, {replies} replies)")
+    order = ["receive", "Ingest", "Admit", "RunTurn", "Attempt"]
+    for step in order:
+        table.add_row(
+            step,
+            f"{counts.statements[step] / n:.1f}",
+            f"{counts.transactions[step] / n:.1f}",
+            f"{counts.durable[step] / n:.1f}",
+            f"{counts.fsyncs[step] / n:.1f}",
+            f"{counts.cpu_ms[step] / n:.2f}",
+        )
+    table.add_row(
+        "total",
+        f"{sum(counts.statements.values()) / n:.1f}",
+        f"{sum(counts.transactions.values()) / n:.1f}",
+        f"{sum(counts.durable.values()) / n:.1f}",
+        f"{sum(counts.fsyncs.values()) / n:.1f}",
+        f"{sum(counts.cpu_ms.values()) / n:.2f}",
+    )
+    console = Console()
+    console.print(table)
+    console.print(f"wall {wall / n * 1000:.2f} ms per message; a raw SQLite insert + durable commit {raw:.3f} ms (baseline)")
+
+
+def raw_commit_ms(folder: Path, rows: int = 300) -> float:
+    db = sqlite3.connect(folder / "raw.sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    began = time.perf_counter()
+    for _ in range(rows):
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (body) VALUES (?)", ("什么时候发货？",))
+        db.execute("COMMIT")
+    db.close()
+    return (time.perf_counter() - began) / rows * 1000
+
+
+if __name__ == "__main__":
+    main()
