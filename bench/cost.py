@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import event
 
-from bench.growth import ACCOUNT
+from bench.growth import ACCOUNT, raw_commit_ms, run_inline
 from config import load_settings
 from runtime import pipeline
 from runtime.accounts import AccountSpec, create_account
-from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Step
+from runtime.pages import InboundPage
 from runtime.routes import RouteSpec, create_route
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.context import WorkerRuntime
@@ -50,25 +50,16 @@ class Counts:
 
 
 def run(runtime: WorkerRuntime, counts: Counts, page: dict[str, object]) -> None:
-    steps: dict[type, Callable[[FollowUp], Step]] = {
-        Ingest: lambda w: pipeline.ingest(runtime, w.page),  # type: ignore[attr-defined]
-        Admit: lambda w: pipeline.admit(runtime, w.customer_id),  # type: ignore[attr-defined]
-        RunTurn: lambda w: pipeline.turn(runtime, w.customer_id, due.append),  # type: ignore[attr-defined]
-        Attempt: lambda w: pipeline.deliver(runtime, w.request_id),  # type: ignore[attr-defined]
-    }
-    counts.step = "receive"
-    began = time.process_time()
-    received = pipeline.receive(runtime, pipeline.InboundPage.model_validate(page))
-    counts.cpu_ms["receive"] += (time.process_time() - began) * 1000
-    due: list[FollowUp] = list(received.follow_ups)
-    while due:
-        work = due.pop(0)
-        if type(work) not in steps:
-            continue
-        counts.step = type(work).__name__
+    @contextmanager
+    def counted(step: str) -> Iterator[None]:
+        counts.step = step
         began = time.process_time()
-        due.extend(steps[type(work)](work).follow_ups)
-        counts.cpu_ms[counts.step] += (time.process_time() - began) * 1000
+        yield
+        counts.cpu_ms[step] += (time.process_time() - began) * 1000
+
+    with counted("receive"):
+        (ingest,) = pipeline.receive(runtime, InboundPage.model_validate(page)).follow_ups
+    run_inline(runtime, ingest, counted)
 
 
 def main() -> None:
@@ -86,9 +77,7 @@ def main() -> None:
         warm = transport.page_of(ACCOUNT, [platform.buyer_says(ACCOUNT, "warm", "买家", "什么时候发货？")])
         run(runtime, Counts(), warm.model_dump(mode="json"))  # imports, first connections
         runtime.store.engine.dispose()
-        event.listen(
-            runtime.store.engine, "connect", lambda db, _: db.set_trace_callback(counts.statement)
-        )
+        event.listen(runtime.store.engine, "connect", lambda db, _: db.set_trace_callback(counts.statement))
         real_fsync = os.fsync
 
         def fsync(fd: int) -> None:
@@ -103,10 +92,18 @@ def main() -> None:
         wall = time.perf_counter() - began
         os.fsync = real_fsync
         replies = len(platform.received(ACCOUNT)) - 1
-        raw = raw_commit_ms(Path(tmp))
+        raw = raw_commit_ms(Path(tmp), synchronous="FULL")
     n = args.messages
-    table = Table("step", "SQL statements", "transactions", "durable commits", "log fsyncs", "CPU ms", title=f"per buyer message ({n} messages, {replies} replies)")
-    order = ["receive", "Ingest", "Admit", "RunTurn", "Attempt"]
+    table = Table(
+        "step",
+        "SQL statements",
+        "transactions",
+        "durable commits",
+        "log fsyncs",
+        "CPU ms",
+        title=f"per buyer message ({n} messages, {replies} replies)",
+    )
+    order = ["receive", "Ingest", "Admit", "RunTurn", "Attempt"]  # the steps one message takes
     for step in order:
         table.add_row(
             step,
@@ -126,21 +123,9 @@ def main() -> None:
     )
     console = Console()
     console.print(table)
-    console.print(f"wall {wall / n * 1000:.2f} ms per message; a raw SQLite insert + durable commit {raw:.3f} ms (baseline)")
-
-
-def raw_commit_ms(folder: Path, rows: int = 300) -> float:
-    db = sqlite3.connect(folder / "raw.sqlite", isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
-    began = time.perf_counter()
-    for _ in range(rows):
-        db.execute("BEGIN IMMEDIATE")
-        db.execute("INSERT INTO t (body) VALUES (?)", ("什么时候发货？",))
-        db.execute("COMMIT")
-    db.close()
-    return (time.perf_counter() - began) / rows * 1000
+    console.print(
+        f"wall {wall / n * 1000:.2f} ms per message; a raw SQLite insert + durable commit {raw:.3f} ms (baseline)"
+    )
 
 
 if __name__ == "__main__":

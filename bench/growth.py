@@ -20,6 +20,8 @@ import statistics
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -36,24 +38,28 @@ from worker.context import WorkerRuntime
 ACCOUNT = "bench-shop"
 
 
-def run_inline(runtime: WorkerRuntime, first: FollowUp) -> None:
+def run_inline(
+    runtime: WorkerRuntime, first: FollowUp, around: Callable[[str], AbstractContextManager[object]] = nullcontext
+) -> None:
     """The follow-ups a message makes due, run here in order (the memory engine's archive is
-    left out: it runs as its own task family)."""
+    left out: it runs as its own task family). `around(step)` wraps each step (bench.cost)."""
     due: deque[FollowUp] = deque([first])
     while due:
-        match due.popleft():
-            case Ingest(page, _):
-                step = pipeline.ingest(runtime, page)
-            case Admit(customer_id):
-                step = pipeline.admit(runtime, customer_id)
-            case RunTurn(customer_id, _):
-                step = pipeline.turn(runtime, customer_id, due.append)
-            case Attempt(request_id, _, retries):
-                step = pipeline.deliver(runtime, request_id, retries)
-            case Settle(request_id):
-                step = pipeline.settle(runtime, request_id)
-            case _:
-                continue
+        work = due.popleft()
+        with around(type(work).__name__):
+            match work:
+                case Ingest(page, _):
+                    step = pipeline.ingest(runtime, page)
+                case Admit(customer_id):
+                    step = pipeline.admit(runtime, customer_id)
+                case RunTurn(customer_id, _):
+                    step = pipeline.turn(runtime, customer_id, due.append)
+                case Attempt(request_id, _, retries):
+                    step = pipeline.deliver(runtime, request_id, retries)
+                case Settle(request_id):
+                    step = pipeline.settle(runtime, request_id)
+                case _:
+                    continue
         due.extend(step.follow_ups)
 
 
@@ -64,9 +70,11 @@ def fill_history(runtime: WorkerRuntime, transport: SimulatorTransport, platform
         pipeline.ingest(runtime, transport.page_of(ACCOUNT, said).model_dump(mode="json"))
 
 
-def raw_commit_ms(folder: Path, rows: int = 500) -> float:
-    db = sqlite3.connect(folder / "raw.sqlite", isolation_level=None)
+def raw_commit_ms(folder: Path, rows: int = 500, synchronous: str = "NORMAL") -> float:
+    """The baseline: one row inserted and committed, in WAL mode."""
+    db = sqlite3.connect(folder / f"raw-{synchronous}.sqlite", isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
     db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
     began = time.perf_counter()
     for _ in range(rows):

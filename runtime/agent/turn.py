@@ -52,7 +52,7 @@ from runtime.session_log import (
     TurnStart,
 )
 from runtime.store import DeliveryStore, now_ms
-from runtime.store.tables import AdmissionBatch
+from runtime.store.tables import AdmissionBatch, BuyerRead
 
 ROLE_SECTION = (
     "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
@@ -172,11 +172,9 @@ def _close_unfinished(log: SessionLog) -> bool:
     return True
 
 
-def _deliver_reads(store: DeliveryStore, log: SessionLog, customer_id: int, zone: ZoneInfo) -> None:
+def _deliver_reads(store: DeliveryStore, log: SessionLog, reads: list[BuyerRead], zone: ZoneInfo) -> None:
     """Give the session one `im/message-read` event per stored buyer receipt it has not had.
     The log is checked first, so a crash between the event and the store's mark adds none twice."""
-    with store.read() as conn:
-        reads = undelivered_reads(conn, customer_id)
     if not reads:
         return
     seen = {e.platform_message_id for e in log.of_type("im/message-read") if isinstance(e, MessageRead)}
@@ -325,20 +323,23 @@ def run_turn(
     tools = [spec for spec, _ in available.values()]
     outcome: Outcome = "error"
     paused = unavailable = archived_inline = False
-    # Flush points: requested tool calls before any starts, each start before it runs, results
-    # before the next model call; a step without tools is flushed with the turn's end.
+    # Flush points: requested tool calls before any starts (in one frame with the first start),
+    # each start before it runs, results before the next model call; a step without tools is
+    # flushed with the turn's end.
     step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
     while step < agent.max_steps:
-        with store.read() as conn:
-            if not is_current(conn, customer_id, batch.handling_epoch):
-                if resuming:
-                    log.append("step/end", turn=turn_id, step=step)
-                outcome, paused = "interrupted", True  # a human took over during the turn
-                break
+        with store.read() as conn:  # one read per step: still ours, and what the buyer has read since
+            current = is_current(conn, customer_id, batch.handling_epoch)
+            reads = undelivered_reads(conn, customer_id) if current and not resuming else []
+        if not current:
+            if resuming:
+                log.append("step/end", turn=turn_id, step=step)
+            outcome, paused = "interrupted", True  # a human took over during the turn
+            break
         task = judge_task(memory)
         if not resuming:
             log.append("step/start", turn=turn_id, step=step)
-            _deliver_reads(store, log, customer_id, zone)
+            _deliver_reads(store, log, reads, zone)
             if memory is not None:  # a step's tool output must not push the next call past the window
                 inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
                 if inline.folders or inline.trimmed:  # new pending or review folders: a new task
@@ -361,7 +362,6 @@ def run_turn(
             log.append("step/end", turn=turn_id, step=step)
             outcome = "complete"
             break
-        log.flush()
         handed_off = False
         for call in reply.tool_calls:
             log.append("tool/call", call_id=call.id, name=call.name)
