@@ -30,6 +30,7 @@ from typing_extensions import TypedDict
 from runtime.store import now_ms
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A position (seq, 0..N-1) and a count (offset, 0..N) are different things; both are exact
 # non-negative integers.
@@ -251,9 +252,6 @@ def _whole_frame_after(data: bytes, start: int) -> int | None:
             pass
         position = data.find(_FRAME_MAGIC, position + 1)
     return None
-
-
-T = TypeVar("T")
 
 
 @dataclass
