@@ -89,13 +89,13 @@ def before_file_write(fence: Fence) -> Iterator[None]:
     the lease if this one stalled for a third of the lease between this check and its write.
     No renewal here: the holder's renewer does it."""
     at = now_ms()
-    with fence.store.read() as conn:
+    with fence.store.raw() as db:  # two independent reads, each its own snapshot
         if fence.store.guard is not None:  # and the shard is still this process's to write
-            fence.store.guard.confirm(conn.exec_driver_sql)
-        still_ours = conn.execute(
-            sql("SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until"),
+            fence.store.guard.confirm(db.execute)
+        still_ours = db.execute(
+            "SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until",
             {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 3},
-        ).first()
+        ).fetchone()
     if still_ours is None:
         raise LeaseLost(fence.name)
     yield

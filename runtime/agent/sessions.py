@@ -41,15 +41,17 @@ def damaged_folder(sessions_dir: Path) -> Path:
     return sessions_dir / "damaged"
 
 
-def _ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> str:
+def _ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> tuple[str, bool]:
+    """The customer's session id, and whether it was given just now (the customer's first)."""
     with fenced(store, fence) as conn:
         session_id: str | None = conn.execute(
             sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
         ).scalar_one()
-        if session_id is None:
-            session_id = f"s{customer_id}-1"
-            conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
-    return session_id
+        if session_id is not None:
+            return session_id, False
+        session_id = f"s{customer_id}-1"
+        conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+    return session_id, True
 
 
 @dataclass
@@ -57,6 +59,14 @@ class OpenSession:
     log: SessionLog  # loaded, torn tail cut, ready to append
     session_id: str
     replaced: DamagedSession | None = None  # the damaged session this one continues
+    first: bool = False  # the customer's first session, begun now
+
+    @property
+    def whole_history(self) -> bool:
+        """The log holds every turn of the customer's open work: it is the first session, or it
+        has events and continues no damaged one. Else (a retired or lost file) a batch may have
+        replies the log does not show (runtime.agent.turn checks the outbox)."""
+        return self.first or (bool(self.log.events) and self.replaced is None)
 
 
 def open_session(
@@ -66,7 +76,7 @@ def open_session(
     retired first and a new, empty session opened in its place. `known`: the customer's session
     id as read under the same lease (only its holder changes it), saving a transaction."""
     guard = partial(before_file_write, fence) if fence is not None else nullcontext
-    session_id = known or _ensure_session_id(store, customer_id, fence)
+    session_id, first = (known, False) if known else _ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()
@@ -74,8 +84,10 @@ def open_session(
         session_id = _retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence).replaced_by
         log = SessionLog(session_path(sessions_dir, session_id), guard)
         log.open_for_append()
-    # Looked up until the new session has its first event, whichever job retired the old one.
-    return OpenSession(log, session_id, None if log.events else _replaced_session(store, session_id))
+    # Looked up until the new session has its first event, whichever job retired the old one
+    # (a customer's first session replaces none).
+    replaced = None if log.events or first else _replaced_session(store, session_id)
+    return OpenSession(log, session_id, replaced, first)
 
 
 def _replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:

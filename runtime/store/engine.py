@@ -171,13 +171,16 @@ class DeliveryStore:
                 )
 
     def _on_begin(self, conn: Connection) -> None:
+        """BEGIN, and a write's shard fence check, on the DBAPI connection itself: SQLAlchemy's
+        statement machinery costs more than these statements, and every transaction runs them."""
         write = conn.get_execution_options().get("kefu_write", True)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        db = cast(sqlite3.Connection, conn.connection.dbapi_connection)
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
         if write and self._fenced and self.guard is not None:
             try:
-                self.guard.check(conn.exec_driver_sql)
+                self.guard.check(db.execute)
             except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
 
     # -- transactions ------------------------------------------------------------------
