@@ -427,8 +427,10 @@ def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, 
     """Pending requests nobody attempted for a grace, and attempts whose lease ran out without
     an outcome (the reconciler; begin_attempt turns the latter into result-unknown)."""
     query = sql(
-        "SELECT request_id FROM outbox_request WHERE state = 'pending' AND updated_at < :t"
-        " UNION ALL SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < :lease LIMIT :n"
+        # Each state its own limit: many quiet pending requests never starve expired attempts.
+        "SELECT * FROM (SELECT request_id FROM outbox_request WHERE state = 'pending' AND updated_at < :t LIMIT :n)"
+        " UNION ALL SELECT * FROM"
+        " (SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < :lease LIMIT :n)"
     )
     return [str(r) for r in conn.execute(query, {"t": quiet_before, "lease": lease_before, "n": limit}).scalars()]
 

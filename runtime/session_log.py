@@ -289,7 +289,7 @@ class _ParsedCache:
     validates the whole history again. A file whose known prefix changed is read whole, so
     damage anywhere is still found. Bounded by bytes and events, least recently used out."""
 
-    def __init__(self, max_bytes: int = 64 << 20, max_events: int = 200_000) -> None:
+    def __init__(self, max_bytes: int = 32 << 20, max_events: int = 50_000) -> None:
         self.max_bytes, self.max_events = max_bytes, max_events
         self._entries: OrderedDict[Path, _Parsed] = OrderedDict()
         self._bytes = self._events = 0
@@ -302,6 +302,8 @@ class _ParsedCache:
 
     def put(self, path: Path, entry: _Parsed) -> None:
         self.drop(path)
+        if not entry.count:
+            return  # nothing to keep: an empty or missing log is read in no time
         self._entries[path] = entry
         self._bytes += len(entry.data)
         self._events += entry.count
@@ -366,8 +368,11 @@ class SessionLog:
         is derived once, kept with the log (and, once durable, across loads in this process):
         a turn's cost does not grow with the session's length."""
         values: list[T] = self._derived.setdefault(name, [])
+        durable = len(self.events)
+        if len(values) < durable:
+            values.extend(map(derive, self.events[len(values) :]))
         if len(values) < self.offset:
-            values.extend(map(derive, self.all_events[len(values) :]))
+            values.extend(map(derive, self._pending[len(values) - durable :]))
         return values
 
     def _index(self, events: Sequence[SessionEvent]) -> None:

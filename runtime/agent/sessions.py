@@ -63,10 +63,11 @@ class OpenSession:
 
     @property
     def whole_history(self) -> bool:
-        """The log holds every turn of the customer's open work: it is the first session, or it
-        has events and continues no damaged one. Else (a retired or lost file) a batch may have
-        replies the log does not show (runtime.agent.turn checks the outbox)."""
-        return self.first or (bool(self.log.events) and self.replaced is None)
+        """The log holds every turn of the customer's open work: it is the customer's first
+        session, begun now. Any other log may not show a batch's replies (it continues a damaged
+        one, its file was lost or restored from an older copy), so runtime.agent.turn asks the
+        outbox."""
+        return self.first
 
 
 def open_session(

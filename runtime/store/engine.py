@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.pool import QueuePool
 
 from config import DeliverySettings
@@ -175,12 +175,18 @@ class DeliveryStore:
         statement machinery costs more than these statements, and every transaction runs them."""
         write = conn.get_execution_options().get("kefu_write", True)
         db = cast(sqlite3.Connection, conn.connection.dbapi_connection)
-        db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN DEFERRED"
+        try:
+            db.execute(begin)
+        except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)
+            raise DBAPIError.instance(begin, None, error, sqlite3.Error) from error
         if write and self._fenced and self.guard is not None:
             try:
                 self.guard.check(db.execute)
-            except BaseException:
+            except BaseException as error:
                 db.execute("ROLLBACK")
+                if isinstance(error, sqlite3.Error):
+                    raise DBAPIError.instance("shard fence check", None, error, sqlite3.Error) from error
                 raise
 
     # -- transactions ------------------------------------------------------------------

@@ -130,3 +130,21 @@ def test_migration_waits_for_a_short_lock(tmp_path):
         path, DeliverySettings(journal_mode="DELETE", busy_timeout_ms=50, migration_retry_budget_ms=5000)
     )
     assert store.user_version() == LATEST_VERSION
+
+
+def test_a_write_that_cannot_begin_raises_the_driver_error_callers_handle(tmp_path):
+    """BEGIN runs on the DBAPI connection; a busy file still surfaces as SQLAlchemy's
+    OperationalError, which migrations retry and operator commands turn into a KEFU_ code."""
+    from sqlalchemy.exc import OperationalError
+
+    path = tmp_path / "d.sqlite"
+    store = DeliveryStore(path, DeliverySettings(busy_timeout_ms=50))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(OperationalError, match="locked"), store.write():
+            pass
+    finally:
+        holder.execute("ROLLBACK")
+    with store.write() as conn:  # the connection is usable again
+        assert conn.exec_driver_sql("SELECT count(*) FROM account").scalar_one() == 0
