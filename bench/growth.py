@@ -31,6 +31,7 @@ from config import load_settings
 from runtime import pipeline
 from runtime.accounts import AccountSpec, create_account
 from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Settle
+from runtime.ports import Services
 from runtime.routes import RouteSpec, create_route
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.context import WorkerRuntime
@@ -39,7 +40,7 @@ ACCOUNT = "bench-shop"
 
 
 def run_inline(
-    runtime: WorkerRuntime, first: FollowUp, around: Callable[[str], AbstractContextManager[object]] = nullcontext
+    runtime: Services, first: FollowUp, around: Callable[[str], AbstractContextManager[object]] = nullcontext
 ) -> None:
     """The follow-ups a message makes due, run here in order (the memory engine's archive is
     left out: it runs as its own task family). `around(step)` wraps each step (bench.cost)."""

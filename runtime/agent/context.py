@@ -11,9 +11,9 @@ import math
 import unicodedata
 from functools import lru_cache
 
-from runtime.agent.view import archived_upto, chat_message, system_text
+from runtime.agent.view import archived_upto, chat_messages, system_text
 from runtime.ports import AssistantReply, ChatMessage
-from runtime.session_log import SessionEvent, SessionLog
+from runtime.session_log import SessionLog
 
 PER_MESSAGE_TOKENS = 4  # role and framing
 
@@ -34,14 +34,11 @@ def estimate_tokens(messages: list[ChatMessage]) -> int:
     return sum(map(message_tokens, messages))
 
 
-def _event_tokens(event: SessionEvent) -> int:
-    message = chat_message(event)
-    return 0 if message is None else message_tokens(message)
-
-
 def span_tokens(log: SessionLog, start: int, end: int) -> int:
-    """The estimate of the messages of events [start, end)."""
-    return sum(log.derived("tokens", _event_tokens)[start:end])
+    """The estimate of the messages of events [start, end), each counted from its message."""
+    messages = chat_messages(log)
+    tokens = log.derived("tokens", lambda event: 0 if (m := messages[event.seq]) is None else message_tokens(m))
+    return sum(tokens[start:end])
 
 
 def view_tokens(log: SessionLog, judge_task: str = "") -> int:

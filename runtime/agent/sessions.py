@@ -59,15 +59,7 @@ class OpenSession:
     log: SessionLog  # loaded, torn tail cut, ready to append
     session_id: str
     replaced: DamagedSession | None = None  # the damaged session this one continues
-    first: bool = False  # the customer's first session, begun now
-
-    @property
-    def whole_history(self) -> bool:
-        """The log holds every turn of the customer's open work: it is the customer's first
-        session, begun now. Any other log may not show a batch's replies (it continues a damaged
-        one, its file was lost or restored from an older copy), so runtime.agent.turn asks the
-        outbox."""
-        return self.first
+    first: bool = False  # the customer's first session, begun now: no turn of it replied yet
 
 
 def open_session(

@@ -203,17 +203,17 @@ def _reconcile_session(
     turns: list[tuple[TurnStart, str | None]],
     batch: AdmissionBatch,
     fence: Fence | None,
-    whole_history: bool,
+    first_session: bool,
 ) -> bool:
     """The session log already holds this batch's finished turn but the store never heard
     (a crash between the two), or the log that held it was damaged and retired while the
     outbox shows the turn got as far as replying: commit and finish the batch, never run it
-    again (a new session would derive new request ids and reply twice). True if it did. A log
-    with the whole history shows every reply's turn (its start is on disk before any reply is
-    registered), so only another log needs the outbox asked."""
+    again (a new session would derive new request ids and reply twice). True if it did. Only a
+    customer's first session, begun now, needs no outbox check: any other log may not show a
+    batch's replies (it continues a damaged one, its file was lost or restored from a copy)."""
     if not (turns and turns[-1][1] in ("complete", "error")):
-        if turns or whole_history:
-            return False  # interrupted: a follow-up turn runs; or no turn began, so none replied
+        if turns or first_session:
+            return False  # interrupted: a follow-up turn runs; or no turn of this customer ever replied
         with store.read() as conn:
             if not replied_for(conn, batch.customer_id, batch.id):
                 return False
@@ -296,7 +296,7 @@ def run_turn(
             log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
 
         turns = _turns_of(log, batch.id)
-        if _reconcile_session(store, turns, batch, fence, session.whole_history):
+        if _reconcile_session(store, turns, batch, fence, session.first):
             return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
 
         turn_id, first_step, attempts_before = f"t{log.offset}", 0, 0

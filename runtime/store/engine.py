@@ -53,17 +53,26 @@ def synchronous(db: sqlite3.Connection, durable: bool) -> Iterator[None]:
         db.execute(f"PRAGMA synchronous = {base}")
 
 
+def _begin(db: sqlite3.Connection, write: bool) -> None:
+    """BEGIN (IMMEDIATE for a write). A write on a guarded store's connection checks the shard
+    lease first (runtime.shards), and is rolled back if it is refused."""
+    db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+    guard = getattr(db, "kefu_guard", None) if write else None
+    if guard is not None:
+        try:
+            guard.check(db.execute)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+
 @contextmanager
 def immediate(db: sqlite3.Connection, durable: bool = False) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on a raw connection; ROLLBACK on any error. On a guarded
-    store's connection the shard lease is checked first (runtime.shards). `durable`: see
-    `synchronous`."""
+    """BEGIN IMMEDIATE ... COMMIT on a raw connection (`_begin`); ROLLBACK on any error.
+    `durable`: see `synchronous`."""
     with synchronous(db, durable):
-        db.execute("BEGIN IMMEDIATE")
+        _begin(db, write=True)
         try:
-            guard = getattr(db, "kefu_guard", None)
-            if guard is not None:
-                guard.check(db.execute)
             yield db
         except BaseException:
             db.execute("ROLLBACK")
@@ -174,20 +183,10 @@ class DeliveryStore:
         """BEGIN, and a write's shard fence check, on the DBAPI connection itself: SQLAlchemy's
         statement machinery costs more than these statements, and every transaction runs them."""
         write = conn.get_execution_options().get("kefu_write", True)
-        db = cast(sqlite3.Connection, conn.connection.dbapi_connection)
-        begin = "BEGIN IMMEDIATE" if write else "BEGIN DEFERRED"
         try:
-            db.execute(begin)
+            _begin(cast(sqlite3.Connection, conn.connection.dbapi_connection), write)
         except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)
-            raise DBAPIError.instance(begin, None, error, sqlite3.Error) from error
-        if write and self._fenced and self.guard is not None:
-            try:
-                self.guard.check(db.execute)
-            except BaseException as error:
-                db.execute("ROLLBACK")
-                if isinstance(error, sqlite3.Error):
-                    raise DBAPIError.instance("shard fence check", None, error, sqlite3.Error) from error
-                raise
+            raise DBAPIError.instance("BEGIN", None, error, sqlite3.Error) from error
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager

@@ -8,8 +8,8 @@ import sqlite3
 
 from sqlalchemy import event
 
+from bench.growth import run_inline
 from runtime import pipeline
-from runtime.pipeline import Admit, Attempt, RunTurn
 from runtime.store import DeliveryStore
 from tests.local_services import Local
 from transports.simulator import SimulatedPlatform, SimulatorTransport
@@ -56,17 +56,8 @@ def test_receiving_ingesting_and_sending_commit_durably_and_admission_does_not(
     services = Local(settings, store, transport=transport)  # type: ignore[arg-type]
     statements = _traced(store)
     page = transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "什么时候发货？")])
-    due = list(pipeline.receive(services, page).follow_ups)
-    while due:
-        work = due.pop(0)
-        if isinstance(work, pipeline.Ingest):
-            due += pipeline.ingest(services, work.page).follow_ups
-        elif isinstance(work, Admit):
-            due += pipeline.admit(services, work.customer_id).follow_ups
-        elif isinstance(work, RunTurn):
-            due += pipeline.turn(services, work.customer_id, due.append).follow_ups
-        elif isinstance(work, Attempt):
-            due += pipeline.deliver(services, work.request_id).follow_ups
+    (ingest,) = pipeline.receive(services, page).follow_ups
+    run_inline(services, ingest)  # each step a worker would run, here in order
     assert len(platform.received(shop)) == 1
     transactions = _split(statements)
     assert _durable(transactions, "INSERT OR IGNORE INTO received_page") == [True]  # the receiver ACKs next
