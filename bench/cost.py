@@ -12,13 +12,12 @@ import os
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import event
 
 from bench.growth import ACCOUNT, raw_commit_ms, run_inline
 from config import load_settings
@@ -35,11 +34,16 @@ class Counts:
         self.statements: Counter[str] = Counter()  # step -> SQL statements (BEGIN/COMMIT/PRAGMA apart)
         self.transactions: Counter[str] = Counter()
         self.durable: Counter[str] = Counter()
-        self.fsyncs: Counter[str] = Counter()  # os.fsync outside SQLite: the session log
+        self.fsyncs: Counter[str] = Counter()  # fsync/fdatasync outside SQLite: the session log
         self.cpu_ms: defaultdict[str, float] = defaultdict(float)
         self.step = "receive"
+        self._last = ""
 
     def statement(self, text: str) -> None:
+        """SQLite's trace shows a statement again for each trigger it fires: counted once."""
+        if text == self._last:
+            return
+        self._last = text
         head = text.split(None, 1)[0].upper() if text.strip() else ""
         if head == "BEGIN":
             self.transactions[self.step] += 1
@@ -76,21 +80,23 @@ def main() -> None:
         counts = Counts()
         warm = transport.page_of(ACCOUNT, [platform.buyer_says(ACCOUNT, "warm", "买家", "什么时候发货？")])
         run(runtime, Counts(), warm.model_dump(mode="json"))  # imports, first connections
-        runtime.store.engine.dispose()
-        event.listen(runtime.store.engine, "connect", lambda db, _: db.set_trace_callback(counts.statement))
-        real_fsync = os.fsync
+        runtime.store.trace(counts.statement)
+        real = os.fsync, os.fdatasync
 
-        def fsync(fd: int) -> None:
-            counts.fsyncs[counts.step] += 1
-            real_fsync(fd)
+        def counted_sync(sync: Callable[[int], None]) -> Callable[[int], None]:
+            def call(fd: int) -> None:
+                counts.fsyncs[counts.step] += 1
+                sync(fd)
 
-        os.fsync = fsync
+            return call
+
+        os.fsync, os.fdatasync = map(counted_sync, real)
         began = time.perf_counter()
         for n in range(args.messages):
             said = platform.buyer_says(ACCOUNT, f"b{n}", "买家", "什么时候发货？")
             run(runtime, counts, transport.page_of(ACCOUNT, [said]).model_dump(mode="json"))
         wall = time.perf_counter() - began
-        os.fsync = real_fsync
+        os.fsync, os.fdatasync = real
         replies = len(platform.received(ACCOUNT)) - 1
         raw = raw_commit_ms(Path(tmp), synchronous="FULL")
     n = args.messages

@@ -143,6 +143,9 @@ class SimulatorSettings(_Section):
     # Every send times out (its outcome is unknown to kefu): "after-submit" the platform has it,
     # "before-submit" it never arrived. Exercises result-unknown, receipt queries and retries.
     send_timeouts: Literal["none", "after-submit", "before-submit"] = "none"
+    # Every send is refused as throttled (not submitted; try again after a second), as a
+    # platform's rate limit would: exercises backoff and replies that wait for their attempt.
+    send_throttled: bool = False
     # The simulated platform's file (default: in the data dir). Shards on one machine that
     # serve accounts of one simulated shop point it at the same file.
     platform_path: Path | None = None

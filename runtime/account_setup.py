@@ -90,11 +90,11 @@ class AccountSetups:
 def replayed_account(store: DeliveryStore, op_id: str) -> Account | None:
     """The account an earlier confirm under this operation id saved, if any."""
     with store.read() as conn:
-        row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).first()
+        row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).mappings().first()
     if row is None:
         return None
-    if row.kind != "account.create":
+    if row["kind"] != "account.create":
         raise KefuError(
-            "KEFU_OPERATION_CONFLICT", f"operation id {op_id!r} was already used for {row.kind}", "use a new one"
+            "KEFU_OPERATION_CONFLICT", f"operation id {op_id!r} was already used for {row['kind']}", "use a new one"
         )
-    return Account.model_validate(json.loads(row.result))
+    return Account.model_validate(json.loads(row["result"]))

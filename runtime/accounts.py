@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection
 
 from runtime.errors import AccountUnknown, KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import Account, AccountTable, table_of
 

@@ -10,15 +10,14 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import Connection
-
 from runtime.accounts import account_is_live, load_account
 from runtime.input_pause import is_paused
 from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import AdmissionBatch, AdmissionBatchTable, Customer, Route, table_of
+from runtime.store.tables import AdmissionBatch, Customer, Route
 
 
 def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
@@ -77,15 +76,17 @@ _NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer co
 )
 
 
-def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
+def evaluate(store: DeliveryStore, customer_id: int, batch_size: int, look_first: bool = True) -> AdmissionDecision:
     """Claim up to `batch_size` pending messages into a new batch when the route admits.
 
-    First a read: with no open batch and no buyer input waiting (as after most turns) there is
-    nothing to decide, and no write lock is taken. Input committed after that read brings its
-    own admission."""
-    with store.read() as conn:
-        if conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one():
-            return AdmissionDecision("nothing-pending")
+    `look_first`: a read before the write: with no open batch and no buyer input waiting (as
+    after most turns) there is nothing to decide, and no write lock is taken. Input committed
+    after that read brings its own admission. Right after input was committed, the read would
+    only find it: the caller skips it."""
+    if look_first:
+        with store.read() as conn:
+            if conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one():
+                return AdmissionDecision("nothing-pending")
     with store.write() as conn:
         customer = load_customer(conn, customer_id)
         if customer is None:
@@ -128,21 +129,21 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
             return AdmissionDecision("trigger-not-met")
         batch_id = batch_id_of(customer_id, pending[0][1])
-        at = now_ms()
         conn.execute(
-            table_of(AdmissionBatchTable)
-            .insert()
-            .values(
-                id=batch_id,
-                customer_id=customer_id,
-                handling_epoch=customer.handling_epoch,
-                route_id=route.id,
-                route_generation=route.generation,
-                state="claimed",
-                message_count=len(ids),
-                created_at=at,
-                updated_at=at,
-            )
+            sql(
+                "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, state,"
+                " message_count, created_at, updated_at) VALUES (:id, :c, :epoch, :route, :generation, 'claimed',"
+                " :count, :at, :at)"
+            ),
+            {
+                "id": batch_id,
+                "c": customer_id,
+                "epoch": customer.handling_epoch,
+                "route": route.id,
+                "generation": route.generation,
+                "count": len(ids),
+                "at": now_ms(),
+            },
         )
         conn.execute(
             sql(

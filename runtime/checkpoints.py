@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection
 
 from runtime.accounts import account_ids, require_account
 from runtime.inbox import received_not_ingested
 from runtime.input_pause import count_in_flight, is_paused
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import CheckpointState
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sqlalchemy import Connection
-
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 SenderRole = Literal["ai", "human-console", "human-native", "external"]

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection
-
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 

@@ -9,12 +9,12 @@ only new live input. Manual sends and history sync are not affected.
 from __future__ import annotations
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
 
 from runtime.admission import suppress_waiting
 from runtime.errors import CustomerUnknown
 from runtime.outbox import revoke_unsent_auto
 from runtime.store import DeliveryStore
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
 
 from runtime.rendering import RenderableMessage, render_line
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 

@@ -19,10 +19,9 @@ import json
 import sqlite3
 from typing import Any
 
-from sqlalchemy import Connection
-
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 INGESTED = "ingested"
@@ -76,13 +75,18 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
 def mark_ingested(db: sqlite3.Connection, page: InboundPage) -> None:
     """Inside the caller's transaction: the page is done. A page that never went through a
     receiver is recorded here, so its place in the receive order exists."""
-    at = now_ms()
+    at, key = now_ms(), (page.account_id, page.stream_id, page.page_op_id)
+    done = db.execute(  # the usual case, a received page: its record is there, and no JSON is made
+        "UPDATE received_page SET outcome = CASE WHEN ingested_at IS NULL THEN ? ELSE outcome END,"
+        f" ingested_at = coalesce(ingested_at, ?) WHERE {_KEY}",
+        (INGESTED, at, *key),
+    )
+    if done.rowcount:
+        return
     db.execute(
         "INSERT INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at,"
-        " ingested_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id, page_op_id)"
-        " DO UPDATE SET ingested_at = excluded.ingested_at, outcome = excluded.outcome"
-        " WHERE received_page.ingested_at IS NULL",
-        (page.account_id, page.stream_id, page.page_op_id, page.model_dump_json(), at, at, at, INGESTED),
+        " ingested_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (*key, page.model_dump_json(), at, at, at, INGESTED),
     )
 
 

@@ -15,13 +15,13 @@ import sqlite3
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
 
 from runtime.accounts import require_account
 from runtime.errors import KefuError
 from runtime.inbox import record_received
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 HOST = "*"

@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 log = logging.getLogger(__name__)
@@ -35,6 +34,7 @@ _GRANT = sql(
     " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
     " RETURNING token"
 )
+_RELEASE = sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o")
 _RENEW = sql("UPDATE lease SET expires_at = :e WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :now")
 
 
@@ -51,7 +51,7 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fence:
     """Proof of one grant of a lease. `check` inside a write transaction fences that write."""
 
@@ -60,6 +60,7 @@ class Fence:
     owner: str
     token: int
     ttl_ms: int
+    released: bool = False  # let go inside the holder's last write (`check_and_release`)
 
     def check(self, conn: Connection) -> None:
         """Inside the caller's write transaction: the lease is still ours (and now renewed), or
@@ -68,6 +69,14 @@ class Fence:
         params = {"n": self.name, "o": self.owner, "t": self.token, "e": at + self.ttl_ms, "now": at}
         if conn.execute(_RENEW, params).rowcount != 1:
             raise LeaseLost(self.name)
+
+    def check_and_release(self, conn: Connection) -> None:
+        """Inside the holder's last write: fenced like any write, and the lease is let go with
+        it (a transaction fewer at the end of every turn). `held` releases it again only if
+        that write did not commit."""
+        self.check(conn)
+        conn.execute(_RELEASE, {"n": self.name, "o": self.owner})
+        self.released = True
 
 
 @contextmanager
@@ -117,7 +126,7 @@ def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
 def release(store: DeliveryStore, name: str, owner: str) -> None:
     """Let the lease go at once. The row stays, so the next grant's token is still higher."""
     with store.write() as conn:
-        conn.execute(sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o"), {"n": name, "o": owner})
+        conn.execute(_RELEASE, {"n": name, "o": owner})
 
 
 class _Renewer:
@@ -147,7 +156,8 @@ class _Renewer:
                     self._fence.check(conn)
                 wait_s = interval_s
             except LeaseLost:
-                log.warning("lease %s lost while held; its holder's next write stops it", self._fence.name)
+                if not self._fence.released:  # (its holder let it go in its last write: no news)
+                    log.warning("lease %s lost while held; its holder's next write stops it", self._fence.name)
                 return
             except Exception as error:  # a busy store: try again soon, well before the lease runs low
                 log.warning("renewing lease %s failed (%s)", self._fence.name, type(error).__name__)
@@ -166,5 +176,8 @@ def held(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence | None
     try:
         with _Renewer(fence):
             yield fence
-    finally:
+    except BaseException:
+        release(store, name, owner)
+        raise
+    if not fence.released:
         release(store, name, owner)

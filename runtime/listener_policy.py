@@ -24,9 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import Connection
-
 from config import ListenerSettings
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 ListenerState = Literal["stopped", "starting", "running", "reconnecting", "failed"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from sqlalchemy import Connection
 
 from runtime.accounts import require_account
 from runtime.admission import load_customer
@@ -23,6 +22,7 @@ from runtime.recipients import RecipientUnavailable, direct_recipient
 from runtime.shards import local_placement
 from runtime.states import PlacementState
 from runtime.store import DeliveryStore
+from runtime.store.connection import Connection
 from runtime.store.tables import Customer, OutboundIntent, OutboxRequest
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")

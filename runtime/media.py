@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection
 
 from runtime.errors import KefuError
 from runtime.store import now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 # (magic prefix, extension, MIME type). BMP's two bytes are checked with its header size.

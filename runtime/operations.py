@@ -7,24 +7,23 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection
-
 from runtime.errors import KefuError
 from runtime.store import now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 
 def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Inside the caller's write transaction: the stored result, or run and store it."""
-    row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).first()
+    row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).mappings().first()
     if row is not None:
-        if row.kind != kind:
+        if row["kind"] != kind:
             raise KefuError(
                 "KEFU_OPERATION_CONFLICT",
-                f"operation id {op_id!r} was already used for {row.kind}",
+                f"operation id {op_id!r} was already used for {row['kind']}",
                 "use a new operation id for a new operation",
             )
-        stored: dict[str, Any] = json.loads(row.result)
+        stored: dict[str, Any] = json.loads(row["result"])
         return stored
     result = operation()
     conn.execute(

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
 
 from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
@@ -26,6 +25,7 @@ from runtime.media import load_media
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.states import SETTLED, AttemptState, OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import OutboundIntent, OutboxRequest
 
@@ -153,17 +153,23 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             return AttemptSkipped("result-unknown")
         if _handed_off(conn, request.account_id):
             return AttemptSkipped("moving")
-        last = conn.execute(
-            sql(
-                "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
-                " ORDER BY attempt_no DESC LIMIT 1"
-            ),
-            {"r": request_id},
-        ).first()
-        if last is not None and last.state == AttemptState.STARTED:
-            if last.started_at > at - int(lease_s * 1000):
+        last = (
+            conn.execute(
+                sql(
+                    "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
+                    " ORDER BY attempt_no DESC LIMIT 1"
+                ),
+                {"r": request_id},
+            )
+            .mappings()
+            .first()
+        )
+        if last is not None and last["state"] == AttemptState.STARTED:
+            if last["started_at"] > at - int(lease_s * 1000):
                 return AttemptSkipped("in-progress")
-            _mark(conn, request_id, last.attempt_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
+            _mark(
+                conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED"
+            )
             return AttemptSkipped("result-unknown")
         if _earlier_in_flight(conn, request_id, request.customer_id):
             return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
@@ -174,7 +180,7 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
             _set_state(conn, request_id, stale, None)
             return AttemptSkipped(stale)  # type: ignore[arg-type]
-        attempt_no = (last.attempt_no if last else 0) + 1
+        attempt_no = (last["attempt_no"] if last else 0) + 1
         conn.execute(
             sql(
                 "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"

@@ -82,6 +82,7 @@ class RecordRead:
 @dataclass(frozen=True)
 class Admit:
     customer_id: int
+    input_committed: bool = False  # live input of this customer was just committed: no read first
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def ingest(services: Services, data: object) -> Step:
         refuse_page(store, page.account_id, page.stream_id, page.page_op_id, error.code)
         return Step(f"refused {error.code}")
     _confirm(services, page)
-    return Step("replayed" if result.replayed else "ingested", tuple(Admit(c) for c in result.customer_ids))
+    fresh = not result.replayed
+    return Step("replayed" if result.replayed else "ingested", tuple(Admit(c, fresh) for c in result.customer_ids))
 
 
 def _home_of(services: Services, account_id: str) -> str | None:
@@ -223,17 +225,18 @@ def resume(store: DeliveryStore, account_id: str | None) -> Step:
 # --- admission and the turn ----------------------------------------------------------------
 
 
-def admit(services: Services, customer_id: int) -> Step:
+def admit(services: Services, customer_id: int, input_committed: bool = False) -> Step:
     """Claim the customer's pending input as a batch (SPEC 3.6); a batch is a turn to run."""
-    decision = evaluate(services.store, customer_id, services.settings.admission.batch_size)
+    batch_size = services.settings.admission.batch_size
+    decision = evaluate(services.store, customer_id, batch_size, look_first=not input_committed)
     return Step(decision.reason, (RunTurn(customer_id),) if decision.batch_id is not None else ())
 
 
 def turn(services: Services, customer_id: int, emit: Emit) -> Step:
     """One agent turn over the customer's open batch, under the customer's writer lease (fenced,
     renewed while the turn runs). Each reply the agent registers is emitted as an `Attempt`
-    at once, so it goes out while the turn goes on; input that came during the turn is
-    admitted after it."""
+    at once (the worker runs it in the turn's own task), so it goes out while the turn goes on;
+    input that came during the turn is admitted after it."""
     settings = services.settings
     with leases.held(services.store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
         if fence is None:

@@ -34,7 +34,6 @@ from typing import Literal, NamedTuple
 
 import zstandard
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from runtime.agent.memory import scope_of
@@ -44,6 +43,7 @@ from runtime.errors import AccountUnknown, KefuError, invalid_fields
 from runtime.memory.store import SCHEMA, MemoryStore, ScopeRows
 from runtime.states import PlacementState
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.migrations import MIGRATIONS
 from runtime.store.sql import sql
 

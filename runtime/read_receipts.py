@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection
-
 from runtime.ports import READ_NOTICE_PREFIX, BuyerReadReceipt
 from runtime.rendering import shop_time
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import BuyerRead
 
@@ -26,19 +25,23 @@ Decision = Literal["stored", "already-stored", "unknown-message", "not-direct", 
 def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Decision:
     """Store a verified receipt once. Idempotent: a repeated receipt changes nothing."""
     with store.write() as conn:
-        sent = conn.execute(
-            sql(
-                "SELECT r.request_id, r.customer_id, r.recipient_id, c.conversation_type, c.conversation_id"
-                " FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
-                " WHERE r.account_id = :a AND r.platform_message_id = :p AND r.state = 'sent'"
-            ),
-            {"a": receipt.account_id, "p": receipt.platform_message_id},
-        ).first()
-        if sent is None or sent.conversation_id != receipt.conversation_id:
+        sent = (
+            conn.execute(
+                sql(
+                    "SELECT r.request_id, r.customer_id, r.recipient_id, c.conversation_type, c.conversation_id"
+                    " FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
+                    " WHERE r.account_id = :a AND r.platform_message_id = :p AND r.state = 'sent'"
+                ),
+                {"a": receipt.account_id, "p": receipt.platform_message_id},
+            )
+            .mappings()
+            .first()
+        )
+        if sent is None or sent["conversation_id"] != receipt.conversation_id:
             return "unknown-message"
-        if sent.conversation_type != "direct":
+        if sent["conversation_type"] != "direct":
             return "not-direct"
-        if sent.recipient_id != receipt.reader_id:
+        if sent["recipient_id"] != receipt.reader_id:
             return "not-the-buyer"
         stored = conn.execute(
             sql(
@@ -48,8 +51,8 @@ def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Dec
             {
                 "a": receipt.account_id,
                 "p": receipt.platform_message_id,
-                "r": sent.request_id,
-                "c": sent.customer_id,
+                "r": sent["request_id"],
+                "c": sent["customer_id"],
                 "u": receipt.reader_id,
                 "at": int(receipt.read_at.timestamp() * 1000),
                 "now": now_ms(),

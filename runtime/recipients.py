@@ -7,9 +7,8 @@ neither, nothing is sent and the caller gets WANGWANG_DIRECT_RECIPIENT_UNAVAILAB
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
-
 from runtime.errors import CustomerUnknown, KefuError
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 WANGWANG_RECIPIENT_HELP = (

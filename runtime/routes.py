@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy import Connection
 
 from runtime.accounts import require_account
 from runtime.errors import KefuError
 from runtime.operations import run_once
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import Route, RouteTable, table_of
 

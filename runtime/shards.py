@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from runtime.errors import KefuError
 from runtime.states import PlacementState
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 _CELL = struct.Struct("<qq")  # token, deadline (CLOCK_MONOTONIC ns); 0 deadline: lost
@@ -136,16 +137,20 @@ class Placement(BaseModel):
     move: str | None = None  # in the directory, while moving: the op id of the move that holds it
 
 
-def local_placement(conn: Any, account_id: str) -> Placement | None:
+def local_placement(conn: Connection, account_id: str) -> Placement | None:
     """This shard's copy of the account's directory entry."""
-    row = conn.execute(
-        sql("SELECT account_id, shard, generation, state FROM account_placement WHERE account_id = :a"),
-        {"a": account_id},
-    ).first()
-    return None if row is None else Placement.model_validate(dict(row._mapping))
+    row = (
+        conn.execute(
+            sql("SELECT account_id, shard, generation, state FROM account_placement WHERE account_id = :a"),
+            {"a": account_id},
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else Placement.model_validate(row)
 
 
-def record_placement(conn: Any, placement: Placement) -> None:
+def record_placement(conn: Connection, placement: Placement) -> None:
     conn.execute(
         sql(
             "INSERT INTO account_placement (account_id, shard, generation, state, updated_at)"

@@ -57,8 +57,10 @@ def make_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # Flower's live view comes from the worker's events (received, started, succeeded,
+        # failed); a task-sent event would add a PUBLISH to every hop for a state it shows anyway.
         worker_send_task_events=True,
-        task_send_sent_event=True,
+        task_send_sent_event=False,
         task_queues=_shard_queues(shard),
         task_default_queue=queue_name("ingest", shard),
         task_default_exchange=queue_name("ingest", shard),

@@ -72,6 +72,11 @@ class WorkerRuntime:
             customer_id_base=customer_id_base(settings.shard),
         )
 
+    @property
+    def local_agent(self) -> bool:
+        """The agent answers from this process, with no network call (the rules agent)."""
+        return self.settings.agent.provider == "rules"
+
     @cached_property
     def coordination(self) -> Coordinator:
         from worker.coordination import coordinator_for
@@ -89,6 +94,7 @@ class WorkerRuntime:
             SimulatedPlatform(self.settings.simulator_path),
             send_latency_ms=options.send_latency_ms,
             send_timeouts=options.send_timeouts,
+            send_throttled=options.send_throttled,
         )
         dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
         wangwang = WangwangTransport(self._credentials(WangwangCredentials), self.settings.wangwang.timeout_s)

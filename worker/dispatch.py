@@ -1,9 +1,16 @@
 """The dispatcher: the one place where work reaches the broker.
 
-Follow-up work a step returned (runtime.pipeline) becomes tasks. Admission runs inline, where
-input lands (after a page is ingested, after a turn ends): it is one short transaction, and a
-broker hop per buyer message saved. Everything else is sent to its family's queue. A send that
-fails raises: the work is still in SQLite, and the reconciler finds it after its grace.
+Follow-up work a step returned (runtime.pipeline) becomes tasks. Some runs inline instead,
+in the task that made it due, each a broker hop per buyer message saved without weakening
+recovery (the work is on disk before it runs, and every step is idempotent and fenced):
+- admission, where input lands (after a page is ingested, after a turn ends): one short
+  transaction;
+- the turn of a batch admitted while ingesting a page, when the agent answers from this
+  process (the rules agent: no network, a few milliseconds); a model behind a network keeps
+  its turns on the agent queue, so a slow call never holds up ingestion;
+- the first attempt of each reply a turn registers, while the turn goes on.
+Everything else is sent to its family's queue. A send that fails raises: the work is still in
+SQLite, and the reconciler finds it after its grace.
 
 And the one way a page enters kefu, `receive_page`: listeners, the DingTalk HTTP callback,
 the demo and the benchmarks record it in the delivery store, then publish it, so no page lives
@@ -29,12 +36,35 @@ from worker.context import runtime_for
 log = logging.getLogger(__name__)
 
 
-def dispatch(app: Celery, follow_ups: Iterable[FollowUp]) -> None:
+def dispatch(app: Celery, follow_ups: Iterable[FollowUp], turns_here: bool = False) -> None:
+    """`turns_here`: the caller ingested a page; a turn its admission made due runs here when
+    the agent is local (see the module)."""
     for work in follow_ups:
         if isinstance(work, Admit):
-            dispatch(app, pipeline.admit(runtime_for(app), work.customer_id).follow_ups)
+            dispatch(
+                app, pipeline.admit(runtime_for(app), work.customer_id, work.input_committed).follow_ups, turns_here
+            )
+        elif turns_here and isinstance(work, RunTurn) and not work.countdown_s and runtime_for(app).local_agent:
+            dispatch(app, turn(app, work.customer_id).follow_ups)
         else:
             send(app, work)
+
+
+def turn(app: Celery, customer_id: int) -> pipeline.Step:
+    """The customer's turn, in this task; each reply it registers is attempted here at once."""
+    services = runtime_for(app)
+
+    def attempt_here(work: FollowUp) -> None:
+        if not isinstance(work, Attempt):
+            dispatch(app, (work,))
+            return
+        try:
+            dispatch(app, pipeline.deliver(services, work.request_id, work.retries).follow_ups)
+        except Exception as error:  # the outbox queue takes it (and failing that, the reconciler)
+            log.warning("attempt of %s handed to the outbox queue (%s)", work.request_id, type(error).__name__)
+            send(app, work)
+
+    return pipeline.turn(services, customer_id, attempt_here)
 
 
 def send(app: Celery, work: FollowUp) -> None:
@@ -55,7 +85,7 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
             return tasks.ingest, (page,), 0
         case RecordRead(receipt):
             return tasks.buyer_read, (receipt,), 0
-        case Admit(customer_id):
+        case Admit(customer_id, _):
             return tasks.admit, (customer_id,), 0
         case RunTurn(customer_id, countdown_s):
             return tasks.run_turn, (customer_id,), countdown_s

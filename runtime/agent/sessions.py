@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from sqlalchemy import Connection
-
 from runtime.leases import Fence, before_file_write, fenced
 from runtime.session_log import CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
 from runtime.store.tables import DamagedSession
 

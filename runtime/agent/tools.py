@@ -11,7 +11,6 @@ from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import Connection
 
 from runtime.agent.memory import SessionMemory
 from runtime.errors import KefuError, validation_problems
@@ -23,6 +22,7 @@ from runtime.outbox import find_same_text, register_outbound
 from runtime.ports import ToolCall, ToolSpec
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
+from runtime.store.connection import Connection
 from runtime.store.tables import AdmissionBatch, Customer, OutboundIntent, OutboxRequest
 
 

@@ -51,7 +51,7 @@ from runtime.session_log import (
     TurnEnd,
     TurnStart,
 )
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import Connection, DeliveryStore, now_ms
 from runtime.store.tables import AdmissionBatch, BuyerRead
 
 ROLE_SECTION = (
@@ -251,6 +251,16 @@ def _call_model(
     return reply.model_copy(update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}})
 
 
+_StepCheck = tuple[bool, list[BuyerRead]]
+
+
+def _step_check(conn: Connection, customer_id: int, epoch: int, with_reads: bool) -> _StepCheck:
+    """Before each step: is the batch still the agent's to answer (no human took over), and
+    what has the buyer read since (not for a step that only retries its model call)."""
+    current = is_current(conn, customer_id, epoch)
+    return current, undelivered_reads(conn, customer_id) if current and with_reads else []
+
+
 def run_turn(
     store: DeliveryStore,
     provider: ModelProvider,
@@ -281,6 +291,7 @@ def run_turn(
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id) if memory_engine else None
     waiting = waiting_for_model(log)
+    checked: _StepCheck | None = None  # the next step's check, when a write made it on its way
     if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
         _close_unfinished(log)
         waiting = None
@@ -309,6 +320,7 @@ def run_turn(
         log.flush()
         with fenced(store, fence) as conn:
             commit_batch(conn, batch.id)
+            checked = _step_check(conn, customer_id, batch.handling_epoch, True)  # the first step's, in passing
         if memory is not None and not turns:
             recall(log, memory, turn_id, _buyer_text(lines))
 
@@ -334,9 +346,10 @@ def run_turn(
     # flushed with the turn's end.
     step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
     while step < agent.max_steps:
-        with store.read() as conn:  # one read per step: still ours, and what the buyer has read since
-            current = is_current(conn, customer_id, batch.handling_epoch)
-            reads = undelivered_reads(conn, customer_id) if current and not resuming else []
+        if checked is None:
+            with store.read() as conn:
+                checked = _step_check(conn, customer_id, batch.handling_epoch, not resuming)
+        (current, reads), checked = checked, None
         if not current:
             if resuming:
                 log.append("step/end", turn=turn_id, step=step)
@@ -392,8 +405,10 @@ def run_turn(
     log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
     log.flush()
     if not unavailable:
-        with fenced(store, fence) as conn:
+        with store.write() as conn:
             (revoke_batch if paused else finish_batch)(conn, batch.id)
+            if fence is not None:
+                fence.check_and_release(conn)  # the turn's last write
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
         archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
-from sqlalchemy.pool import QueuePool
 
 from config import DeliverySettings
 from runtime.errors import KefuError
+from runtime.store.connection import Connection
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
@@ -101,7 +101,11 @@ def _owner_only(path: Path) -> None:
 
 class DeliveryStore:
     """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE); with a
-    `guard`, each of them holds only while this process holds the shard's lease."""
+    `guard`, each of them holds only while this process holds the shard's lease.
+
+    Each thread keeps its connections open for the life of the store (a long-lived
+    connection keeps SQLite's page cache and sqlite3's prepared statements); a transaction
+    opened inside another one on the same thread takes a second connection."""
 
     def __init__(
         self,
@@ -118,6 +122,13 @@ class DeliveryStore:
         self.guard = guard
         self.customer_id_base = customer_id_base
         self._fenced = False  # migrations run before the fence's table exists
+        self._local = threading.local()
+        self._opened: list[_Connection] = []  # every connection, for close()
+        self._opened_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._trace: Callable[[str], None] | None = None
+        self._shared: list[_Connection] | None = None
+        self._exclusive = threading.RLock() if self.settings.locking_mode == "EXCLUSIVE" else None
         try:
             self._open()
         except (sqlite3.DatabaseError, DatabaseError) as error:
@@ -131,30 +142,36 @@ class DeliveryStore:
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _owner_only(self.path)
-        exclusive = self.settings.locking_mode == "EXCLUSIVE"
-        self.engine: Engine = create_engine(
-            f"sqlite:///{self.path}",
-            hide_parameters=True,  # a failed statement's parameters hold bodies and cursors: never in a message
-            poolclass=QueuePool,
-            # EXCLUSIVE locking allows a single holder: one pooled connection.
-            pool_size=1 if exclusive else 4,
-            max_overflow=0 if exclusive else 4,
-            connect_args={
-                "factory": _Connection,
-                "check_same_thread": False,
-                "timeout": self.settings.busy_timeout_ms / 1000,
-            },
-        )
-        event.listen(self.engine, "connect", self._on_connect)
-        event.listen(self.engine, "begin", self._on_begin)
         self._migrate()
         if self.guard is not None:
             self._fenced = True
-            self.engine.dispose()  # the connections opened to migrate: new ones are fenced
+            self.close()  # the connections opened to migrate: new ones are fenced
 
-    # -- connection set-up -------------------------------------------------------------
-    def _on_connect(self, dbapi: sqlite3.Connection, _record: Any) -> None:
-        dbapi.isolation_level = None  # kefu issues BEGIN itself (see _on_begin)
+    # -- connections -------------------------------------------------------------------
+    def _connect(self) -> _Connection:
+        try:
+            dbapi = sqlite3.connect(
+                self.path,
+                factory=_Connection,
+                check_same_thread=False,
+                timeout=self.settings.busy_timeout_ms / 1000,
+                isolation_level=None,  # kefu issues BEGIN itself (`_begin`)
+                cached_statements=256,
+            )
+        except sqlite3.Error as error:
+            raise DBAPIError.instance("connect", None, error, sqlite3.Error) from error
+        try:
+            self._configure(dbapi)
+        except BaseException:
+            dbapi.close()
+            raise
+        if self._trace is not None:
+            dbapi.set_trace_callback(self._trace)
+        with self._opened_lock:
+            self._opened.append(dbapi)
+        return dbapi
+
+    def _configure(self, dbapi: _Connection) -> None:
         s = self.settings
         wanted: list[tuple[str, str, Any]] = [
             ("locking_mode", s.locking_mode, s.locking_mode.lower()),
@@ -164,14 +181,17 @@ class DeliveryStore:
             ("foreign_keys", "ON", 1),
         ]
         if self.guard is not None and self._fenced:
-            cast(_Connection, dbapi).kefu_guard = self.guard
-        cast(_Connection, dbapi).kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
+            dbapi.kefu_guard = self.guard
+        dbapi.kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         if s.cache_size_kib is not None:
             wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
         for name, value, expected in wanted:
-            actual = dbapi.execute(f"PRAGMA {name} = {value}").fetchone()
-            if actual is None:
-                actual = dbapi.execute(f"PRAGMA {name}").fetchone()
+            try:
+                actual = dbapi.execute(f"PRAGMA {name} = {value}").fetchone()
+                if actual is None:
+                    actual = dbapi.execute(f"PRAGMA {name}").fetchone()
+            except sqlite3.Error as error:
+                raise DBAPIError.instance(f"PRAGMA {name}", None, error, sqlite3.Error) from error
             if actual[0] != expected:
                 raise KefuError(
                     "KEFU_DELIVERY_PRAGMA_MISMATCH",
@@ -179,48 +199,87 @@ class DeliveryStore:
                     "check that the file system supports this mode (WAL needs shared memory)",
                 )
 
-    def _on_begin(self, conn: Connection) -> None:
-        """BEGIN, and a write's shard fence check, on the DBAPI connection itself: SQLAlchemy's
-        statement machinery costs more than these statements, and every transaction runs them."""
-        write = conn.get_execution_options().get("kefu_write", True)
-        try:
-            _begin(cast(sqlite3.Connection, conn.connection.dbapi_connection), write)
-        except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)
-            raise DBAPIError.instance("BEGIN", None, error, sqlite3.Error) from error
+    @contextmanager
+    def _checkout(self) -> Iterator[_Connection]:
+        """This thread's idle connection, or a new one (a transaction inside another, or the
+        first on this thread). EXCLUSIVE locking allows a single holder: the threads take turns
+        on one connection, and a transaction inside another one fails (busy)."""
+        if os.getpid() != self._pid:  # a forked child must never use its parent's connections
+            raise RuntimeError("a DeliveryStore is used across a fork: open a new one in the child")
+        with self._exclusive or nullcontext():
+            idle = self._idle()
+            dbapi = idle.pop() if idle else self._connect()
+            try:
+                yield dbapi
+            finally:
+                if dbapi.in_transaction:  # an error inside BEGIN/COMMIT handling: never reuse it half-done
+                    dbapi.execute("ROLLBACK")
+                idle.append(dbapi)
+
+    def _idle(self) -> list[_Connection]:
+        """The idle connections: this thread's, or under EXCLUSIVE locking the one all share."""
+        if self._exclusive is None:
+            idle: list[_Connection] = self._local.__dict__.setdefault("idle", [])
+            return idle
+        if self._shared is None:
+            self._shared = []
+        return self._shared
+
+    @contextmanager
+    def _transaction(self, write: bool, durable: bool = False) -> Iterator[Connection]:
+        with self._checkout() as dbapi, synchronous(dbapi, durable):
+            try:
+                _begin(dbapi, write)
+            except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)
+                raise DBAPIError.instance("BEGIN", None, error, sqlite3.Error) from error
+            try:
+                yield Connection(dbapi)
+            except BaseException:
+                if dbapi.in_transaction:  # SQLite may have rolled back already (e.g. a full disk)
+                    dbapi.execute("ROLLBACK")
+                raise
+            try:
+                dbapi.execute("COMMIT")
+            except sqlite3.Error as error:
+                raise DBAPIError.instance("COMMIT", None, error, sqlite3.Error) from error
+
+    def trace(self, callback: Callable[[str], None] | None) -> None:
+        """Pass every statement this store runs to `callback` (benchmarks and tests count them)."""
+        self._trace = callback
+        with self._opened_lock:
+            for dbapi in self._opened:
+                dbapi.set_trace_callback(callback)
 
     # -- transactions ------------------------------------------------------------------
-    @contextmanager
-    def write(self, durable: bool = False) -> Iterator[Connection]:
+    def write(self, durable: bool = False) -> AbstractContextManager[Connection]:
         """One write transaction; commits on success, rolls back on any error. `durable`: the
         commit is on disk when this returns (see `synchronous`)."""
-        with self.engine.connect() as conn:
-            dbapi = cast(sqlite3.Connection, conn.connection.dbapi_connection)
-            with synchronous(dbapi, durable), conn.begin():
-                yield conn
+        return self._transaction(write=True, durable=durable)
 
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:
         """A consistent read snapshot that takes no write lock."""
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(kefu_write=False)
-            with conn.begin():
-                yield conn
+        return self._transaction(write=False)
 
-    @contextmanager
-    def raw(self) -> Iterator[sqlite3.Connection]:
-        """A pooled DBAPI connection in autocommit mode, for hot paths that run several short
-        transactions with `immediate()`; no SQLAlchemy statement overhead."""
-        with self.engine.connect() as conn:
-            # SQLAlchemy declares a generic, optional DBAPI connection; pysqlite's is a sqlite3.Connection.
-            yield cast(sqlite3.Connection, conn.connection.dbapi_connection)
+    def raw(self) -> AbstractContextManager[sqlite3.Connection]:
+        """This thread's DBAPI connection in autocommit mode, for hot paths that run several
+        short transactions with `immediate()`."""
+        return self._checkout()
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Close every connection (the store opens new ones when it is used again)."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        self._local = threading.local()
+        self._shared = None
+        if os.getpid() != self._pid:
+            return  # a forked child's copies: closing them would drop the parent's locks
+        for dbapi in opened:
+            dbapi.close()
 
     # -- schema ------------------------------------------------------------------------
     def user_version(self) -> int:
-        with self.engine.connect() as conn:
-            return int(conn.exec_driver_sql("PRAGMA user_version").scalar_one())
+        with self.read() as conn:
+            return int(conn.execute("PRAGMA user_version").scalar_one())
 
     def _migrate(self) -> None:
         """Bring the file to LATEST_VERSION, retrying under SQLITE_BUSY within the budget."""

@@ -22,15 +22,22 @@ def _outbox(store) -> dict[str, tuple[int, str]]:
 
 def test_pause_revokes_a_registered_reply_and_resume_admits_only_new_input(settings, store, shop, platform, transport):
     said = {b: platform.buyer_says(shop, b, f"买家{b}", "什么时候发货") for b in ("b1", "b2")}
-    # Phase 1: the outbox queue is backed up (no worker consumes it): both replies wait registered.
+    # Phase 1: the platform throttles (each turn's own attempt is not submitted) and the outbox
+    # queue, where the retries go, is backed up (no worker consumes it): both replies wait registered.
+    throttled = settings.model_copy(update={"simulator": settings.simulator.model_copy(update={"send_throttled": True})})
     only_ingest_and_agent = [queue_name("ingest", settings.shard), queue_name("agent", settings.shard)]
-    backed_up = make_app(settings)  # a worker's queue selection sticks to its app: one app per phase
+    backed_up = make_app(throttled)  # a worker's queue selection sticks to its app: one app per phase
     with start_worker(
         backed_up, pool="solo", perform_ping_check=True, shutdown_timeout=30, queues=only_ingest_and_agent
     ):
         for message in said.values():
             backed_up.send_task("kefu.ingest.page", args=[transport.page_of(shop, [message]).model_dump(mode="json")])
-        wait_for(lambda: len(_outbox(store)) == 2, 30, "both replies to be registered", lambda: stage_counts(store))
+        wait_for(  # each refused once by the platform, and pending its next attempt
+            lambda: [state for _, state in _outbox(store).values()] == ["pending", "pending"],
+            30,
+            "both replies to be registered",
+            lambda: stage_counts(store),
+        )
     paused_customer = _outbox(store)[said["b2"].conversation_id][0]
     pause_handling(store, paused_customer, "operator took over")
 

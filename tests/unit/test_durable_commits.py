@@ -4,10 +4,6 @@ own connections while one buyer message goes through the pipeline."""
 
 from __future__ import annotations
 
-import sqlite3
-
-from sqlalchemy import event
-
 from bench.growth import run_inline
 from runtime import pipeline
 from runtime.store import DeliveryStore
@@ -18,12 +14,7 @@ from transports.simulator import SimulatedPlatform, SimulatorTransport
 def _traced(store: DeliveryStore) -> list[str]:
     """Every statement the store's connections run from now on."""
     statements: list[str] = []
-    store.engine.dispose()
-
-    def trace(dbapi: sqlite3.Connection, _record: object) -> None:
-        dbapi.set_trace_callback(statements.append)
-
-    event.listen(store.engine, "connect", trace)
+    store.trace(statements.append)
     return statements
 
 

@@ -94,3 +94,25 @@ def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_mo
         assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "committed"
     events = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1")).load()
     assert [e.type for e in events][-2:] == ["turn/start", "user/message"]  # no reply reached the log
+
+
+def test_a_lease_let_go_in_its_holders_last_write_is_free_at_once_and_not_released_twice(store):
+    statements: list[str] = []
+    with leases.held(store, "customer:1", ttl_s=60) as fence:
+        assert fence is not None
+        with store.write() as conn:
+            fence.check_and_release(conn)
+        store.trace(statements.append)
+    store.trace(None)
+    assert not [s for s in statements if s.startswith("UPDATE lease")]  # no second release
+    assert leases.grant(store, "customer:1", "next", ttl_s=60) is not None  # free now, not in 60 s
+
+
+def test_a_last_write_that_failed_after_letting_go_still_releases_the_lease(store):
+    with pytest.raises(RuntimeError):
+        with leases.held(store, "customer:1", ttl_s=60) as fence:
+            assert fence is not None
+            with store.write() as conn:
+                fence.check_and_release(conn)
+                raise RuntimeError("the rest of the write failed: rolled back, release with it")
+    assert leases.grant(store, "customer:1", "next", ttl_s=60) is not None

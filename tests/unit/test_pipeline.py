@@ -84,9 +84,12 @@ def test_ingest_admits_each_customer_confirms_the_page_and_a_replay_admits_again
     received = page(1)
     first = pipeline.ingest(services, received.model_dump(mode="json"))
     assert first.outcome == "ingested" and len(first.follow_ups) == 1
+    (admit,) = first.follow_ups
+    assert isinstance(admit, Admit) and admit.input_committed  # input just committed: admission needs no look first
     assert services.transport.confirmed == ["cursor-1"]
     again = pipeline.ingest(services, received.model_dump(mode="json"))
-    assert again == Step("replayed", first.follow_ups)  # admission is idempotent: asking again is safe
+    # Admission is idempotent: asking again is safe (a replay committed nothing, so it looks first).
+    assert again == Step("replayed", (Admit(admit.customer_id),))
 
 
 def test_ingest_rejects_a_malformed_page_and_holds_one_while_input_is_paused(services):

@@ -39,11 +39,13 @@ class SimulatorTransport:
         send_latency_ms: int = 0,
         page_size: int = 100,
         send_timeouts: str = "none",
+        send_throttled: bool = False,
     ) -> None:
         self.far_side = platform
         self.send_latency_ms = send_latency_ms
         self.page_size = page_size
         self.send_timeouts = send_timeouts  # none | after-submit | before-submit
+        self.send_throttled = send_throttled
 
     def page_of(self, account_id: str, messages: list[BuyerMessage]) -> InboundPage:
         """A page holding exactly these buyer messages, its cursor after the last one."""
@@ -113,6 +115,8 @@ class SimulatorTransport:
     def send(self, message: OutboundSend) -> SendReceipt:
         if not message.recipient_id:
             raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
+        if self.send_throttled:
+            raise SendFailure("not-submitted", "SIMULATOR_THROTTLED", retry_after_s=1.0)
         if self.send_timeouts == "before-submit":
             raise TimeoutError("the simulated send timed out before reaching the platform")
         received = self.far_side.receive_send(

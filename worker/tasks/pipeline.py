@@ -15,7 +15,7 @@ from runtime.store import now_ms
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
 from worker.context import runtime_for
-from worker.dispatch import dispatch
+from worker.dispatch import dispatch, turn
 from worker.tasks.base import kefu_task
 
 PROCESSED_KEEP_S = 3600  # the embedded broker's consumed messages, kept for inspection
@@ -30,11 +30,11 @@ def _run(task: Task, step: pipeline.Step) -> str:
 def ingest(self: Task, page: dict[str, Any]) -> str:
     services = runtime_for(self.app)
     step = pipeline.ingest(services, page)
-    outcome = _run(self, step)
+    dispatch(self.app, step.follow_ups, turns_here=True)
     for work in step.follow_ups:  # forwarded: its record here is done only once it is on its way
         if isinstance(work, pipeline.Ingest) and work.shard is not None:
             pipeline.forwarded(services, work)
-    return outcome
+    return step.outcome
 
 
 @kefu_task("kefu.agent.admit")
@@ -44,10 +44,7 @@ def admit(self: Task, customer_id: int) -> str:
 
 @kefu_task("kefu.agent.run_turn")
 def run_turn(self: Task, customer_id: int) -> str:
-    def emit(work: pipeline.FollowUp) -> None:
-        dispatch(self.app, (work,))
-
-    return _run(self, pipeline.turn(runtime_for(self.app), customer_id, emit))
+    return _run(self, turn(self.app, customer_id))
 
 
 @kefu_task("kefu.outbox.attempt")

@@ -1,0 +1,101 @@
+"""A store's transactions run on long-lived sqlite3 connections (runtime.store.connection):
+SQLAlchemy's result methods and error types, a connection per transaction in progress on a
+thread, each thread its own, and none shared across a fork."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound
+
+from runtime.store import DeliveryStore
+
+
+def _two_accounts(store: DeliveryStore) -> None:
+    with store.write() as conn:
+        for name in ("a", "b"):
+            conn.execute(
+                "INSERT INTO account (id, platform, identity, created_at) VALUES (:id, 'simulator', :id, 0)",
+                {"id": name},
+            )
+
+
+def test_results_read_as_sqlalchemy_reads_them(store):
+    _two_accounts(store)
+    with store.read() as conn:
+        query = "SELECT id, platform FROM account ORDER BY id"
+        assert conn.execute(query).all() == [("a", "simulator"), ("b", "simulator")]
+        assert conn.execute(query).first() == ("a", "simulator")
+        assert conn.execute(query).mappings().first() == {"id": "a", "platform": "simulator"}
+        assert conn.execute(query).mappings().all()[1] == {"id": "b", "platform": "simulator"}
+        assert conn.execute(query).scalars().all() == ["a", "b"]
+        assert conn.execute("SELECT count(*) FROM account").scalar_one() == 2
+        assert conn.execute("SELECT id FROM account WHERE id = :id", {"id": "z"}).scalar_one_or_none() is None
+        assert conn.execute("SELECT id FROM account WHERE id = ?", ("b",)).scalar() == "b"
+        with pytest.raises(MultipleResultsFound):
+            conn.execute(query).one()
+        with pytest.raises(NoResultFound):
+            conn.execute("SELECT id FROM account WHERE id = 'z'").scalar_one()
+
+
+def test_a_failed_statement_raises_sqlalchemys_error_without_its_parameters_and_writes_nothing(store):
+    _two_accounts(store)
+    with pytest.raises(IntegrityError) as failed:
+        with store.write() as conn:
+            conn.execute("UPDATE account SET identity = 'changed' WHERE id = 'a'")
+            conn.execute(
+                "INSERT INTO account (id, platform, identity, created_at) VALUES (:id, 'simulator', :secret, 0)",
+                {"id": "a", "secret": "a-buyer-said-this"},
+            )
+    assert "a-buyer-said-this" not in str(failed.value)
+    with store.read() as conn:
+        assert conn.execute("SELECT identity FROM account WHERE id = 'a'").scalar_one() == "a"  # rolled back
+
+
+def test_a_transaction_inside_another_on_one_thread_has_its_own_connection(store):
+    _two_accounts(store)
+    with store.read() as outer:
+        before = outer.execute("SELECT count(*) FROM account").scalar_one()
+        with store.write() as inner:
+            inner.execute("DELETE FROM account WHERE id = 'b'")
+        assert outer.execute("SELECT count(*) FROM account").scalar_one() == before  # its own snapshot
+    with store.read() as conn:
+        assert conn.execute("SELECT count(*) FROM account").scalar_one() == before - 1
+
+
+def test_each_thread_keeps_its_connection_and_close_ends_them_all(store):
+    seen: list[int] = []
+
+    def use() -> None:
+        for _ in range(2):
+            with store.raw() as db:
+                seen.append(id(db))
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(seen)) == 2  # one per thread, reused by its second transaction
+    store.close()
+    with store.read() as conn:  # opened anew after close
+        assert conn.execute("SELECT 1").scalar_one() == 1
+
+
+def test_a_forked_child_never_uses_its_parents_connections(store):
+    with store.read() as conn:
+        conn.execute("SELECT 1").scalar_one()
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's store must refuse, not share SQLite's locks
+        try:
+            with store.read():
+                os._exit(1)
+        except RuntimeError:
+            os._exit(0)
+        os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with store.read() as conn:
+        assert conn.execute("SELECT 1").scalar_one() == 1
