@@ -45,7 +45,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.e2e import Rig, offer, percentile
+from bench.e2e import Rig, offer
 from bench.faults.redis_server import RedisServer
 from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
@@ -112,15 +112,8 @@ def search(label: str, lanes: Lanes, rates: Sequence[float], window_s: float, sa
     found = Search(label)
 
     def once(rate: float, attempt: int) -> Step:
-        latencies, unanswered, _ = offer(lanes, rate, max(window_s, samples / rate), drain_s=4)
-        step = Step(
-            rate,
-            percentile(latencies, 0.5) if latencies else None,
-            percentile(latencies, 0.99) if latencies else None,
-            unanswered,
-            len(latencies) + unanswered,
-            attempt,
-        )
+        run = offer(lanes, rate, max(window_s, samples / rate), drain_s=4)
+        step = Step(rate, run.p(0.5), run.p(0.99), run.unanswered, run.offered, attempt)
         found.steps.append(step)
         if not step.ok:
             _quiet(lanes)
@@ -174,10 +167,10 @@ def throughput(root: Path, redis_url: str, concurrency: int, quick: bool, say: C
             for index, (name, accounts) in enumerate(shards)
         ]
         for rig in rigs:
-            rig.worker.start()
+            rig.workers.start()
         try:
             for rig in rigs:
-                rig.worker.wait_ready(rig.app, timeout_s=60)
+                rig.workers.wait_ready(rig.app, timeout_s=60)
             lanes = [(rig, account) for rig in rigs for account in rig.accounts]
             offer(lanes, 10, 3)  # warm-up
             _quiet(lanes)
@@ -185,7 +178,7 @@ def throughput(root: Path, redis_url: str, concurrency: int, quick: bool, say: C
             results.append(search(label, lanes, rates, window_s, samples, bisections))
         finally:
             for rig in rigs:
-                rig.worker.stop()
+                rig.workers.stop()
     return results
 
 

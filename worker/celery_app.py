@@ -15,7 +15,7 @@ from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
 from worker.shard_lease import hold_shard, release_shard
-from worker.tasks import memory, pipeline, placement  # noqa: F401  (registers the shared tasks on every app)
+from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (registers the shared tasks on every app)
 
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
 
