@@ -29,6 +29,7 @@ class _Connection(sqlite3.Connection):
 
     kefu_guard: ShardGuard | None = None
     kefu_synchronous = "FULL"  # NORMAL in WAL mode: a commit is on disk at the next FULL one or checkpoint
+    kefu_generation = 0  # the store's close() count when it was opened: an older one is closed
 
 
 def now_ms() -> int:
@@ -123,11 +124,13 @@ class DeliveryStore:
         self.customer_id_base = customer_id_base
         self._fenced = False  # migrations run before the fence's table exists
         self._local = threading.local()
-        self._opened: list[_Connection] = []  # every connection, for close()
+        self._opened: set[_Connection] = set()  # every open connection, for close() and trace()
+        self._busy: set[_Connection] = set()  # those in a transaction now
+        self._generation = 0  # +1 on each close()
         self._opened_lock = threading.Lock()
         self._pid = os.getpid()
         self._trace: Callable[[str], None] | None = None
-        self._shared: list[_Connection] | None = None
+        self._shared: list[_Connection] = []
         self._exclusive = threading.RLock() if self.settings.locking_mode == "EXCLUSIVE" else None
         try:
             self._open()
@@ -168,7 +171,8 @@ class DeliveryStore:
         if self._trace is not None:
             dbapi.set_trace_callback(self._trace)
         with self._opened_lock:
-            self._opened.append(dbapi)
+            dbapi.kefu_generation = self._generation
+            self._opened.add(dbapi)
         return dbapi
 
     def _configure(self, dbapi: _Connection) -> None:
@@ -208,22 +212,32 @@ class DeliveryStore:
             raise RuntimeError("a DeliveryStore is used across a fork: open a new one in the child")
         with self._exclusive or nullcontext():
             idle = self._idle()
+            while idle and idle[-1].kefu_generation != self._generation:
+                idle.pop()  # closed by close() meanwhile
             dbapi = idle.pop() if idle else self._connect()
+            with self._opened_lock:
+                self._busy.add(dbapi)
             try:
                 yield dbapi
             finally:
                 if dbapi.in_transaction:  # an error inside BEGIN/COMMIT handling: never reuse it half-done
                     dbapi.execute("ROLLBACK")
-                idle.append(dbapi)
+                with self._opened_lock:
+                    self._busy.discard(dbapi)
+                    stale = dbapi.kefu_generation != self._generation
+                    if stale:
+                        self._opened.discard(dbapi)
+                if stale:  # close() ran while it was in use: closed now that it is free
+                    dbapi.close()
+                else:
+                    idle.append(dbapi)
 
     def _idle(self) -> list[_Connection]:
         """The idle connections: this thread's, or under EXCLUSIVE locking the one all share."""
-        if self._exclusive is None:
-            idle: list[_Connection] = self._local.__dict__.setdefault("idle", [])
-            return idle
-        if self._shared is None:
-            self._shared = []
-        return self._shared
+        if self._exclusive is not None:
+            return self._shared
+        idle: list[_Connection] = self._local.__dict__.setdefault("idle", [])
+        return idle
 
     @contextmanager
     def _transaction(self, write: bool, durable: bool = False) -> Iterator[Connection]:
@@ -266,14 +280,15 @@ class DeliveryStore:
         return self._checkout()
 
     def close(self) -> None:
-        """Close every connection (the store opens new ones when it is used again)."""
-        with self._opened_lock:
-            opened, self._opened = self._opened, []
-        self._local = threading.local()
-        self._shared = None
+        """Close every connection: idle ones now, one in a transaction when it ends (the store
+        opens new ones when it is used again)."""
         if os.getpid() != self._pid:
-            return  # a forked child's copies: closing them would drop the parent's locks
-        for dbapi in opened:
+            return  # a forked child's copies: closing them could checkpoint the parent's WAL
+        with self._opened_lock:
+            self._generation += 1
+            idle = self._opened - self._busy
+            self._opened -= idle
+        for dbapi in idle:
             dbapi.close()
 
     # -- schema ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ thread, each thread its own, and none shared across a fork."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 
 import pytest
@@ -99,3 +100,14 @@ def test_a_forked_child_never_uses_its_parents_connections(store):
     assert os.waitstatus_to_exitcode(status) == 0
     with store.read() as conn:
         assert conn.execute("SELECT 1").scalar_one() == 1
+
+
+def test_close_lets_a_transaction_in_progress_finish_then_closes_its_connection(store):
+    _two_accounts(store)
+    with store.write() as conn:
+        store.close()  # e.g. a worker shutting down while a listener thread commits a page
+        conn.execute("DELETE FROM account WHERE id = 'b'")
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.dbapi.execute("SELECT 1")  # closed once it was free
+    with store.read() as conn:
+        assert conn.execute("SELECT count(*) FROM account").scalar_one() == 1  # the commit went through
