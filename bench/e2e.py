@@ -12,7 +12,9 @@ from publish to the simulated platform's receipt of the reply. Two baselines:
   picked; the bench collects the results once it has published everything.
 
 Printed: latency at `--rate` for `--seconds`, with the workers' CPU per message (utime + stime
-of each worker's whole process tree, from /proc, before and after the run); then a step-up
+of each worker's whole process tree, from /proc, before and after the run) and the Redis
+commands per message (INFO commandstats: the whole server's, so give the bench a Redis nothing
+else uses); then a step-up
 through the same offered rates for the chain and for kefu (5 s per step). A rate is sustained
 when every message was answered, p99 <= 150 ms, and the last answer came within 1 s of the last
 offer; a step that misses is measured once more, and the second measurement counts. Last, the
@@ -34,6 +36,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,6 +285,7 @@ class Metered:
     run: Run
     cpu_s: float
     wall_s: float
+    redis_calls: Counter[str]  # broker commands over the run, publisher's and workers' (and the bench's polls)
 
     @property
     def cpu_ms_per_message(self) -> float:
@@ -290,10 +294,17 @@ class Metered:
 
 def metered(rig: Rig, load: Callable[[], Run]) -> Metered:
     rig.wait_quiet()
-    began, cpu = time.monotonic(), rig.workers.cpu_s()
+    began, cpu, commands = time.monotonic(), rig.workers.cpu_s(), redis_calls(rig.settings.broker_url)
     run = load()
     rig.wait_quiet()
-    return Metered(run, rig.workers.cpu_s() - cpu, time.monotonic() - began)
+    calls = redis_calls(rig.settings.broker_url) - commands
+    return Metered(run, rig.workers.cpu_s() - cpu, time.monotonic() - began, calls)
+
+
+def redis_calls(url: str) -> Counter[str]:
+    """Calls of each Redis command so far (the whole server's: run on a Redis nothing else uses)."""
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in stats.items()})
 
 
 def idle_cpu_ms_per_s(rig: Rig, seconds: float = 5) -> float:
@@ -410,6 +421,11 @@ def main() -> None:
                     f"{m.cpu_ms_per_message:.2f}",
                 )
             console.print(table)
+            for label, m in rows[1:]:
+                per = {name: calls / max(m.run.offered, 1) for name, calls in m.redis_calls.most_common(8)}
+                listed = ", ".join(f"{name} {n:.1f}" for name, n in per.items())
+                total = sum(m.redis_calls.values()) / max(m.run.offered, 1)
+                print(f"Redis commands per message, {label}: {total:.1f} ({listed})")
             print(
                 f"worker CPU idle: {idle:.1f} ms/s (in a {args.seconds:g} s run at {args.rate:g} msg/s,"
                 f" ~{idle * kefu.wall_s / max(kefu.run.offered, 1):.2f} ms of each message's figure)"
