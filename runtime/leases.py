@@ -148,6 +148,12 @@ class _Renewer:
         self._thread.join()
 
     def _run(self) -> None:
+        try:
+            self._renew()
+        finally:
+            self._fence.store.close_thread()  # a renewal opened this thread's own connection
+
+    def _renew(self) -> None:
         interval_s = self._fence.ttl_ms / 4000
         wait_s = interval_s
         while not self._stop.wait(wait_s):

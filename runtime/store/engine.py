@@ -6,6 +6,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -124,7 +125,9 @@ class DeliveryStore:
         self.customer_id_base = customer_id_base
         self._fenced = False  # migrations run before the fence's table exists
         self._local = threading.local()
-        self._opened: set[_Connection] = set()  # every open connection, for close() and trace()
+        # Every open connection, for close() and trace(); weakly, so a connection whose thread
+        # ended (a lease renewer, say) is closed with that thread's idle list, not kept open.
+        self._opened: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._busy: set[_Connection] = set()  # those in a transaction now
         self._generation = 0  # +1 on each close()
         self._opened_lock = threading.Lock()
@@ -279,6 +282,15 @@ class DeliveryStore:
         short transactions with `immediate()`."""
         return self._checkout()
 
+    def close_thread(self) -> None:
+        """Close this thread's idle connections: for a thread that is about to end."""
+        idle = self._local.__dict__.pop("idle", [])
+        with self._opened_lock:
+            for dbapi in idle:
+                self._opened.discard(dbapi)
+        for dbapi in idle:
+            dbapi.close()
+
     def close(self) -> None:
         """Close every connection: idle ones now, one in a transaction when it ends (the store
         opens new ones when it is used again)."""
@@ -286,8 +298,9 @@ class DeliveryStore:
             return  # a forked child's copies: closing them could checkpoint the parent's WAL
         with self._opened_lock:
             self._generation += 1
-            idle = self._opened - self._busy
-            self._opened -= idle
+            idle = [dbapi for dbapi in self._opened if dbapi not in self._busy]
+            for dbapi in idle:
+                self._opened.discard(dbapi)
         for dbapi in idle:
             dbapi.close()
 

@@ -24,7 +24,9 @@ def test_pause_revokes_a_registered_reply_and_resume_admits_only_new_input(setti
     said = {b: platform.buyer_says(shop, b, f"买家{b}", "什么时候发货") for b in ("b1", "b2")}
     # Phase 1: the platform throttles (each turn's own attempt is not submitted) and the outbox
     # queue, where the retries go, is backed up (no worker consumes it): both replies wait registered.
-    throttled = settings.model_copy(update={"simulator": settings.simulator.model_copy(update={"send_throttled": True})})
+    throttled = settings.model_copy(
+        update={"simulator": settings.simulator.model_copy(update={"send_throttled": True})}
+    )
     only_ingest_and_agent = [queue_name("ingest", settings.shard), queue_name("agent", settings.shard)]
     backed_up = make_app(throttled)  # a worker's queue selection sticks to its app: one app per phase
     with start_worker(
