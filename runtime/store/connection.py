@@ -17,12 +17,18 @@ from typing import Any
 
 from sqlalchemy import ClauseElement, TextClause
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 
 Params = Mapping[str, Any] | Sequence[Any]
 Row = tuple[Any, ...]
 
 _DIALECT = sqlite_dialect.dialect(paramstyle="named")
+
+
+def as_sqlalchemy_error(statement: str, error: sqlite3.Error) -> StatementError:
+    """A sqlite3 error as SQLAlchemy raises it (callers and the task retry policy catch those),
+    its parameters never shown: they hold message bodies and provider cursors."""
+    return DBAPIError.instance(statement, None, error, sqlite3.Error, hide_parameters=True)
 
 
 def _text_of(statement: str | ClauseElement, params: Params | None) -> tuple[str, Params]:
@@ -46,8 +52,8 @@ class Connection:
         text, bound = _text_of(statement, params)
         try:
             return Result(self.dbapi.execute(text, bound))
-        except sqlite3.Error as error:  # as SQLAlchemy raised it, parameters hidden (bodies, cursors)
-            raise DBAPIError.instance(text, None, error, sqlite3.Error, hide_parameters=True) from error
+        except sqlite3.Error as error:
+            raise as_sqlalchemy_error(text, error) from error
 
     exec_driver_sql = execute
 

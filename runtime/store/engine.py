@@ -12,11 +12,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from config import DeliverySettings
 from runtime.errors import KefuError
-from runtime.store.connection import Connection
+from runtime.store.connection import Connection, as_sqlalchemy_error
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
@@ -165,7 +165,7 @@ class DeliveryStore:
                 cached_statements=256,
             )
         except sqlite3.Error as error:
-            raise DBAPIError.instance("connect", None, error, sqlite3.Error) from error
+            raise as_sqlalchemy_error("connect", error) from error
         try:
             self._configure(dbapi)
         except BaseException:
@@ -198,7 +198,7 @@ class DeliveryStore:
                 if actual is None:
                     actual = dbapi.execute(f"PRAGMA {name}").fetchone()
             except sqlite3.Error as error:
-                raise DBAPIError.instance(f"PRAGMA {name}", None, error, sqlite3.Error) from error
+                raise as_sqlalchemy_error(f"PRAGMA {name}", error) from error
             if actual[0] != expected:
                 raise KefuError(
                     "KEFU_DELIVERY_PRAGMA_MISMATCH",
@@ -248,7 +248,7 @@ class DeliveryStore:
             try:
                 _begin(dbapi, write)
             except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)
-                raise DBAPIError.instance("BEGIN", None, error, sqlite3.Error) from error
+                raise as_sqlalchemy_error("BEGIN", error) from error
             try:
                 yield Connection(dbapi)
             except BaseException:
@@ -258,7 +258,7 @@ class DeliveryStore:
             try:
                 dbapi.execute("COMMIT")
             except sqlite3.Error as error:
-                raise DBAPIError.instance("COMMIT", None, error, sqlite3.Error) from error
+                raise as_sqlalchemy_error("COMMIT", error) from error
 
     def trace(self, callback: Callable[[str], None] | None) -> None:
         """Pass every statement this store runs to `callback` (benchmarks and tests count them)."""
