@@ -76,6 +76,11 @@ _NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer co
 )
 
 
+def nothing_to_admit(conn: Connection, customer_id: int) -> bool:
+    """No open batch and no buyer input waiting: admission would have nothing to decide."""
+    return bool(conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one())
+
+
 def evaluate(store: DeliveryStore, customer_id: int, batch_size: int, look_first: bool = True) -> AdmissionDecision:
     """Claim up to `batch_size` pending messages into a new batch when the route admits.
 
@@ -85,7 +90,7 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int, look_first
     only find it: the caller skips it."""
     if look_first:
         with store.read() as conn:
-            if conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one():
+            if nothing_to_admit(conn, customer_id):
                 return AdmissionDecision("nothing-pending")
     with store.write() as conn:
         customer = load_customer(conn, customer_id)

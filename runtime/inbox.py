@@ -100,16 +100,17 @@ def refuse_page(store: DeliveryStore, account_id: str, stream_id: str, page_op_i
         )
 
 
-def advance_cursor(db: sqlite3.Connection, account_id: str, stream_id: str) -> None:
-    """Inside the caller's transaction: move the committed cursor up to the newest ingested page
-    that no pending page precedes, never backwards."""
+def advance_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
+    """Inside the transaction that ingested `page`: move its stream's committed cursor up to the
+    newest ingested page that no pending page precedes, never backwards. That is most often
+    `page` itself, whose cursor is at hand: only another page's is read from its JSON."""
     target = db.execute(
-        "SELECT id, page_op_id, json_extract(page, '$.cursor') FROM received_page"
-        " WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3 AND id < coalesce("
+        "SELECT id, page_op_id, CASE page_op_id WHEN ?4 THEN ?5 ELSE json_extract(page, '$.cursor') END"
+        " FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3 AND id < coalesce("
         "  (SELECT min(id) FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND ingested_at IS NULL),"
         "  9223372036854775807)"
         " ORDER BY id DESC LIMIT 1",
-        (account_id, stream_id, INGESTED),
+        (page.account_id, page.stream_id, INGESTED, page.page_op_id, page.cursor),
     ).fetchone()
     if target is None:
         return
@@ -120,7 +121,7 @@ def advance_cursor(db: sqlite3.Connection, account_id: str, stream_id: str) -> N
         " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at,"
         " received_id = excluded.received_id"
         " WHERE provider_cursor.received_id IS NULL OR provider_cursor.received_id < excluded.received_id",
-        (account_id, stream_id, cursor, page_op_id, now_ms(), received_id),
+        (page.account_id, page.stream_id, cursor, page_op_id, now_ms(), received_id),
     )
 
 

@@ -35,7 +35,9 @@ _GRANT = sql(
     " RETURNING token"
 )
 _RELEASE = sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o")
-_RENEW = sql("UPDATE lease SET expires_at = :e WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :now")
+_HOLDS = "name = :n AND owner = :o AND token = :t AND expires_at >= :now"
+_RENEW = sql(f"UPDATE lease SET expires_at = :e WHERE {_HOLDS}")
+_RELEASE_HELD = sql(f"UPDATE lease SET expires_at = 0 WHERE {_HOLDS}")
 
 
 class LeaseLost(KefuError):
@@ -47,13 +49,23 @@ class LeaseLost(KefuError):
         )
 
 
+class LeaseBusy(KefuError):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            "KEFU_LEASE_BUSY",
+            f"lease {name} is held by another holder; this one stopped at its first write",
+            "nothing to do: the holder carries on",
+        )
+
+
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
 class Fence:
-    """Proof of one grant of a lease. `check` inside a write transaction fences that write."""
+    """Proof of one grant of a lease. `check` inside a write transaction fences that write.
+    A fence of `claimed` starts ungranted (token 0): its first check takes the lease."""
 
     store: DeliveryStore
     name: str
@@ -61,62 +73,83 @@ class Fence:
     token: int
     ttl_ms: int
     released: bool = False  # let go inside the holder's last write (`check_and_release`)
+    held_until: int = 0  # the expiry our last grant or renewal wrote (0: none, or lost)
+
+    def _params(self, expires_in_ms: int | None) -> dict[str, object]:
+        at = now_ms()
+        expires_at = 0 if expires_in_ms is None else at + expires_in_ms
+        return {"n": self.name, "o": self.owner, "t": self.token, "e": expires_at, "now": at}
 
     def check(self, conn: Connection) -> None:
         """Inside the caller's write transaction: the lease is still ours (and now renewed), or
-        LeaseLost, which rolls the transaction back."""
-        at = now_ms()
-        params = {"n": self.name, "o": self.owner, "t": self.token, "e": at + self.ttl_ms, "now": at}
-        if conn.execute(_RENEW, params).rowcount != 1:
+        LeaseLost, which rolls the transaction back. The first check of an ungranted fence takes
+        the lease instead, or raises LeaseBusy."""
+        params = self._params(self.ttl_ms)
+        if self.token == 0:
+            token = conn.execute(_GRANT, params).scalar_one_or_none()
+            if token is None:
+                raise LeaseBusy(self.name)
+            self.token = token
+        elif conn.execute(_RENEW, params).rowcount != 1:
+            self.held_until = 0
             raise LeaseLost(self.name)
+        self.held_until = params["e"]  # type: ignore[assignment]
 
     def check_and_release(self, conn: Connection) -> None:
-        """Inside the holder's last write: fenced like any write, and the lease is let go with
-        it (a transaction fewer at the end of every turn). `held` releases it again only if
-        that write did not commit."""
-        self.check(conn)
-        conn.execute(_RELEASE, {"n": self.name, "o": self.owner})
-        self.released = True
+        """Inside the holder's last write: fenced like any write (one statement), and the lease
+        is let go with it (a transaction fewer at the end of every turn). The holder's block
+        releases it again only if that write did not commit."""
+        if conn.execute(_RELEASE_HELD, self._params(None)).rowcount != 1:
+            raise LeaseLost(self.name)
+        self.released, self.held_until = True, 0
 
 
 @contextmanager
 def fenced(store: DeliveryStore, fence: Fence | None) -> Iterator[Connection]:
     """A write transaction that holds only while the lease is ours (no fence: unfenced, for
-    library use outside a worker)."""
-    with store.write() as conn:
-        if fence is not None:
+    library use outside a worker). A renewal that did not commit is not counted as held."""
+    if fence is None:
+        with store.write() as conn:
+            yield conn
+        return
+    held_until = fence.held_until
+    try:
+        with store.write() as conn:
             fence.check(conn)
-        yield conn
+            yield conn
+    except BaseException:
+        fence.held_until = min(fence.held_until, held_until)
+        raise
 
 
 @contextmanager
 def before_file_write(fence: Fence) -> Iterator[None]:
     """Around a write to a file the lease guards (a session log): the lease must be ours with
     at least a third of its duration left (renewals keep three quarters). A file is outside the
-    store's transactions, so this reads instead of holding the write lock through the write
+    store's transactions, so this checks instead of holding the write lock through the write
     (which would stall every other writer for an fsync); another holder could only be granted
     the lease if this one stalled for a third of the lease between this check and its write.
-    No renewal here: the holder's renewer does it."""
-    at = now_ms()
-    with fence.store.raw() as db:  # two independent reads, each its own snapshot
-        if fence.store.guard is not None:  # and the shard is still this process's to write
-            fence.store.guard.confirm(db.execute)
-        still_ours = db.execute(
-            "SELECT 1 FROM lease WHERE name = :n AND owner = :o AND token = :t AND expires_at >= :until",
-            {"n": fence.name, "o": fence.owner, "t": fence.token, "until": at + fence.ttl_ms // 3},
-        ).fetchone()
-    if still_ours is None:
+    The lease needs no read: only its holder moves an unexpired lease's expiry, so the one our
+    last grant or renewal wrote (a write of a transaction that committed, or the next write
+    fails) is the stored one. The shard's fence is read: another process may have claimed the
+    store. No renewal here: the holder's renewer does it."""
+    if fence.held_until < now_ms() + fence.ttl_ms // 3:
         raise LeaseLost(fence.name)
+    if fence.store.guard is not None:  # the shard is still this process's to write
+        with fence.store.raw() as db:
+            fence.store.guard.confirm(db.execute)
     yield
 
 
 def grant(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> Fence | None:
     """Take the lease, or renew it when `owner` holds it. None while another holder has it."""
-    at = now_ms()
-    ttl_ms = int(ttl_s * 1000)
-    with store.write() as conn:
-        token = conn.execute(_GRANT, {"n": name, "o": owner, "e": at + ttl_ms, "now": at}).scalar_one_or_none()
-    return None if token is None else Fence(store, name, owner, token, ttl_ms)
+    fence = Fence(store, name, owner, 0, int(ttl_s * 1000))
+    try:
+        with store.write() as conn:
+            fence.check(conn)
+    except LeaseBusy:
+        return None
+    return fence
 
 
 def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
@@ -157,9 +190,11 @@ class _Renewer:
         interval_s = self._fence.ttl_ms / 4000
         wait_s = interval_s
         while not self._stop.wait(wait_s):
+            if self._fence.token == 0:  # not taken yet (`claimed`): its first write takes it
+                continue
             try:
-                with self._fence.store.write() as conn:
-                    self._fence.check(conn)
+                with fenced(self._fence.store, self._fence):
+                    pass
                 wait_s = interval_s
             except LeaseLost:
                 if not self._fence.released:  # (its holder let it go in its last write: no news)
@@ -179,11 +214,27 @@ def held(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence | None
     if fence is None:
         yield None
         return
+    with _holding(fence):
+        yield fence
+
+
+@contextmanager
+def claimed(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence]:
+    """Like `held`, but the lease is taken by the block's first fenced write, in that write's
+    own transaction (a transaction fewer); that write raises LeaseBusy while another holder has
+    it, before anything was written."""
+    with _holding(Fence(store, name, new_owner(), 0, int(ttl_s * 1000))) as fence:
+        yield fence
+
+
+@contextmanager
+def _holding(fence: Fence) -> Iterator[Fence]:
     try:
         with _Renewer(fence):
             yield fence
     except BaseException:
-        release(store, name, owner)
+        if fence.token:
+            release(fence.store, fence.name, fence.owner)
         raise
-    if not fence.released:
-        release(store, name, owner)
+    if fence.token and not fence.released:
+        release(fence.store, fence.name, fence.owner)

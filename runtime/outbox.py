@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel
@@ -49,6 +50,7 @@ class AttemptSkipped:
         "skipped",
         "moving",  # the account is being handed to another shard: the side that serves it sends
     ]
+    customer_id: int | None = field(default=None, compare=False)  # whose queue may move on
 
 
 def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | None = None) -> OutboxRequest:
@@ -59,8 +61,10 @@ def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | N
     """
     at = now_ms()
     values = {**intent.model_dump(), "state": "failed" if refused else "pending", "error_code": refused}
-    conn.execute(sql(_REGISTER), {**values, "created_at": at, "updated_at": at})
-    return load_request(conn, intent.request_id)  # type: ignore[return-value]
+    values |= {"created_at": at, "updated_at": at}
+    if conn.execute(sql(_REGISTER), values).rowcount == 1:
+        return OutboxRequest.model_validate(values)  # as stored: no read back
+    return load_request(conn, intent.request_id)  # type: ignore[return-value]  # registered before
 
 
 _INTENT_COLUMNS = (*OutboundIntent.model_fields, "state", "error_code", "created_at", "updated_at")
@@ -120,16 +124,26 @@ def _earlier_in_flight(conn: Connection, request_id: str, customer_id: int) -> b
     )
 
 
+_NEXT_PENDING = sql(
+    "SELECT request_id FROM outbox_request WHERE customer_id = :c AND state = 'pending' ORDER BY rowid LIMIT 1"
+)
+_NEXT_PENDING_AFTER = sql(
+    "SELECT request_id FROM outbox_request WHERE state = 'pending'"
+    " AND customer_id = (SELECT customer_id FROM outbox_request WHERE request_id = :r) ORDER BY rowid LIMIT 1"
+)
+
+
+def _next_after(conn: Connection, request_id: str) -> str | None:
+    """The next request of this one's customer due for an attempt: None while this one, pending
+    again, still comes first."""
+    following = conn.execute(_NEXT_PENDING_AFTER, {"r": request_id}).scalar_one_or_none()
+    return None if following == request_id else following
+
+
 def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
     """The customer's earliest registered request still waiting for its attempt."""
     with store.read() as conn:
-        return conn.execute(
-            sql(
-                "SELECT request_id FROM outbox_request WHERE customer_id = :c AND state = 'pending'"
-                " ORDER BY rowid LIMIT 1"
-            ),
-            {"c": customer_id},
-        ).scalar_one_or_none()
+        return conn.execute(_NEXT_PENDING, {"c": customer_id}).scalar_one_or_none()
 
 
 def _handed_off(conn: Connection, account_id: str) -> bool:
@@ -141,18 +155,29 @@ def _handed_off(conn: Connection, account_id: str) -> bool:
     return state in (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.MOVED)
 
 
-def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: float) -> AttemptGrant | AttemptSkipped:
+def begin_attempt(
+    store: DeliveryStore,
+    request_id: str,
+    owner: str,
+    lease_s: float,
+    can_send: Callable[[str], object] = lambda account_id: None,
+) -> AttemptGrant | AttemptSkipped:
+    """Begin the request's next attempt, or say why not. `can_send(account_id)` raises when the
+    account has no way to send (no transport here): it runs before the attempt exists, so a
+    missing transport never strands an attempt."""
     at = now_ms()
     with store.write(durable=True) as conn:  # the send follows: never begun twice after a power loss
         request = load_request(conn, request_id)
         if request is None:
             return AttemptSkipped("unknown-request")
+        customer = request.customer_id
         if request.state in SETTLED:
-            return AttemptSkipped("settled")
+            return AttemptSkipped("settled", customer)
         if request.state == OutboxState.RESULT_UNKNOWN:
-            return AttemptSkipped("result-unknown")
+            return AttemptSkipped("result-unknown", customer)
+        can_send(request.account_id)
         if _handed_off(conn, request.account_id):
-            return AttemptSkipped("moving")
+            return AttemptSkipped("moving", customer)
         last = (
             conn.execute(
                 sql(
@@ -170,16 +195,16 @@ def begin_attempt(store: DeliveryStore, request_id: str, owner: str, lease_s: fl
             _mark(
                 conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED"
             )
-            return AttemptSkipped("result-unknown")
+            return AttemptSkipped("result-unknown", customer)
         if _earlier_in_flight(conn, request_id, request.customer_id):
-            return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
+            return AttemptSkipped("waiting-for-earlier", customer)  # replies reach a customer in registration order
         if request.follows is not None and _state_of(conn, request.follows) != "sent":
             # An earlier part of this reply failed or its result is unknown: stop here.
             _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
-            return AttemptSkipped("skipped")
+            return AttemptSkipped("skipped", customer)
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
             _set_state(conn, request_id, stale, None)
-            return AttemptSkipped(stale)  # type: ignore[arg-type]
+            return AttemptSkipped(stale, customer)  # type: ignore[arg-type]
         attempt_no = (last["attempt_no"] if last else 0) + 1
         conn.execute(
             sql(
@@ -305,9 +330,11 @@ _CONSOLE_ECHOES = (
     "SELECT request_id, platform_message_id FROM outbox_request WHERE account_id = ? AND origin = 'manual'"
     " AND state = 'sent' AND platform_message_id IN (SELECT value FROM json_each(?))"
 )
-_PLACEHOLDER_WAITING = (
-    "SELECT 1 FROM inbound_message WHERE account_id = ? AND conversation_id = ?"
-    " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;' LIMIT 1"
+# Is a sent manual message's mirror waiting for its echo in the conversation (SQL over the
+# named parameters :account_id and :conversation_id)?
+PLACEHOLDER_WAITING = (
+    "EXISTS (SELECT 1 FROM inbound_message WHERE account_id = :account_id AND conversation_id = :conversation_id"
+    " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;')"
 )
 _ADOPT_PLACEHOLDER = (
     "UPDATE inbound_message SET platform_message_id = ?"
@@ -317,10 +344,8 @@ _ADOPT_PLACEHOLDER = (
 
 def adopt_console_echoes(db: sqlite3.Connection, account_id: str, conversation_id: str, ids: list[str]) -> None:
     """Echoes of sent manual messages take over their mirror's placeholder id, so storing the
-    echo finds that row instead of adding a second one. Runs inside ingestion's transaction;
-    a conversation without a waiting placeholder costs one index probe."""
-    if db.execute(_PLACEHOLDER_WAITING, (account_id, conversation_id)).fetchone() is None:
-        return
+    echo finds that row instead of adding a second one. Runs inside ingestion's transaction,
+    for a conversation where PLACEHOLDER_WAITING holds (ingestion asks it in passing)."""
     for request_id, platform_message_id in db.execute(_CONSOLE_ECHOES, (account_id, json.dumps(ids))).fetchall():
         db.execute(_ADOPT_PLACEHOLDER, (platform_message_id, account_id, conversation_id, request_id))
 
@@ -337,16 +362,21 @@ def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, pla
     return True
 
 
-def record_sent(store: DeliveryStore, request_id: str, attempt_no: int, receipt: SendReceipt) -> None:
-    """The platform accepted the send. Also settles a request marked result-unknown meanwhile."""
+def record_sent(store: DeliveryStore, request_id: str, attempt_no: int, receipt: SendReceipt) -> str | None:
+    """The platform accepted the send. Also settles a request marked result-unknown meanwhile.
+    Returns the customer's next pending request, read in the same transaction: it is due now."""
     with store.write(durable=True) as conn:
         _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=receipt.platform_message_id)
+        return _next_after(conn, request_id)
 
 
-def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failure: SendFailure) -> None:
+def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failure: SendFailure) -> str | None:
+    """The attempt failed. Returns the customer's next pending request (read in the same
+    transaction), unless this one, pending again, still holds the queue."""
     request_state = {"not-submitted": "pending", "rejected": "failed", "unknown": "result-unknown"}[failure.kind]
     with store.write(durable=True) as conn:
         _mark(conn, request_id, attempt_no, failure.kind, request_state, error_code=failure.code)
+        return _next_after(conn, request_id)
 
 
 def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup, attempt_lease_s: float) -> bool:

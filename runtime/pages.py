@@ -72,7 +72,7 @@ class ConversationGroup(_Model):
         seen: dict[str, InboundMessage] = {}
         for index, message in enumerate(self.messages):
             first = seen.setdefault(message.platform_message_id, message)
-            if first != message:
+            if first is not message and first != message:
                 raise ValueError(f"messages.{index}.platform_message_id: repeats an earlier message with other content")
         return self
 

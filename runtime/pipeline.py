@@ -36,7 +36,7 @@ from runtime.inbox import (
 )
 from runtime.ingest import NEVER_INGESTED, committed_cursor, ingest_page
 from runtime.input_pause import InputPaused, hold_page, resume_input
-from runtime.leases import LeaseLost, new_owner
+from runtime.leases import LeaseBusy, LeaseLost, new_owner
 from runtime.outbox import (
     AttemptSkipped,
     begin_attempt,
@@ -53,7 +53,7 @@ from runtime.ports import BuyerReadReceipt, NeverReceived, ReadStatusQueries, Se
 from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 from runtime.read_receipts import accept_buyer_receipt
 from runtime.shards import local_placement
-from runtime.states import SETTLED, OutboxState, PlacementState
+from runtime.states import OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
 
 log = logging.getLogger(__name__)
@@ -238,9 +238,7 @@ def turn(services: Services, customer_id: int, emit: Emit) -> Step:
     at once (the worker runs it in the turn's own task), so it goes out while the turn goes on;
     input that came during the turn is admitted after it."""
     settings = services.settings
-    with leases.held(services.store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
-        if fence is None:
-            return Step("busy")  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
+    with leases.claimed(services.store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
         try:
             result = run_turn(
                 services.store,
@@ -254,6 +252,8 @@ def turn(services: Services, customer_id: int, emit: Emit) -> Step:
                 memory_engine=services.memory,
                 fence=fence,
             )
+        except LeaseBusy:  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
+            return Step("busy")
         except LeaseLost as lost:  # another worker holds the customer now and carries on
             log.warning("turn of customer %s stopped: %s", customer_id, lost.code)
             return Step("lease-lost")
@@ -262,7 +262,7 @@ def turn(services: Services, customer_id: int, emit: Emit) -> Step:
     if result.outcome == "waiting":  # a model call failed: tried again after its backoff, in a new run
         return Step("waiting", (RunTurn(customer_id, result.retry_after_s),))
     archive: tuple[FollowUp, ...] = (Archive(customer_id),) if result.archive_due else ()
-    return Step(result.outcome, (*archive, Admit(customer_id)))
+    return Step(result.outcome, (*archive, Admit(customer_id)) if result.admit_next else archive)
 
 
 # --- sending -------------------------------------------------------------------------------
@@ -272,45 +272,44 @@ def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
     """One attempt of an outbox request (SPEC 3.8): begin it in a transaction, submit it, record
     the outcome. A request whose outcome is unknown is settled by a receipt query, never sent
     again blindly; one the platform did not take is attempted again after a backoff; once a
-    request stops holding its customer's queue, the next one in order is attempted."""
+    request stops holding its customer's queue, the next one in order is attempted (found by
+    the transaction that recorded the outcome)."""
     store = services.store
-    with store.read() as conn:
-        request = load_request(conn, request_id)
-    if request is None:
-        return Step("unknown-request")
-    if request.state in SETTLED:  # e.g. refused before any platform call: no transport needed
-        return Step("settled", _next_in_order(services, request.customer_id, request_id))
-    # Resolve the transport before an attempt exists: a missing one must not strand an attempt.
-    transport = services.transport_of(request.account_id)
-    grant = begin_attempt(store, request_id, new_owner(), services.settings.outbox.attempt_lease_s)
+    grant = begin_attempt(
+        store, request_id, new_owner(), services.settings.outbox.attempt_lease_s, can_send=services.transport_of
+    )
     if isinstance(grant, AttemptSkipped):
-        if grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
+        if grant.customer_id is None or grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
             return Step(grant.reason)  # the earlier attempt, the reconciler, or the account's new shard
-        return Step(grant.reason, _next_in_order(services, request.customer_id, request_id))
+        return Step(grant.reason, _next_in_order(services, grant.customer_id, request_id))
+    transport = services.transport_of(grant.send.account_id)
     try:
         receipt = transport.send(grant.send)
     except Exception as error:
         failure = error if isinstance(error, SendFailure) else SendFailure("unknown", type(error).__name__)
-        record_failure(store, request_id, grant.attempt_no, failure)
+        following = record_failure(store, request_id, grant.attempt_no, failure)
         log.warning("send %s failed: %s %s", request_id, failure.kind, failure.code)
         if failure.kind == "not-submitted" and retries < len(ATTEMPT_BACKOFF_S):
             hint = min(failure.retry_after_s or 0, MAX_THROTTLE_WAIT_S)
             return Step("not-submitted", (Attempt(request_id, max(ATTEMPT_BACKOFF_S[retries], hint), retries + 1),))
-        following = _next_in_order(services, request.customer_id, request_id)
         if failure.kind == "unknown":  # it may or may not have reached the platform: settle it
-            return Step("result-unknown", (Settle(request_id), *following))
-        return Step(failure.kind, following)
-    record_sent(store, request_id, grant.attempt_no, receipt)
+            return Step("result-unknown", (Settle(request_id), *_attempt(following)))
+        return Step(failure.kind, _attempt(following))
+    following = record_sent(store, request_id, grant.attempt_no, receipt)
     if isinstance(transport, ReadStatusQueries) and grant.send.recipient_id:
         checks, interval_ms = transport.read_status_schedule
         schedule_read_checks(store, request_id, checks, interval_ms, now_ms())
-    return Step("sent", _next_in_order(services, request.customer_id, request_id))
+    return Step("sent", _attempt(following))
+
+
+def _attempt(request_id: str | None) -> tuple[FollowUp, ...]:
+    return (Attempt(request_id),) if request_id is not None else ()
 
 
 def _next_in_order(services: Services, customer_id: int, after: str) -> tuple[FollowUp, ...]:
     """The request `after` no longer holds its customer's queue: the next one, in order."""
     following = next_pending(services.store, customer_id)
-    return (Attempt(following),) if following is not None and following != after else ()
+    return _attempt(following if following != after else None)
 
 
 def settle(services: Services, request_id: str) -> Step:

@@ -1,19 +1,17 @@
-"""A page committed partway, as a process that died mid-page leaves it: runtime.ingest commits a
-page group by group, then its cursor, each in its own transaction."""
+"""A page committed partway, as an earlier version of kefu that died mid-page left it (it
+committed a page group by group, each in its own transaction, then the cursor); kefu commits a
+page in one transaction now, and must still complete such a page when it is replayed."""
 
 from __future__ import annotations
 
 from runtime import ingest
 from runtime.pages import ConversationGroup, InboundPage
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, immediate
 
 
 def commit_groups(store: DeliveryStore, page: InboundPage, groups: list[ConversationGroup]) -> None:
+    """Commit these groups alone, each in its own transaction, and not the page."""
     with store.raw() as db:
         for group in groups:
-            ingest._commit_group(db, page, group, "live", store.customer_id_base)
-
-
-def commit_cursor(store: DeliveryStore, page: InboundPage) -> None:
-    with store.raw() as db:
-        ingest._commit_cursor(db, page)
+            with immediate(db):
+                ingest._commit_group(db, page, group, "live", store.customer_id_base)

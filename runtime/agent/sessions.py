@@ -46,11 +46,14 @@ def _ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | No
         session_id: str | None = conn.execute(
             sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
         ).scalar_one()
-        if session_id is not None:
-            return session_id, False
-        session_id = f"s{customer_id}-1"
-        conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
-    return session_id, True
+        return (session_id, False) if session_id is not None else (begin_first_session(conn, customer_id), True)
+
+
+def begin_first_session(conn: Connection, customer_id: int) -> str:
+    """Inside the caller's write transaction, for a customer who has no session yet."""
+    session_id = f"s{customer_id}-1"
+    conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+    return session_id
 
 
 @dataclass
@@ -62,13 +65,18 @@ class OpenSession:
 
 
 def open_session(
-    store: DeliveryStore, customer_id: int, sessions_dir: Path, fence: Fence | None, known: str | None = None
+    store: DeliveryStore,
+    customer_id: int,
+    sessions_dir: Path,
+    fence: Fence | None,
+    known: tuple[str, bool] | None = None,
 ) -> OpenSession:
     """The customer's current session, opened for appending under `fence`; a damaged one is
     retired first and a new, empty session opened in its place. `known`: the customer's session
-    id as read under the same lease (only its holder changes it), saving a transaction."""
+    id and whether it is their first, as the caller's fenced write read or began it (saving a
+    transaction)."""
     guard = partial(before_file_write, fence) if fence is not None else nullcontext
-    session_id, first = (known, False) if known else _ensure_session_id(store, customer_id, fence)
+    session_id, first = known or _ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()

@@ -20,10 +20,11 @@ from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import find_same_text, register_outbound
 from runtime.ports import ToolCall, ToolSpec
+from runtime.read_receipts import undelivered_reads
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
 from runtime.store import DeliveryStore
 from runtime.store.connection import Connection
-from runtime.store.tables import AdmissionBatch, Customer, OutboundIntent, OutboxRequest
+from runtime.store.tables import AdmissionBatch, BuyerRead, Customer, OutboundIntent, OutboxRequest
 
 
 class ImSendMessageArgs(BaseModel):
@@ -63,6 +64,9 @@ class TurnBinding:
     on_registered: Callable[[str], None] = lambda request_id: None
     memory: SessionMemory | None = None  # None: the memory engine is off
     fence: Fence | None = None  # the writer lease: a reply is registered only while it holds
+    # The next step's check (runtime.agent.turn), made in passing by a call's write: (call id,
+    # the buyer reads not yet delivered); the write itself found the batch still current.
+    checked: tuple[str, list[BuyerRead]] | None = None
 
 
 def _request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -162,6 +166,7 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
                     request_id=earlier,
                 )
             requests, refused = _register_reply(binding, conn, call, args)
+            binding.checked = (call.id, undelivered_reads(conn, customer.id))  # type: ignore[arg-type]
     except LeaseLost:
         raise  # not the model's business: this turn stops, the lease's new holder carries on
     except KefuError as error:  # a bad attachment: nothing of this call was registered

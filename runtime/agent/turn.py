@@ -22,13 +22,14 @@ from runtime.admission import (
     commit_batch,
     finish_batch,
     load_customer,
+    nothing_to_admit,
     open_batch,
     revoke_batch,
 )
 from runtime.agent.context import context_use, view_tokens
 from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
-from runtime.agent.sessions import DAMAGED_NOTE, open_session
+from runtime.agent.sessions import DAMAGED_NOTE, begin_first_session, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
 from runtime.handling import is_current
@@ -81,6 +82,7 @@ class TurnResult:
     session_id: str | None
     archive_due: bool = False  # the turn ended above the memory trigger: the memory task archives
     retry_after_s: float = 0.0
+    admit_next: bool = True  # False: the turn's last write found nothing for admission to decide
 
 
 @dataclass(frozen=True)
@@ -274,20 +276,20 @@ def run_turn(
     fence: Fence | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
-    every write of the turn checks its `fence` and raises LeaseLost once it is gone."""
-    with store.read() as conn:
+    every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first
+    one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy)."""
+    with fenced(store, fence) as conn:
         batch = open_batch(conn, customer_id)
         customer = load_customer(conn, customer_id)
         if batch is None or customer is None:
             return None
         account = load_account(conn, customer.account_id)
         lines = batch_messages(conn, batch.id)
-        current = is_current(conn, customer_id, batch.handling_epoch)
-    if not current:
-        with fenced(store, fence) as conn:
+        if not is_current(conn, customer_id, batch.handling_epoch):
             revoke_batch(conn, batch.id)
-        return TurnResult(batch.id, "revoked", customer.session_id)
-    session = open_session(store, customer_id, sessions_dir, fence, customer.session_id if fence else None)
+            return TurnResult(batch.id, "revoked", customer.session_id)
+        known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)
+    session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id) if memory_engine else None
     waiting = waiting_for_model(log)
@@ -397,6 +399,9 @@ def run_turn(
             )
         log.append("step/end", turn=turn_id, step=step)
         log.flush()
+        if binding.checked is not None and binding.checked[0] == reply.tool_calls[-1].id:
+            checked = (True, binding.checked[1])  # the step's last call wrote after every other
+        binding.checked = None
         if handed_off:  # the agent paused its own handling: a human answers from here
             outcome = "complete"
             break
@@ -404,16 +409,18 @@ def run_turn(
     reason = "handling-paused" if paused else "model-unavailable" if unavailable else None
     log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
     log.flush()
+    admit_next = True
     if not unavailable:
         with store.write() as conn:
             (revoke_batch if paused else finish_batch)(conn, batch.id)
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
+            admit_next = not nothing_to_admit(conn, customer_id)  # input that came during the turn
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
         archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
-    return TurnResult(batch.id, outcome, session_id, archive_due=due)
+    return TurnResult(batch.id, outcome, session_id, archive_due=due, admit_next=admit_next)
 
 
 def _buyer_text(lines: list[RenderableMessage]) -> str:

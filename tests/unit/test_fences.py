@@ -59,19 +59,19 @@ class StalledModel(RulesProvider):
     """A model call during which the worker stalls past its lease (a paused VM, a GC pause:
     no renewal runs) and another worker takes the customer over."""
 
-    def __init__(self, store, customer_id: int) -> None:
+    def __init__(self, store, customer_id: int, monkeypatch) -> None:
         super().__init__(load_knowledge(None))
-        self.store, self.customer_id = store, customer_id
+        self.store, self.customer_id, self.monkeypatch = store, customer_id, monkeypatch
 
     def complete(self, messages, tools) -> AssistantReply:
-        with self.store.write() as conn:  # the lease lapses ...
-            conn.exec_driver_sql("UPDATE lease SET expires_at = 0")
+        later = leases.now_ms() + 61_000  # the lease (60 s) lapses while the call stalls ...
+        self.monkeypatch.setattr(leases, "now_ms", lambda: later)
         assert leases.grant(self.store, f"customer:{self.customer_id}", "worker-2", ttl_s=60) is not None
         return super().complete(messages, tools)  # ... and the stale holder's model still answers
 
 
 def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_more(
-    store, settings, shop, transport, platform
+    store, settings, shop, transport, platform, monkeypatch
 ):
     customer = say(store, transport, platform, "b1", "什么时候发货？")
     evaluate(store, customer, 1000)
@@ -80,7 +80,7 @@ def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_mo
     with pytest.raises(LeaseLost):
         run_turn(
             store,
-            StalledModel(store, customer),
+            StalledModel(store, customer, monkeypatch),
             customer,
             settings.sessions_dir,
             settings.zone,
@@ -116,3 +116,30 @@ def test_a_last_write_that_failed_after_letting_go_still_releases_the_lease(stor
                 fence.check_and_release(conn)
                 raise RuntimeError("the rest of the write failed: rolled back, release with it")
     assert leases.grant(store, "customer:1", "next", ttl_s=60) is not None
+
+
+def test_a_claimed_lease_is_taken_by_the_first_write_and_a_busy_one_writes_nothing(store):
+    other = leases.grant(store, "customer:1", "other", ttl_s=60)
+    with pytest.raises(leases.LeaseBusy):
+        with leases.claimed(store, "customer:1", ttl_s=60) as fence:
+            with fenced(store, fence) as conn:
+                conn.exec_driver_sql("UPDATE customer SET title = 'written while busy'")
+    assert leases.grant(store, "customer:1", "other", ttl_s=60).token == other.token  # still the other's
+    leases.release(store, "customer:1", "other")
+    with leases.claimed(store, "customer:1", ttl_s=60) as fence:
+        assert fence.token == 0  # nothing taken before the first write
+        with fenced(store, fence):
+            pass
+        assert fence.token > other.token and leases.grant(store, "customer:1", "third", ttl_s=60) is None
+    assert leases.grant(store, "customer:1", "third", ttl_s=60) is not None  # released at the end
+
+
+def test_a_renewal_that_did_not_commit_does_not_count_for_a_file_write(store):
+    fence = leases.grant(store, "customer:1", "w1", ttl_s=60)
+    fence.held_until = leases.now_ms() + 1000  # as if the last renewal that committed was long ago
+    with pytest.raises(RuntimeError):
+        with fenced(store, fence):  # renews in its transaction ...
+            raise RuntimeError("... which then rolls back")
+    with pytest.raises(LeaseLost):  # the stored expiry is the old one: too close to write a file
+        with before_file_write(fence):
+            pass

@@ -113,11 +113,11 @@ def test_admit_with_nothing_pending_has_no_follow_up(services):
     assert pipeline.admit(services, customer_id) == Step("nothing-pending")
 
 
-def test_a_turn_emits_each_reply_as_an_attempt_and_then_asks_for_admission(services):
+def test_a_turn_emits_each_reply_as_an_attempt_and_ends_without_admission_when_nothing_waits(services):
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
     step, emitted = turn(services, customer_id)
-    assert step == Step("complete", (Admit(customer_id),))
+    assert step == Step("complete")  # its last write found no input waiting: no admission to run
     [reply] = emitted
     assert isinstance(reply, Attempt) and (reply.countdown_s, reply.retries) == (0, 0)
     with services.store.read() as conn:
@@ -126,13 +126,22 @@ def test_a_turn_emits_each_reply_as_an_attempt_and_then_asks_for_admission(servi
     assert turn(services, customer_id) == (Step("no-open-batch"), [])
 
 
+def test_input_that_came_during_a_turn_is_admitted_after_it(services):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    assert ingested(services, 2, text="还有别的颜色吗？") == customer_id  # waits: the batch is open
+    step, _ = turn(services, customer_id)
+    assert step == Step("complete", (Admit(customer_id),))
+    assert pipeline.admit(services, customer_id) == Step("admitted", (RunTurn(customer_id),))
+
+
 def test_a_turn_above_the_memory_trigger_asks_for_an_archive(services, monkeypatch):
     real = pipeline.run_turn  # the memory engine's trigger is runtime.agent.memory's to test
     monkeypatch.setattr(pipeline, "run_turn", lambda *a, **kw: replace(real(*a, **kw), archive_due=True))
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
     step, _ = turn(services, customer_id)
-    assert step.follow_ups == (Archive(customer_id), Admit(customer_id))
+    assert step.follow_ups == (Archive(customer_id),)
 
 
 def test_a_turn_whose_customer_lease_is_held_elsewhere_does_nothing(services):
@@ -324,7 +333,7 @@ def test_a_failed_model_call_ends_the_run_and_the_next_run_goes_on_with_the_same
     first, emitted = turn(services, customer_id)
     assert first == Step("waiting", (RunTurn(customer_id, 0.0),)) and emitted == []  # no worker sleeps
     second, emitted = turn(services, customer_id)
-    assert second == Step("complete", (Admit(customer_id),)) and len(emitted) == 1
+    assert second == Step("complete") and len(emitted) == 1
     assert model.seen[0] == model.seen[1]  # the retried call saw exactly what the failed one saw
     events = SessionLog(session_path(services.settings.sessions_dir, f"s{customer_id}-1")).load()
     kinds = [e.type for e in events if e.type in ("turn/start", "step/start", "assistant/attempt", "turn/end")]
