@@ -51,8 +51,8 @@ def run_inline(
             match work:
                 case Ingest(page, _):
                     step = pipeline.ingest(runtime, page)
-                case Admit(customer_id, input_committed):
-                    step = pipeline.admit(runtime, customer_id, input_committed)
+                case Admit(customer_id):
+                    step = pipeline.admit(runtime, customer_id)
                 case RunTurn(customer_id, _):
                     step = pipeline.turn(runtime, customer_id, due.append)
                 case Attempt(request_id, _, retries):

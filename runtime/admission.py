@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from runtime.accounts import account_is_live, load_account
 from runtime.input_pause import is_paused
@@ -81,86 +81,94 @@ def nothing_to_admit(conn: Connection, customer_id: int) -> bool:
     return bool(conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one())
 
 
-def evaluate(store: DeliveryStore, customer_id: int, batch_size: int, look_first: bool = True) -> AdmissionDecision:
+def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
     """Claim up to `batch_size` pending messages into a new batch when the route admits.
 
-    `look_first`: a read before the write: with no open batch and no buyer input waiting (as
-    after most turns) there is nothing to decide, and no write lock is taken. Input committed
-    after that read brings its own admission. Right after input was committed, the read would
-    only find it: the caller skips it."""
-    if look_first:
-        with store.read() as conn:
-            if nothing_to_admit(conn, customer_id):
-                return AdmissionDecision("nothing-pending")
-    with store.write() as conn:
-        customer = load_customer(conn, customer_id)
-        if customer is None:
-            return AdmissionDecision("unknown-customer")
-        existing = open_batch(conn, customer_id)
-        if existing is not None:
-            return AdmissionDecision("open-batch", existing.id)
-        account = load_account(conn, customer.account_id)
-        if account is None or not account_is_live(account):
-            return AdmissionDecision("account-not-live")
-        if customer.handling_paused:
-            return AdmissionDecision("paused")
-        if is_paused(conn, customer.account_id):
-            return AdmissionDecision("input-paused")
-        route = resolve_route(conn, customer.account_id, customer.conversation_type, customer.conversation_id)
-        if route is None:
-            return AdmissionDecision("no-route")
-        if not route.enabled:
-            return AdmissionDecision("route-disabled")
-        if route.agent_preset is not None:
-            # No preset registry exists yet: a recorded preset cannot load, and never falls back.
-            return AdmissionDecision("preset-unavailable")
-        pending = conn.execute(
-            sql(
-                "SELECT id, platform_message_id FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
-                " ORDER BY id LIMIT :n"
-            ),
-            {"c": customer_id, "n": batch_size},
-        ).all()
-        ids = [row[0] for row in pending]
-        live = conn.execute(
-            sql(
-                "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
-                " WHERE customer_id = :c AND state = 'pending' AND sender_role IN ('external', 'human-native')"
-            ),
-            {"c": customer_id},
-        ).one()
-        if not ids or live[0] == 0:
+    A read first: with no open batch and no buyer input waiting (as after most turns) there is
+    nothing to decide, and no write lock is taken. Input committed after that read brings its
+    own admission (runtime.ingest decides it in the transaction that stores it)."""
+    with store.read() as conn:
+        if nothing_to_admit(conn, customer_id):
             return AdmissionDecision("nothing-pending")
-        if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
-            return AdmissionDecision("trigger-not-met")
-        batch_id = batch_id_of(customer_id, pending[0][1])
-        conn.execute(
-            sql(
-                "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, state,"
-                " message_count, created_at, updated_at) VALUES (:id, :c, :epoch, :route, :generation, 'claimed',"
-                " :count, :at, :at)"
-            ),
-            {
-                "id": batch_id,
-                "c": customer_id,
-                "epoch": customer.handling_epoch,
-                "route": route.id,
-                "generation": route.generation,
-                "count": len(ids),
-                "at": now_ms(),
-            },
-        )
-        conn.execute(
-            sql(
-                "UPDATE inbound_message SET state = 'claimed', batch_id = :b"
-                " WHERE customer_id = :c AND state = 'pending' AND id BETWEEN :lo AND :hi"
-            ),
-            {"b": batch_id, "c": customer_id, "lo": ids[0], "hi": ids[-1]},
-        )
-        return AdmissionDecision("admitted", batch_id)
+    with store.write() as conn:
+        return decide(conn, customer_id, batch_size)
 
 
-def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: tuple[int, int, int]) -> bool:
+_PENDING = sql(
+    "SELECT id, platform_message_id, sender_role IN ('external', 'human-native'), mention, received_at"
+    " FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"
+)
+_LIVE = sql(
+    "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
+    " WHERE customer_id = :c AND state = 'pending' AND sender_role IN ('external', 'human-native')"
+)
+
+
+def decide(conn: Connection, customer_id: int, batch_size: int) -> AdmissionDecision:
+    """Inside the caller's write transaction: `evaluate`'s decision, and the batch it claims."""
+    customer = load_customer(conn, customer_id)
+    if customer is None:
+        return AdmissionDecision("unknown-customer")
+    existing = open_batch(conn, customer_id)
+    if existing is not None:
+        return AdmissionDecision("open-batch", existing.id)
+    account = load_account(conn, customer.account_id)
+    if account is None or not account_is_live(account):
+        return AdmissionDecision("account-not-live")
+    if customer.handling_paused:
+        return AdmissionDecision("paused")
+    if is_paused(conn, customer.account_id):
+        return AdmissionDecision("input-paused")
+    route = resolve_route(conn, customer.account_id, customer.conversation_type, customer.conversation_id)
+    if route is None:
+        return AdmissionDecision("no-route")
+    if not route.enabled:
+        return AdmissionDecision("route-disabled")
+    if route.agent_preset is not None:
+        # No preset registry exists yet: a recorded preset cannot load, and never falls back.
+        return AdmissionDecision("preset-unavailable")
+    pending = conn.execute(_PENDING, {"c": customer_id, "n": batch_size}).all()
+    if len(pending) < batch_size:  # all of it: the figures of the buyer input waiting come with it
+        buyers = [row for row in pending if row[2]]
+        live = (
+            len(buyers),
+            max((int(r[3] == 1) for r in buyers), default=None),
+            min((r[4] for r in buyers), default=None),
+        )
+    else:  # more waits than a batch takes: count it all
+        live = conn.execute(_LIVE, {"c": customer_id}).one()
+    if not pending or live[0] == 0:
+        return AdmissionDecision("nothing-pending")
+    if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
+        return AdmissionDecision("trigger-not-met")
+    batch_id = batch_id_of(customer_id, pending[0][1])
+    conn.execute(
+        sql(
+            "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, state,"
+            " message_count, created_at, updated_at) VALUES (:id, :c, :epoch, :route, :generation, 'claimed',"
+            " :count, :at, :at)"
+        ),
+        {
+            "id": batch_id,
+            "c": customer_id,
+            "epoch": customer.handling_epoch,
+            "route": route.id,
+            "generation": route.generation,
+            "count": len(pending),
+            "at": now_ms(),
+        },
+    )
+    conn.execute(
+        sql(
+            "UPDATE inbound_message SET state = 'claimed', batch_id = :b"
+            " WHERE customer_id = :c AND state = 'pending' AND id BETWEEN :lo AND :hi"
+        ),
+        {"b": batch_id, "c": customer_id, "lo": pending[0][0], "hi": pending[-1][0]},
+    )
+    return AdmissionDecision("admitted", batch_id)
+
+
+def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: tuple[Any, ...]) -> bool:
     """Group input waits until one of the route's triggers holds (any one is enough)."""
     count, mentioned, oldest = live
     if route.trigger_mention and mentioned:  # explicit provider mention evidence only
@@ -171,7 +179,8 @@ def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: t
         last = conn.execute(
             sql("SELECT max(created_at) FROM admission_batch WHERE customer_id = :c"), {"c": customer_id}
         ).scalar_one()
-        return now_ms() - (last if last is not None else oldest) >= route.trigger_interval_s * 1000
+        since: int = last if last is not None else oldest
+        return now_ms() - since >= route.trigger_interval_s * 1000
     return False
 
 

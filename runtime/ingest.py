@@ -22,13 +22,14 @@ import sqlite3
 from dataclasses import dataclass, field
 from functools import partial
 
+from runtime.admission import decide
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
 from runtime.inbox import advance_cursor, mark_ingested
 from runtime.input_pause import check_not_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
-from runtime.store import DeliveryStore, immediate, now_ms
+from runtime.store import DeliveryStore, now_ms
 
 _UPSERT_CUSTOMER = (
     "INSERT INTO customer (id, account_id, conversation_id, conversation_type, title, direct_peer_id,"
@@ -72,6 +73,9 @@ class IngestResult:
     # Customers of the page's live conversations. Admission looks at each, also on replay: the
     # process that first committed them may have died before asking (admission is idempotent).
     customer_ids: list[int] = field(default_factory=list)
+    # With `admit_batch_size`: admission decided in the page's own transaction; the customers
+    # whose batch (claimed now, or open already) has a turn to run.
+    turns_due: list[int] | None = None
 
 
 def _body(message: InboundMessage) -> str:
@@ -81,10 +85,15 @@ def _body(message: InboundMessage) -> str:
     return json.dumps(content.model_dump(exclude={"type"}), ensure_ascii=False)
 
 
-def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -> IngestResult:
-    """Persist a validated page. Idempotent: replaying a page changes nothing already committed."""
+def ingest_page(
+    store: DeliveryStore, page: InboundPage, origin: str = "live", admit_batch_size: int | None = None
+) -> IngestResult:
+    """Persist a validated page. Idempotent: replaying a page changes nothing already committed.
+    `admit_batch_size`: admission (runtime.admission.decide) runs for each customer whose input
+    the page stored, in the same transaction (a transaction per buyer message fewer)."""
     key = (page.account_id, page.stream_id, page.page_op_id)
-    with store.raw() as db, immediate(db):
+    with store.write() as conn:
+        db = conn.dbapi
         if db.execute("SELECT 1 FROM account WHERE id = ? AND deleted_at IS NULL", key[:1]).fetchone() is None:
             raise KefuError(
                 "KEFU_ACCOUNT_UNKNOWN",
@@ -102,6 +111,9 @@ def ingest_page(store: DeliveryStore, page: InboundPage, origin: str = "live") -
             if origin == "live":
                 result.customer_ids.append(customer_id)
         _commit_page(db, page)
+        if admit_batch_size is not None:
+            decisions = ((c, decide(conn, c, admit_batch_size)) for c in result.customer_ids)
+            result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
     return result
 
 

@@ -82,7 +82,6 @@ class RecordRead:
 @dataclass(frozen=True)
 class Admit:
     customer_id: int
-    input_committed: bool = False  # live input of this customer was just committed: no read first
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ def ingest(services: Services, data: object) -> Step:
         _refuse_unparsed(services, data, error.code)
         return Step("rejected")
     try:
-        result = ingest_page(store, page)
+        result = ingest_page(store, page, admit_batch_size=services.settings.admission.batch_size)
     except InputPaused:  # kept whole, published again on resume; the cursor did not move
         if hold_page(store, page):
             return Step("held")
@@ -160,8 +159,9 @@ def ingest(services: Services, data: object) -> Step:
         refuse_page(store, page.account_id, page.stream_id, page.page_op_id, error.code)
         return Step(f"refused {error.code}")
     _confirm(services, page)
-    fresh = not result.replayed
-    return Step("replayed" if result.replayed else "ingested", tuple(Admit(c, fresh) for c in result.customer_ids))
+    if result.turns_due is None:  # a replay: admission looks at each customer again
+        return Step("replayed", tuple(Admit(c) for c in result.customer_ids))
+    return Step("ingested", tuple(RunTurn(c) for c in result.turns_due))
 
 
 def _home_of(services: Services, account_id: str) -> str | None:
@@ -225,10 +225,9 @@ def resume(store: DeliveryStore, account_id: str | None) -> Step:
 # --- admission and the turn ----------------------------------------------------------------
 
 
-def admit(services: Services, customer_id: int, input_committed: bool = False) -> Step:
+def admit(services: Services, customer_id: int) -> Step:
     """Claim the customer's pending input as a batch (SPEC 3.6); a batch is a turn to run."""
-    batch_size = services.settings.admission.batch_size
-    decision = evaluate(services.store, customer_id, batch_size, look_first=not input_committed)
+    decision = evaluate(services.store, customer_id, services.settings.admission.batch_size)
     return Step(decision.reason, (RunTurn(customer_id),) if decision.batch_id is not None else ())
 
 

@@ -3,8 +3,7 @@
 Follow-up work a step returned (runtime.pipeline) becomes tasks. Some runs inline instead,
 in the task that made it due, each a broker hop per buyer message saved without weakening
 recovery (the work is on disk before it runs, and every step is idempotent and fenced):
-- admission, where input lands (after a page is ingested, after a turn ends): one short
-  transaction;
+- admission after a turn ends (after a page is ingested, it runs in the page's transaction);
 - the turn of a batch admitted while ingesting a page, when the agent answers from this
   process (the rules agent: no network, a few milliseconds); a model behind a network keeps
   its turns on the agent queue, so a slow call never holds up ingestion;
@@ -41,9 +40,7 @@ def dispatch(app: Celery, follow_ups: Iterable[FollowUp], turns_here: bool = Fal
     the agent is local (see the module)."""
     for work in follow_ups:
         if isinstance(work, Admit):
-            dispatch(
-                app, pipeline.admit(runtime_for(app), work.customer_id, work.input_committed).follow_ups, turns_here
-            )
+            dispatch(app, pipeline.admit(runtime_for(app), work.customer_id).follow_ups, turns_here)
         elif turns_here and isinstance(work, RunTurn) and not work.countdown_s and runtime_for(app).local_agent:
             dispatch(app, turn(app, work.customer_id).follow_ups)
         else:
@@ -85,7 +82,7 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
             return tasks.ingest, (page,), 0
         case RecordRead(receipt):
             return tasks.buyer_read, (receipt,), 0
-        case Admit(customer_id, _):
+        case Admit(customer_id):
             return tasks.admit, (customer_id,), 0
         case RunTurn(customer_id, countdown_s):
             return tasks.run_turn, (customer_id,), countdown_s

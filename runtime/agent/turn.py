@@ -285,7 +285,7 @@ def run_turn(
             return None
         account = load_account(conn, customer.account_id)
         lines = batch_messages(conn, batch.id)
-        if not is_current(conn, customer_id, batch.handling_epoch):
+        if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
         known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)

@@ -14,6 +14,7 @@ from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
 from runtime.handling import pause_handling
 from runtime.inbox import record_received
+from runtime.ingest import ingest_page
 from runtime.input_pause import pause_input
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import load_request
@@ -53,12 +54,11 @@ def services(settings, store, shop) -> Local:
 
 
 def ingested(services: Local, n: int = 1, **kw) -> int:
-    """A page received and ingested; the id of its customer."""
+    """A page received and ingested, its input not admitted yet; the id of its customer."""
     received = page(n, **kw)
     record_received(services.store, received)
-    [admit] = pipeline.ingest(services, received.model_dump(mode="json")).follow_ups
-    assert isinstance(admit, Admit)
-    return admit.customer_id
+    [customer_id] = ingest_page(services.store, received).customer_ids
+    return customer_id
 
 
 def turn(services: Local, customer_id: int) -> tuple[Step, list[pipeline.FollowUp]]:
@@ -80,16 +80,20 @@ def test_receive_read_hands_the_receipt_on_as_json():
     assert pipeline.receive_read(receipt) == Step("received", (RecordRead(receipt.model_dump(mode="json")),))
 
 
-def test_ingest_admits_each_customer_confirms_the_page_and_a_replay_admits_again(services):
+def test_ingest_admits_each_customer_in_its_transaction_confirms_the_page_and_a_replay_admits_again(services):
     received = page(1)
     first = pipeline.ingest(services, received.model_dump(mode="json"))
     assert first.outcome == "ingested" and len(first.follow_ups) == 1
-    (admit,) = first.follow_ups
-    assert isinstance(admit, Admit) and admit.input_committed  # input just committed: admission needs no look first
+    (turn,) = first.follow_ups
+    assert isinstance(turn, RunTurn)  # admitted in the page's own transaction: its turn is due
+    with services.store.read() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalars().all() == ["claimed"]
     assert services.transport.confirmed == ["cursor-1"]
     again = pipeline.ingest(services, received.model_dump(mode="json"))
-    # Admission is idempotent: asking again is safe (a replay committed nothing, so it looks first).
-    assert again == Step("replayed", (Admit(admit.customer_id),))
+    # Admission is idempotent: asking again is safe (the process that committed the page may
+    # have died before its turn was published).
+    assert again == Step("replayed", (Admit(turn.customer_id),))
+    assert pipeline.admit(services, turn.customer_id) == Step("open-batch", (RunTurn(turn.customer_id),))
 
 
 def test_ingest_rejects_a_malformed_page_and_holds_one_while_input_is_paused(services):
