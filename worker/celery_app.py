@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
 from celery import Celery
-from celery.signals import beat_init, worker_init, worker_shutdown
+from celery.signals import beat_init, worker_init, worker_process_init, worker_shutdown
 from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
@@ -94,6 +95,18 @@ def _check_runtime(sender: object, **_: object) -> None:
         logging.getLogger(__name__).exception("startup check failed")
         failed = KefuError("KEFU_STARTUP_FAILED", f"the startup check failed ({type(error).__name__})", "see above")
         refuse_start(failed)
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _freeze_startup_heap(**_: object) -> None:
+    """What startup made (modules, schemas, the runtime: some 200,000 objects) lives as long as
+    the process: moved out of the garbage collector's sight, so its full passes walk only what
+    tasks made. Each full pass over the startup heap paused a task for about 100 ms, which
+    showed as p99 latency. In the prefork parent it also keeps the collector from writing to
+    pages the pool processes share with it. Runs after the runtime check (connected after it)."""
+    gc.collect()
+    gc.freeze()
 
 
 @worker_shutdown.connect
