@@ -5,16 +5,19 @@ its tasks (ingest, admission, the agent turn with the memory engine on, the outb
 against a real store, session log and simulator. The baseline in the same run is a raw
 SQLite insert-and-commit of one row.
 
-    python -m bench.growth [--turns 1000] [--history 0]
+    python -m bench.growth [--turns 1000] [--history 0] [--buyers 1]
 
 `--turns`: one customer, one message per turn; the cost is reported per window of turns.
 `--history N`: N inbound messages of other customers are stored first, so the cost is read
-at that store size.
+at that store size (and the store's size per 100,000 messages is printed).
+`--buyers N`: the turns' messages come from N buyers in turn instead of one (the process's
+resident memory before and after the turns is printed: e.g. 10,000 turns of 10,000 buyers).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -90,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--buyers", type=int, default=1)
     args = parser.parse_args()
     windows = sorted({w for w in (1, 10, 100, 500, 1000, 2000, 5000) if w <= args.turns} | {args.turns})
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,17 +107,21 @@ def main() -> None:
         filled = time.perf_counter()
         fill_history(runtime, transport, platform, args.history)
         filled = time.perf_counter() - filled
+        stored_mb = sum(p.stat().st_size for p in folder.glob("*.sqlite*")) / 1e6
+        rss_before = _rss_mb()
         costs: list[float] = []
         cpu: list[float] = []
         for turn in range(args.turns):
+            buyer = "loyal" if args.buyers == 1 else f"buyer{turn % args.buyers}"
             page = transport.page_of(
-                ACCOUNT, [platform.buyer_says(ACCOUNT, "loyal", "老顾客", f"第{turn}次：什么时候发货？")]
+                ACCOUNT, [platform.buyer_says(ACCOUNT, buyer, "老顾客", f"第{turn}次：什么时候发货？")]
             )
             began, began_cpu = time.perf_counter(), time.process_time()
             run_inline(runtime, Ingest(page.model_dump(mode="json")))
             costs.append((time.perf_counter() - began) * 1000)
             cpu.append((time.process_time() - began_cpu) * 1000)
-        replies = sum(1 for send in platform.received(ACCOUNT) if send.recipient_id == "loyal")
+        rss_after = _rss_mb()
+        replies = len(platform.received(ACCOUNT))  # the history is ingested only: never answered
         raw = raw_commit_ms(folder)
         log_bytes = sum(p.stat().st_size for p in settings.sessions_dir.glob("*.zst"))
     table = Table("turn", "wall ms per message", "CPU ms per message", "CPU vs turn 10", "wall × raw commit")
@@ -126,8 +134,17 @@ def main() -> None:
     console.print(table)
     console.print(
         f"{args.turns:,} messages, {replies:,} replied; history {args.history:,} messages stored in {filled:.1f} s;"
-        f" raw SQLite commit {raw:.3f} ms; session log {log_bytes / 1e6:.2f} MB"
+        f" raw SQLite commit {raw:.3f} ms; session logs {log_bytes / 1e6:.2f} MB"
     )
+    if args.history:
+        per = stored_mb / args.history * 100_000
+        console.print(f"delivery store after the history: {stored_mb:.1f} MB, {per:.1f} MB per 100,000 messages")
+    console.print(f"resident memory: {rss_before:.0f} MB before the turns, {rss_after:.0f} MB after")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 if __name__ == "__main__":

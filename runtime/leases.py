@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,47 +163,70 @@ def release(store: DeliveryStore, name: str, owner: str) -> None:
         conn.execute(_RELEASE, {"n": name, "o": owner})
 
 
-class _Renewer:
-    """Renews a fence every quarter of its duration while its holder works (a model call may
-    take longer than the lease), until stopped or the lease is lost; a failed renewal is tried
-    again within half a second."""
+class _Renewals:
+    """Renews every fence this process holds, each every quarter of its duration (a model call
+    may take longer than the lease), from one thread that lives as long as the process: a
+    thread per turn cost a start and a join, about a millisecond of every turn. A failed
+    renewal is tried again within half a second; a lost lease is dropped (its holder's next
+    write stops it)."""
 
-    def __init__(self, fence: Fence) -> None:
-        self._fence = fence
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kefu-lease-{fence.name}", daemon=True)
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: dict[int, tuple[Fence, float]] = {}  # id(fence) -> (fence, monotonic time due)
+        self._pid = 0  # the process the thread runs in: a forked child starts its own
 
-    def __enter__(self) -> _Renewer:
-        self._thread.start()
-        return self
+    def add(self, fence: Fence) -> None:
+        with self._changed:
+            if self._pid != os.getpid():
+                self._pid, self._due = os.getpid(), {}
+                threading.Thread(target=self._run, name="kefu-lease-renewals", daemon=True).start()
+            self._due[id(fence)] = (fence, time.monotonic() + fence.ttl_ms / 4000)
+            self._changed.notify()
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def remove(self, fence: Fence) -> None:
+        with self._changed:
+            self._due.pop(id(fence), None)
 
     def _run(self) -> None:
-        try:
-            self._renew()
-        finally:
-            self._fence.store.close_thread()  # a renewal opened this thread's own connection
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                due = [fence for fence, at in self._due.values() if at <= now]
+                if not due:
+                    self._changed.wait(min((at for _, at in self._due.values()), default=now + 60) - now)
+                    continue
+            for fence in due:
+                self._reschedule(fence, self._renew(fence))
 
-    def _renew(self) -> None:
-        interval_s = self._fence.ttl_ms / 4000
-        wait_s = interval_s
-        while not self._stop.wait(wait_s):
-            if self._fence.token == 0:  # not taken yet (`claimed`): its first write takes it
-                continue
-            try:
-                with fenced(self._fence.store, self._fence):
-                    pass
-                wait_s = interval_s
-            except LeaseLost:
-                if not self._fence.released:  # (its holder let it go in its last write: no news)
-                    log.warning("lease %s lost while held; its holder's next write stops it", self._fence.name)
-                return
-            except Exception as error:  # a busy store: try again soon, well before the lease runs low
-                log.warning("renewing lease %s failed (%s)", self._fence.name, type(error).__name__)
-                wait_s = min(interval_s, 0.5)
+    def _renew(self, fence: Fence) -> float | None:
+        """Renew one fence; seconds to the next renewal, or None once the lease is lost."""
+        interval_s = fence.ttl_ms / 4000
+        if fence.token == 0:  # not taken yet (`claimed`): its first write takes it
+            return interval_s
+        try:
+            with fenced(fence.store, fence):
+                pass
+            return interval_s
+        except LeaseLost:
+            if not fence.released:  # (its holder let it go in its last write: no news)
+                log.warning("lease %s lost while held; its holder's next write stops it", fence.name)
+            return None
+        except Exception as error:  # a busy store: try again soon, well before the lease runs low
+            log.warning("renewing lease %s failed (%s)", fence.name, type(error).__name__)
+            return min(interval_s, 0.5)
+
+    def _reschedule(self, fence: Fence, in_s: float | None) -> None:
+        with self._changed:
+            entry = self._due.get(id(fence))
+            if entry is None or entry[0] is not fence:
+                return  # its holder let go meanwhile
+            if in_s is None:
+                del self._due[id(fence)]
+            else:
+                self._due[id(fence)] = (fence, time.monotonic() + in_s)
+
+
+_renewals = _Renewals()
 
 
 @contextmanager
@@ -229,12 +253,14 @@ def claimed(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence]:
 
 @contextmanager
 def _holding(fence: Fence) -> Iterator[Fence]:
+    _renewals.add(fence)
     try:
-        with _Renewer(fence):
-            yield fence
+        yield fence
     except BaseException:
+        _renewals.remove(fence)
         if fence.token:
             release(fence.store, fence.name, fence.owner)
         raise
+    _renewals.remove(fence)
     if fence.token and not fence.released:
         release(fence.store, fence.name, fence.owner)

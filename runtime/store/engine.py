@@ -312,15 +312,6 @@ class DeliveryStore:
         short transactions with `immediate()`."""
         return self._checkout()
 
-    def close_thread(self) -> None:
-        """Close this thread's idle connections: for a thread that is about to end."""
-        idle = self._local.__dict__.pop("idle", [])
-        with self._opened_lock:
-            for dbapi in idle:
-                self._opened.discard(dbapi)
-        for dbapi in idle:
-            dbapi.close()
-
     def close(self) -> None:
         """Close every connection: idle ones now, one in a transaction when it ends (the store
         opens new ones when it is used again)."""

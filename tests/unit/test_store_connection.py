@@ -119,16 +119,21 @@ def _open_files(path: object) -> int:
     return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path))
 
 
-def test_lease_renewer_threads_leave_no_connections_open_when_they_end(store):
+def test_lease_renewals_share_one_thread_and_its_one_connection(store):
     from runtime import leases
 
     with store.read() as conn:
         conn.execute("SELECT 1").scalar_one()
     before = _open_files(store.path)
-    for turn in range(5):  # each renewed every 25 ms, from a thread of its own
+    threads = threading.active_count()
+    for turn in range(5):  # each renewed every 25 ms
         with leases.held(store, f"customer:{turn}", ttl_s=0.1) as fence:
             assert fence is not None
             time.sleep(0.1)
+            with store.read() as conn:  # renewed past its first duration
+                expires_at = conn.execute("SELECT expires_at FROM lease WHERE name = ?", (fence.name,)).scalar_one()
+            assert expires_at > leases.now_ms() + 50
+    assert threading.active_count() <= threads + 1  # the process's renewal thread, if it was not there yet
     # SQLite may keep one closed connection's descriptor for reuse while the file has locks
-    # in this process; what must not happen is one more open connection per ended thread.
+    # in this process; what must not happen is one more open connection per lease held.
     assert _open_files(store.path) <= before + 1
