@@ -421,5 +421,16 @@ V14 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14)
+V15 = Migration(
+    15,
+    "a stream's oldest page not yet ingested, found by an index",
+    (
+        # Advancing a stream's cursor asks for that page at every ingest: with only the index
+        # on (account, stream, id) it walked every page the stream ever received to find none.
+        "CREATE INDEX received_page_pending_in_stream ON received_page (account_id, stream_id, id)"
+        " WHERE ingested_at IS NULL",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15)
 LATEST_VERSION = MIGRATIONS[-1].version
