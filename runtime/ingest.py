@@ -2,17 +2,16 @@
 
 A page commits in one transaction: every conversation group's messages, then the page receipt,
 the page's received record marked ingested and the provider cursor (which follows the receive
-order, runtime.inbox). SPEC 3.3 has each group in its own transaction with a group receipt, the
-cursor committed once every receipt exists; one transaction for the page keeps every guarantee
-of that (a page is committed whole or not at all, the cursor never passes a message that was
-not committed, a replay writes nothing twice) at about half the cost per page, and makes group
-receipts needless: messages dedupe on their own key. A page an earlier version committed
-partway (group receipts without a page receipt, runtime.input_pause counts them) is completed
-by its replay. A crash anywhere leaves the
-old cursor, and replay is safe because messages dedupe on (account, conversation, platform
-message id).
+order, runtime.inbox), and, in a worker, the admission of each customer it touched. SPEC 3.3
+has each group in its own transaction with a group receipt, the cursor committed once every
+receipt exists; one transaction for the page keeps every guarantee of that (a page is committed
+whole or not at all, a crash leaves the old cursor, the cursor never passes a message that was
+not committed, a replay writes nothing twice: messages dedupe on account, conversation and
+platform message id) at about half the cost per page, and makes group receipts needless. A
+page an earlier version committed partway (group receipts without a page receipt, which
+runtime.input_pause counts) is completed by its replay.
 
-This is the hottest write path, so it runs plain SQL on the pooled DBAPI connection.
+This is the hottest write path, so it runs plain SQL on the transaction's DBAPI connection.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The pipeline: what happens to a buyer message, one step at a time (SPEC 3.5–3.9).
 
-    receive ─► ingest ─► admit ─► turn ─► deliver ─► (settle)
+    receive ─► ingest (with admit) ─► turn ─► deliver ─► (settle)
+    turn end, replay, reconciler ─► admit
     beat: reconcile (re-derive whatever is pending and overdue), check_reads, checkpoints
 
 Each step takes the process's Services (the store and the ports: runtime.ports), does its work
@@ -136,7 +137,8 @@ def receive_read(receipt: BuyerReadReceipt) -> Step:
 
 
 def ingest(services: Services, data: object) -> Step:
-    """Persist a recorded page; then admission looks at each customer it touched."""
+    """Persist a recorded page, and admit each customer it touched in the same transaction:
+    the turns of their batches follow."""
     store = services.store
     try:
         page = parse_page(data)
@@ -159,9 +161,9 @@ def ingest(services: Services, data: object) -> Step:
         refuse_page(store, page.account_id, page.stream_id, page.page_op_id, error.code)
         return Step(f"refused {error.code}")
     _confirm(services, page)
-    if result.turns_due is None:  # a replay: admission looks at each customer again
+    if result.replayed:  # the process that committed it may have died before its turns were due
         return Step("replayed", tuple(Admit(c) for c in result.customer_ids))
-    return Step("ingested", tuple(RunTurn(c) for c in result.turns_due))
+    return Step("ingested", tuple(RunTurn(c) for c in result.turns_due or ()))
 
 
 def _home_of(services: Services, account_id: str) -> str | None:
