@@ -273,6 +273,9 @@ def test_a_page_that_reaches_the_wrong_shard_is_forwarded_and_answered_once(make
 
 def _standby_pair(make_shard) -> tuple[Shard, WorkerProcess, WorkerProcess, SimulatedPlatform]:
     a = make_shard("a", ["shop-1"])
+    # A holder killed mid-turn leaves that customer's writer lease to run out: short here, so
+    # the standby answers that buyer within the test's wait too (the default is 600 s).
+    a.extra = {"KEFU_AGENT__TURN_LEASE_S": "5"}
     platform = SimulatedPlatform(a.settings.simulator_path)
     holder = a.start("host-1")
     standby = a.start("host-2", wait=False)
