@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--buyers", type=int, default=1)
     args = parser.parse_args()
     windows = sorted({w for w in (1, 10, 100, 500, 1000, 2000, 5000) if w <= args.turns} | {args.turns})
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the shard lease thread may still write
         folder = Path(tmp)
         settings = load_settings(data_dir=folder)
         runtime = WorkerRuntime(settings)
