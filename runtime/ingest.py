@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from functools import partial
 
 from runtime.admission import decide
 from runtime.classification import evidence_role, role_sql
@@ -100,7 +99,8 @@ def ingest_page(
                 "create the account before its transport publishes pages",
             )
         if not db.execute(_PAGE_RECEIPT, (*key, page.message_count, now_ms())).rowcount:  # committed before
-            customers = [] if origin != "live" else [c for c in map(partial(_customer_of, db, page), page.groups) if c]
+            live = page.groups if origin == "live" else []
+            customers = [customer for group in live if (customer := _customer_of(db, page, group))]
             return IngestResult(page.page_op_id, replayed=True, customer_ids=customers)
         check_not_paused(db, page.account_id)  # inside the transaction: a pause is never half-applied
         result = IngestResult(page.page_op_id, replayed=False)

@@ -253,14 +253,14 @@ def claimed(store: DeliveryStore, name: str, ttl_s: float) -> Iterator[Fence]:
 
 @contextmanager
 def _holding(fence: Fence) -> Iterator[Fence]:
+    """Renewed while the block runs, released at its end unless its last write let it go."""
     _renewals.add(fence)
     try:
         yield fence
     except BaseException:
-        _renewals.remove(fence)
-        if fence.token:
-            release(fence.store, fence.name, fence.owner)
+        fence.released = False  # the write that let it go may not have committed
         raise
-    _renewals.remove(fence)
-    if fence.token and not fence.released:
-        release(fence.store, fence.name, fence.owner)
+    finally:
+        _renewals.remove(fence)
+        if fence.token and not fence.released:
+            release(fence.store, fence.name, fence.owner)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
@@ -50,7 +50,6 @@ class AttemptSkipped:
         "skipped",
         "moving",  # the account is being handed to another shard: the side that serves it sends
     ]
-    customer_id: int | None = field(default=None, compare=False)  # whose queue may move on
 
 
 def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | None = None) -> OutboxRequest:
@@ -140,6 +139,13 @@ def _next_after(conn: Connection, request_id: str) -> str | None:
     return None if following == request_id else following
 
 
+def next_after(store: DeliveryStore, request_id: str) -> str | None:
+    """Once `request_id` no longer holds its customer's queue: the customer's next request due
+    for an attempt (record_sent and record_failure read it in their own transaction)."""
+    with store.read() as conn:
+        return _next_after(conn, request_id)
+
+
 def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
     """The customer's earliest registered request still waiting for its attempt."""
     with store.read() as conn:
@@ -170,14 +176,13 @@ def begin_attempt(
         request = load_request(conn, request_id)
         if request is None:
             return AttemptSkipped("unknown-request")
-        customer = request.customer_id
         if request.state in SETTLED:
-            return AttemptSkipped("settled", customer)
+            return AttemptSkipped("settled")
         if request.state == OutboxState.RESULT_UNKNOWN:
-            return AttemptSkipped("result-unknown", customer)
+            return AttemptSkipped("result-unknown")
         can_send(request.account_id)
         if _handed_off(conn, request.account_id):
-            return AttemptSkipped("moving", customer)
+            return AttemptSkipped("moving")
         last = (
             conn.execute(
                 sql(
@@ -195,16 +200,16 @@ def begin_attempt(
             _mark(
                 conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED"
             )
-            return AttemptSkipped("result-unknown", customer)
+            return AttemptSkipped("result-unknown")
         if _earlier_in_flight(conn, request_id, request.customer_id):
-            return AttemptSkipped("waiting-for-earlier", customer)  # replies reach a customer in registration order
+            return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
         if request.follows is not None and _state_of(conn, request.follows) != "sent":
             # An earlier part of this reply failed or its result is unknown: stop here.
             _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
-            return AttemptSkipped("skipped", customer)
+            return AttemptSkipped("skipped")
         if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
             _set_state(conn, request_id, stale, None)
-            return AttemptSkipped(stale, customer)  # type: ignore[arg-type]
+            return AttemptSkipped(stale)  # type: ignore[arg-type]
         attempt_no = (last["attempt_no"] if last else 0) + 1
         conn.execute(
             sql(

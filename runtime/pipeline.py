@@ -42,7 +42,7 @@ from runtime.outbox import (
     AttemptSkipped,
     begin_attempt,
     load_request,
-    next_pending,
+    next_after,
     record_failure,
     record_sent,
     requests_to_attempt,
@@ -280,9 +280,9 @@ def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
         store, request_id, new_owner(), services.settings.outbox.attempt_lease_s, can_send=services.transport_of
     )
     if isinstance(grant, AttemptSkipped):
-        if grant.customer_id is None or grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
+        if grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
             return Step(grant.reason)  # the earlier attempt, the reconciler, or the account's new shard
-        return Step(grant.reason, _next_in_order(services, grant.customer_id, request_id))
+        return Step(grant.reason, _attempt(next_after(store, request_id)))
     transport = services.transport_of(grant.send.account_id)
     try:
         receipt = transport.send(grant.send)
@@ -305,12 +305,6 @@ def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
 
 def _attempt(request_id: str | None) -> tuple[FollowUp, ...]:
     return (Attempt(request_id),) if request_id is not None else ()
-
-
-def _next_in_order(services: Services, customer_id: int, after: str) -> tuple[FollowUp, ...]:
-    """The request `after` no longer holds its customer's queue: the next one, in order."""
-    following = next_pending(services.store, customer_id)
-    return _attempt(following if following != after else None)
 
 
 def settle(services: Services, request_id: str) -> Step:
