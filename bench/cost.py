@@ -54,12 +54,19 @@ class Counts:
 
 
 def run(runtime: WorkerRuntime, counts: Counts, page: dict[str, object]) -> None:
+    outer: list[str] = []  # a reply's attempt runs inside its turn: counted apart from it
+
     @contextmanager
     def counted(step: str) -> Iterator[None]:
+        outer.append(counts.step)
         counts.step = step
         began = time.process_time()
         yield
-        counts.cpu_ms[step] += (time.process_time() - began) * 1000
+        spent = (time.process_time() - began) * 1000
+        counts.cpu_ms[step] += spent
+        counts.step = outer.pop()
+        if outer:
+            counts.cpu_ms[counts.step] -= spent
 
     with counted("receive"):
         (ingest,) = pipeline.receive(runtime, InboundPage.model_validate(page)).follow_ups

@@ -45,11 +45,12 @@ ACCOUNT = "bench-shop"
 def run_inline(
     runtime: Services, first: FollowUp, around: Callable[[str], AbstractContextManager[object]] = nullcontext
 ) -> None:
-    """The follow-ups a message makes due, run here in order (the memory engine's archive is
-    left out: it runs as its own task family). `around(step)` wraps each step (bench.cost)."""
+    """The follow-ups a message makes due, run here in order as a worker runs them: each reply
+    a turn registers is attempted while the turn goes on (worker.dispatch.turn); the memory
+    engine's archive is left out (its own task family). `around(step)` wraps each step (bench.cost)."""
     due: deque[FollowUp] = deque([first])
-    while due:
-        work = due.popleft()
+
+    def run(work: FollowUp) -> None:
         with around(type(work).__name__):
             match work:
                 case Ingest(page, _):
@@ -57,14 +58,20 @@ def run_inline(
                 case Admit(customer_id):
                     step = pipeline.admit(runtime, customer_id)
                 case RunTurn(customer_id, _):
-                    step = pipeline.turn(runtime, customer_id, due.append)
-                case Attempt(request_id, _, retries):
-                    step = pipeline.deliver(runtime, request_id, retries)
+                    step = pipeline.turn(runtime, customer_id, at_once, sends_here=True)
+                case Attempt(request_id, _, retries, begun):
+                    step = pipeline.deliver(runtime, request_id, retries, begun)
                 case Settle(request_id):
                     step = pipeline.settle(runtime, request_id)
                 case _:
-                    continue
+                    return
         due.extend(step.follow_ups)
+
+    def at_once(work: FollowUp) -> None:
+        run(work) if isinstance(work, Attempt) else due.append(work)
+
+    while due:
+        run(due.popleft())
 
 
 def fill_history(runtime: WorkerRuntime, transport: SimulatorTransport, platform: SimulatedPlatform, n: int) -> None:

@@ -17,7 +17,7 @@ from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import AdmissionBatch, Customer, Route
+from runtime.store.tables import Account, AdmissionBatch, Customer, Route
 
 
 def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
@@ -40,6 +40,17 @@ Reason = Literal[
     "input-paused",
     "unknown-customer",
 ]
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the caller's transaction read already (ingestion, with the customer's row from its
+    upsert): `decide` does not read it again."""
+
+    customer: Customer
+    open_batch_id: str | None
+    account: Account | None
+    input_paused: bool
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,29 @@ def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
         .first()
     )
     return AdmissionBatch.model_validate(dict(row)) if row else None
+
+
+def _columns(alias: str, model: type[Customer | AdmissionBatch | Account]) -> str:
+    return ", ".join(f"{alias}.{name}" for name in model.model_fields)
+
+
+_TURN_ROWS = sql(
+    f"SELECT {_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)} FROM customer c"
+    " LEFT JOIN admission_batch b ON b.customer_id = c.id AND b.state IN ('claimed', 'committed')"
+    " LEFT JOIN account a ON a.id = c.account_id WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
+)
+
+
+def turn_rows(conn: Connection, customer_id: int) -> tuple[Customer, AdmissionBatch | None, Account | None] | None:
+    """What a turn starts from, in one read: the customer, its open batch and its account."""
+    row = conn.execute(_TURN_ROWS, {"c": customer_id}).first()
+    if row is None:
+        return None
+    parts, at = [], 0
+    for model in (Customer, AdmissionBatch, Account):
+        values, at = row[at : at + len(model.model_fields)], at + len(model.model_fields)
+        parts.append(model.model_validate(dict(zip(model.model_fields, values, strict=True))) if values[0] else None)
+    return parts[0], parts[1], parts[2]  # type: ignore[return-value]
 
 
 _NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer comes from the full evaluation
@@ -104,20 +138,23 @@ _LIVE = sql(
 )
 
 
-def decide(conn: Connection, customer_id: int, batch_size: int) -> AdmissionDecision:
+def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | None = None) -> AdmissionDecision:
     """Inside the caller's write transaction: `evaluate`'s decision, and the batch it claims."""
-    customer = load_customer(conn, customer_id)
-    if customer is None:
-        return AdmissionDecision("unknown-customer")
-    existing = open_batch(conn, customer_id)
-    if existing is not None:
-        return AdmissionDecision("open-batch", existing.id)
-    account = load_account(conn, customer.account_id)
-    if account is None or not account_is_live(account):
+    if known is None:
+        loaded = load_customer(conn, customer_id)
+        if loaded is None:
+            return AdmissionDecision("unknown-customer")
+        batch = open_batch(conn, customer_id)
+        account = None if batch else load_account(conn, loaded.account_id)
+        known = Known(loaded, batch.id if batch else None, account, not batch and is_paused(conn, loaded.account_id))
+    customer = known.customer
+    if known.open_batch_id is not None:
+        return AdmissionDecision("open-batch", known.open_batch_id)
+    if known.account is None or not account_is_live(known.account):
         return AdmissionDecision("account-not-live")
     if customer.handling_paused:
         return AdmissionDecision("paused")
-    if is_paused(conn, customer.account_id):
+    if known.input_paused:
         return AdmissionDecision("input-paused")
     route = resolve_route(conn, customer.account_id, customer.conversation_type, customer.conversation_id)
     if route is None:

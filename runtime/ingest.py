@@ -20,7 +20,8 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 
-from runtime.admission import decide
+from runtime.accounts import load_account
+from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
 from runtime.inbox import advance_cursor, mark_ingested
@@ -28,7 +29,12 @@ from runtime.input_pause import check_not_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.tables import Customer
 
+_OPEN_BATCH = (
+    "SELECT id FROM admission_batch WHERE customer_id = customer.id AND state IN ('claimed', 'committed')"
+    " ORDER BY created_at LIMIT 1"
+)
 _UPSERT_CUSTOMER = (
     "INSERT INTO customer (id, account_id, conversation_id, conversation_type, title, direct_peer_id,"
     " last_activity_at) VALUES (coalesce((SELECT last FROM customer_id_high WHERE base = :base), :base) + 1,"
@@ -37,7 +43,9 @@ _UPSERT_CUSTOMER = (
     " last_activity_at = max(last_activity_at, excluded.last_activity_at),"
     " title = coalesce(excluded.title, title),"
     " direct_peer_id = coalesce(excluded.direct_peer_id, direct_peer_id)"
-    f" RETURNING id, handling_paused, {PLACEHOLDER_WAITING}"
+    # The customer's row as admission reads it, its open batch, and whether a manual send's
+    # mirror waits for its echo: read in passing, not again.
+    f" RETURNING *, ({_OPEN_BATCH}), {PLACEHOLDER_WAITING}"
 )
 
 # Sender classification (runtime.classification) runs inside the insert. 'ai' rows are never admitted.
@@ -92,7 +100,8 @@ def ingest_page(
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.write() as conn:
         db = conn.dbapi
-        if db.execute("SELECT 1 FROM account WHERE id = ? AND deleted_at IS NULL", key[:1]).fetchone() is None:
+        account = load_account(conn, page.account_id)
+        if account is None or account.deleted_at is not None:
             raise KefuError(
                 "KEFU_ACCOUNT_UNKNOWN",
                 f"page {page.page_op_id} names account {page.account_id!r}, which does not exist",
@@ -100,18 +109,21 @@ def ingest_page(
             )
         if not db.execute(_PAGE_RECEIPT, (*key, page.message_count, now_ms())).rowcount:  # committed before
             live = page.groups if origin == "live" else []
-            customers = [customer for group in live if (customer := _customer_of(db, page, group))]
-            return IngestResult(page.page_op_id, replayed=True, customer_ids=customers)
+            found = [customer_id for group in live if (customer_id := _customer_of(db, page, group))]
+            return IngestResult(page.page_op_id, replayed=True, customer_ids=found)
         check_not_paused(db, page.account_id)  # inside the transaction: a pause is never half-applied
         result = IngestResult(page.page_op_id, replayed=False)
+        touched: dict[int, Known] = {}  # each live customer once, as its last upsert saw it
         for group in page.groups:
-            customer_id, written = _commit_group(db, page, group, origin, store.customer_id_base)
+            (customer, open_batch_id), written = _commit_group(db, page, group, origin, store.customer_id_base)
             result.rows_written += written
             if origin == "live":
-                result.customer_ids.append(customer_id)
+                assert customer.id is not None  # a stored row
+                touched[customer.id] = Known(customer, open_batch_id, account, input_paused=False)
+        result.customer_ids = list(touched)
         _commit_page(db, page)
         if admit_batch_size is not None:
-            decisions = ((c, decide(conn, c, admit_batch_size)) for c in result.customer_ids)
+            decisions = ((c, decide(conn, c, admit_batch_size, known)) for c, known in touched.items())
             result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
     return result
 
@@ -123,12 +135,12 @@ def _customer_of(db: sqlite3.Connection, page: InboundPage, group: ConversationG
 
 def _commit_group(
     db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str, customer_base: int
-) -> tuple[int, int]:
-    """Inside the page's transaction: (customer id, rows written). Messages stored before (a
-    replay, a page an earlier version committed partway) dedupe."""
+) -> tuple[tuple[Customer, str | None], int]:
+    """Inside the page's transaction: ((the customer's row, its open batch), rows written).
+    Messages stored before (a replay, a page an earlier version committed partway) dedupe."""
     at = now_ms()
     last_peer = next((m.direct_peer_id for m in reversed(group.messages) if m.direct_peer_id), None)
-    customer_id, paused, placeholder = db.execute(
+    upsert = db.execute(
         _UPSERT_CUSTOMER,
         {
             "account_id": page.account_id,
@@ -139,7 +151,10 @@ def _commit_group(
             "at": at,
             "base": customer_base,
         },
-    ).fetchone()
+    )
+    *row, open_batch_id, placeholder = upsert.fetchone()
+    customer = Customer.model_validate(dict(zip((d[0] for d in upsert.description), row, strict=False)))
+    customer_id, paused = customer.id, customer.handling_paused
     account, conversation = page.account_id, group.conversation_id
     # Echoes of our own sends: settled first, so the insert below classifies them as ours (a
     # manual send settled so gets its mirror's placeholder now).
@@ -168,7 +183,7 @@ def _commit_group(
         )
         for m in group.messages
     ]
-    return customer_id, max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
+    return (customer, open_batch_id), max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
 
 
 def _commit_page(db: sqlite3.Connection, page: InboundPage) -> None:

@@ -106,16 +106,16 @@ class Fence:
 
 
 @contextmanager
-def fenced(store: DeliveryStore, fence: Fence | None) -> Iterator[Connection]:
+def fenced(store: DeliveryStore, fence: Fence | None, durable: bool = False) -> Iterator[Connection]:
     """A write transaction that holds only while the lease is ours (no fence: unfenced, for
     library use outside a worker). A renewal that did not commit is not counted as held."""
     if fence is None:
-        with store.write() as conn:
+        with store.write(durable) as conn:
             yield conn
         return
     held_until = fence.held_until
     try:
-        with store.write() as conn:
+        with store.write(durable) as conn:
             fence.check(conn)
             yield conn
     except BaseException:

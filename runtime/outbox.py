@@ -171,61 +171,73 @@ def begin_attempt(
     """Begin the request's next attempt, or say why not. `can_send(account_id)` raises when the
     account has no way to send (no transport here): it runs before the attempt exists, so a
     missing transport never strands an attempt."""
-    at = now_ms()
     with store.write(durable=True) as conn:  # the send follows: never begun twice after a power loss
         request = load_request(conn, request_id)
         if request is None:
             return AttemptSkipped("unknown-request")
-        if request.state in SETTLED:
-            return AttemptSkipped("settled")
-        if request.state == OutboxState.RESULT_UNKNOWN:
-            return AttemptSkipped("result-unknown")
-        can_send(request.account_id)
-        if _handed_off(conn, request.account_id):
-            return AttemptSkipped("moving")
-        last = (
-            conn.execute(
-                sql(
-                    "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
-                    " ORDER BY attempt_no DESC LIMIT 1"
-                ),
-                {"r": request_id},
-            )
-            .mappings()
-            .first()
-        )
-        if last is not None and last["state"] == AttemptState.STARTED:
-            if last["started_at"] > at - int(lease_s * 1000):
-                return AttemptSkipped("in-progress")
-            _mark(
-                conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED"
-            )
-            return AttemptSkipped("result-unknown")
-        if _earlier_in_flight(conn, request_id, request.customer_id):
-            return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
-        if request.follows is not None and _state_of(conn, request.follows) != "sent":
-            # An earlier part of this reply failed or its result is unknown: stop here.
-            _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
-            return AttemptSkipped("skipped")
-        if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
-            _set_state(conn, request_id, stale, None)
-            return AttemptSkipped(stale)  # type: ignore[arg-type]
-        attempt_no = (last["attempt_no"] if last else 0) + 1
+        return begin_in(conn, request, owner, lease_s, store.guard.token if store.guard else None, can_send)
+
+
+def begin_in(
+    conn: Connection,
+    request: OutboxRequest,
+    owner: str,
+    lease_s: float,
+    shard_token: int | None,
+    can_send: Callable[[str], object] = lambda account_id: None,
+) -> AttemptGrant | AttemptSkipped:
+    """`begin_attempt` inside the caller's durable write transaction: also how a reply's
+    registration begins its first attempt, when the worker sends it at once (a transaction
+    per reply fewer, runtime.pipeline.turn)."""
+    request_id, at = request.request_id, now_ms()
+    if request.state in SETTLED:
+        return AttemptSkipped("settled")
+    if request.state == OutboxState.RESULT_UNKNOWN:
+        return AttemptSkipped("result-unknown")
+    can_send(request.account_id)
+    if _handed_off(conn, request.account_id):
+        return AttemptSkipped("moving")
+    last = (
         conn.execute(
             sql(
-                "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"
-                " VALUES (:r, :n, 'started', :o, :at, :token)"
+                "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
+                " ORDER BY attempt_no DESC LIMIT 1"
             ),
-            {"r": request_id, "n": attempt_no, "o": owner, "at": at, "token": store.guard and store.guard.token},
+            {"r": request_id},
         )
-        conn.execute(
-            sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
-            {"r": request_id, "at": at},
-        )
-        media = None
-        if request.media_sha256 is not None:
-            ref, data = load_media(conn, request.media_sha256)
-            media = MediaPayload(kind=ref.kind, mime=ref.mime, file_name=request.body, data=data)  # type: ignore[arg-type]
+        .mappings()
+        .first()
+    )
+    if last is not None and last["state"] == AttemptState.STARTED:
+        if last["started_at"] > at - int(lease_s * 1000):
+            return AttemptSkipped("in-progress")
+        _mark(conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
+        return AttemptSkipped("result-unknown")
+    if _earlier_in_flight(conn, request_id, request.customer_id):
+        return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
+    if request.follows is not None and _state_of(conn, request.follows) != "sent":
+        # An earlier part of this reply failed or its result is unknown: stop here.
+        _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
+        return AttemptSkipped("skipped")
+    if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
+        _set_state(conn, request_id, stale, None)
+        return AttemptSkipped(stale)  # type: ignore[arg-type]
+    attempt_no = (last["attempt_no"] if last else 0) + 1
+    conn.execute(
+        sql(
+            "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"
+            " VALUES (:r, :n, 'started', :o, :at, :token)"
+        ),
+        {"r": request_id, "n": attempt_no, "o": owner, "at": at, "token": shard_token},
+    )
+    conn.execute(
+        sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
+        {"r": request_id, "at": at},
+    )
+    media = None
+    if request.media_sha256 is not None:
+        ref, data = load_media(conn, request.media_sha256)
+        media = MediaPayload(kind=ref.kind, mime=ref.mime, file_name=request.body, data=data)  # type: ignore[arg-type]
     send = OutboundSend(
         request_id=request.request_id,
         account_id=request.account_id,

@@ -39,8 +39,10 @@ from runtime.ingest import NEVER_INGESTED, committed_cursor, ingest_page
 from runtime.input_pause import InputPaused, hold_page, resume_input
 from runtime.leases import LeaseBusy, LeaseLost, new_owner
 from runtime.outbox import (
+    AttemptGrant,
     AttemptSkipped,
     begin_attempt,
+    begin_in,
     load_request,
     next_after,
     record_failure,
@@ -55,7 +57,8 @@ from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 from runtime.read_receipts import accept_buyer_receipt
 from runtime.shards import local_placement
 from runtime.states import OutboxState, PlacementState
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import Connection, DeliveryStore, now_ms
+from runtime.store.tables import OutboxRequest
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,9 @@ class Attempt:
     request_id: str
     countdown_s: float = 0.0
     retries: int = 0  # not-submitted attempts before this one
+    # Begun by the reply's registration, for this process to send at once (never published: a
+    # published attempt begins again, finds this one in progress, and the reconciler settles it).
+    begun: AttemptGrant | None = None
 
 
 @dataclass(frozen=True)
@@ -233,25 +239,39 @@ def admit(services: Services, customer_id: int) -> Step:
     return Step(decision.reason, (RunTurn(customer_id),) if decision.batch_id is not None else ())
 
 
-def turn(services: Services, customer_id: int, emit: Emit) -> Step:
+def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = False) -> Step:
     """One agent turn over the customer's open batch, under the customer's writer lease (fenced,
     renewed while the turn runs). Each reply the agent registers is emitted as an `Attempt`
-    at once (the worker runs it in the turn's own task), so it goes out while the turn goes on;
-    input that came during the turn is admitted after it."""
-    settings = services.settings
-    with leases.claimed(services.store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
+    at once, so it goes out while the turn goes on; input that came during the turn is
+    admitted after it. `sends_here`: `emit` sends each attempt at once, in this process (the
+    worker runs it in the turn's own task), so the registration begins it."""
+    settings, store = services.settings, services.store
+    begun: dict[str, AttemptGrant] = {}
+
+    def begin_here(conn: Connection, request: OutboxRequest) -> None:
+        try:
+            services.transport_of(request.account_id)
+        except Exception:  # no transport, or its account unreadable in this transaction: the attempt tells
+            return
+        owner, lease_s = new_owner(), settings.outbox.attempt_lease_s
+        grant = begin_in(conn, request, owner, lease_s, store.guard.token if store.guard else None)
+        if isinstance(grant, AttemptGrant):
+            begun[request.request_id] = grant
+
+    with leases.claimed(store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
         try:
             result = run_turn(
-                services.store,
+                store,
                 services.provider,
                 customer_id,
                 settings.sessions_dir,
                 settings.zone,
                 settings.agent,
-                on_registered=lambda request_id: emit(Attempt(request_id)),
+                on_registered=lambda request_id: emit(Attempt(request_id, begun=begun.pop(request_id, None))),
                 attachments=services.attachments,
                 memory_engine=services.memory,
                 fence=fence,
+                begin_attempt=begin_here if sends_here else None,
             )
         except LeaseBusy:  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
             return Step("busy")
@@ -269,14 +289,14 @@ def turn(services: Services, customer_id: int, emit: Emit) -> Step:
 # --- sending -------------------------------------------------------------------------------
 
 
-def deliver(services: Services, request_id: str, retries: int = 0) -> Step:
+def deliver(services: Services, request_id: str, retries: int = 0, begun: AttemptGrant | None = None) -> Step:
     """One attempt of an outbox request (SPEC 3.8): begin it in a transaction, submit it, record
     the outcome. A request whose outcome is unknown is settled by a receipt query, never sent
     again blindly; one the platform did not take is attempted again after a backoff; once a
     request stops holding its customer's queue, the next one in order is attempted (found by
     the transaction that recorded the outcome)."""
     store = services.store
-    grant = begin_attempt(
+    grant = begun or begin_attempt(
         store, request_id, new_owner(), services.settings.outbox.attempt_lease_s, can_send=services.transport_of
     )
     if isinstance(grant, AttemptSkipped):

@@ -56,12 +56,12 @@ def turn(app: Celery, customer_id: int) -> pipeline.Step:
             dispatch(app, (work,))
             return
         try:
-            dispatch(app, pipeline.deliver(services, work.request_id, work.retries).follow_ups)
+            dispatch(app, pipeline.deliver(services, work.request_id, work.retries, work.begun).follow_ups)
         except Exception as error:  # the outbox queue takes it (and failing that, the reconciler)
             log.warning("attempt of %s handed to the outbox queue (%s)", work.request_id, type(error).__name__)
             send(app, work)
 
-    return pipeline.turn(services, customer_id, attempt_here)
+    return pipeline.turn(services, customer_id, attempt_here, sends_here=True)
 
 
 def send(app: Celery, work: FollowUp) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.admission import commit_batch
 from runtime.agent.memory import SessionMemory
 from runtime.errors import KefuError, validation_problems
 from runtime.handling import is_current, pause_handling
@@ -67,6 +69,27 @@ class TurnBinding:
     # The next step's check (runtime.agent.turn), made in passing by a call's write: (call id,
     # the buyer reads not yet delivered); the write itself found the batch still current.
     checked: tuple[str, list[BuyerRead]] | None = None
+    # The session log holds the batch and the store was not told yet: the turn's next write
+    # commits it in passing (a transaction per turn fewer; a crash before then finds the batch
+    # in the log, and its follow-up turn commits it).
+    batch_logged: bool = False
+
+    def commit_logged(self, conn: Connection) -> None:
+        """Inside a write of the turn: commit the batch the log holds, if not done yet."""
+        if self.batch_logged:
+            commit_batch(conn, self.batch.id)
+
+    # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
+    # reply's registration then begins its first attempt in the same, durable, transaction.
+    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None
+
+    @contextmanager
+    def write(self, durable: bool = False) -> Iterator[Connection]:
+        """A write transaction of the turn: fenced by its lease, and carrying the batch commit."""
+        with fenced(self.store, self.fence, durable) as conn:
+            self.commit_logged(conn)
+            yield conn
+        self.batch_logged = False
 
 
 def _request_id_for(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -153,7 +176,7 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
         return args
     customer, batch = binding.customer, binding.batch
     try:
-        with fenced(binding.store, binding.fence) as conn:
+        with binding.write(durable=binding.begin_attempt is not None) as conn:
             if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
                 return ToolOutcome(
                     "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.",
@@ -166,6 +189,8 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
                     request_id=earlier,
                 )
             requests, refused = _register_reply(binding, conn, call, args)
+            if refused is None and binding.begin_attempt is not None:
+                binding.begin_attempt(conn, requests[0])  # the later parts wait for the first
             binding.checked = (call.id, undelivered_reads(conn, customer.id))  # type: ignore[arg-type]
     except LeaseLost:
         raise  # not the model's business: this turn stops, the lease's new holder carries on

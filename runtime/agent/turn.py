@@ -16,15 +16,13 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from config import AgentSettings, OpenAISettings
-from runtime.accounts import load_account
 from runtime.admission import (
     batch_messages,
     commit_batch,
     finish_batch,
-    load_customer,
     nothing_to_admit,
-    open_batch,
     revoke_batch,
+    turn_rows,
 )
 from runtime.agent.context import context_use, view_tokens
 from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, recall
@@ -52,8 +50,9 @@ from runtime.session_log import (
     TurnEnd,
     TurnStart,
 )
+from runtime.states import BatchState
 from runtime.store import Connection, DeliveryStore, now_ms
-from runtime.store.tables import AdmissionBatch, BuyerRead
+from runtime.store.tables import AdmissionBatch, BuyerRead, OutboxRequest
 
 ROLE_SECTION = (
     "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
@@ -274,26 +273,26 @@ def run_turn(
     attachments: AttachmentPolicy | None = None,
     memory_engine: MemoryEngine | None = None,
     fence: Fence | None = None,
+    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
     every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first
-    one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy)."""
+    one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy).
+    `begin_attempt`: see TurnBinding."""
     with fenced(store, fence) as conn:
-        batch = open_batch(conn, customer_id)
-        customer = load_customer(conn, customer_id)
+        customer, batch, account = turn_rows(conn, customer_id) or (None, None, None)
         if batch is None or customer is None:
             return None
-        account = load_account(conn, customer.account_id)
         lines = batch_messages(conn, batch.id)
         if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
         known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)
+        checked: _StepCheck | None = (True, undelivered_reads(conn, customer_id))  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id) if memory_engine else None
     waiting = waiting_for_model(log)
-    checked: _StepCheck | None = None  # the next step's check, when a write made it on its way
     if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
         _close_unfinished(log)
         waiting = None
@@ -320,9 +319,6 @@ def run_turn(
             log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
             log.append("user/message", source=batch.id, text=render_batch(lines, zone))
         log.flush()
-        with fenced(store, fence) as conn:
-            commit_batch(conn, batch.id)
-            checked = _step_check(conn, customer_id, batch.handling_epoch, True)  # the first step's, in passing
         if memory is not None and not turns:
             recall(log, memory, turn_id, _buyer_text(lines))
 
@@ -338,6 +334,8 @@ def run_turn(
         on_registered=on_registered,
         memory=memory,
         fence=fence,
+        begin_attempt=begin_attempt,
+        batch_logged=batch.state == BatchState.CLAIMED,  # its turn/start is in the log by now
     )
     available = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
     tools = [spec for spec, _ in available.values()]
@@ -412,6 +410,7 @@ def run_turn(
     admit_next = True
     if not unavailable:
         with store.write() as conn:
+            binding.commit_logged(conn)  # what the log holds is committed, even if a human took over since
             (revoke_batch if paused else finish_batch)(conn, batch.id)
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write

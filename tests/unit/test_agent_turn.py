@@ -120,6 +120,42 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
 
 
+def test_a_crash_between_logging_the_batch_and_its_commit_brings_one_follow_up(
+    store, settings, shop, transport, platform
+):
+    customer = say(store, transport, platform, "b1", "发什么快递")
+    evaluate(store, customer, 1000)
+    turn(store, settings, customer)
+    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
+    events = log.load()
+    cut = next(e.seq for e in events if e.type == "step/start")  # logged the batch, wrote nothing since
+    log.path.write_bytes(
+        b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
+    )
+    with store.write() as conn:  # the batch commit rides on the turn's first write, which never came
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed'")
+        conn.exec_driver_sql("UPDATE inbound_message SET state = 'claimed'")
+        conn.exec_driver_sql("DELETE FROM outbox_request")
+
+    assert turn(store, settings, customer).outcome == "complete"
+    events = SessionLog(log.path).load()
+    assert [e.kind for e in events if e.type == "turn/start"] == ["batch", "follow-up"]
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+
+
+def test_a_turn_that_hands_off_without_sending_commits_what_the_agent_saw(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "可以寄到国外吗")  # no FAQ answer: the rules agent hands off
+    evaluate(store, customer, 1000)
+    assert turn(store, settings, customer).outcome == "complete"
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
+
+
 @pytest.fixture
 def binding(store, settings, shop, transport, platform):
     from runtime.admission import load_customer, open_batch
