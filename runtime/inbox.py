@@ -48,22 +48,21 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
     at = now_ms()
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.raw() as db, immediate(db, durable=True):  # the receiver ACKs the platform after this
-        if db.execute(f"SELECT 1 FROM page_receipt WHERE {_KEY}", key).fetchone():
-            return False
         if not isinstance(fetched_after, Unchecked):
             row = db.execute(
                 "SELECT cursor FROM provider_cursor WHERE account_id = ? AND stream_id = ?", key[:2]
             ).fetchone()
             if (row[0] if row else None) != fetched_after:
                 return False
-        inserted = db.execute(
+        inserted = db.execute(  # unless it was committed before (its record may be forgotten since)
             "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
-            " published_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (*key, page.model_dump_json(), at, at),
+            " published_at) SELECT ?1, ?2, ?3, ?4, ?5, ?5 WHERE NOT EXISTS (SELECT 1 FROM page_receipt"
+            " WHERE account_id = ?1 AND stream_id = ?2 AND page_op_id = ?3)",
+            (*key, page.model_dump_json(), at),
         ).rowcount
         if inserted:
             return True
-        return bool(
+        return bool(  # still pending: published again (a committed page's record is marked ingested)
             db.execute(
                 f"UPDATE received_page SET published_at = ?, publishes = publishes + 1 WHERE {_KEY}"
                 " AND ingested_at IS NULL",
@@ -102,26 +101,20 @@ def refuse_page(store: DeliveryStore, account_id: str, stream_id: str, page_op_i
 
 def advance_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
     """Inside the transaction that ingested `page`: move its stream's committed cursor up to the
-    newest ingested page that no pending page precedes, never backwards. That is most often
-    `page` itself, whose cursor is at hand: only another page's is read from its JSON."""
-    target = db.execute(
-        "SELECT id, page_op_id, CASE page_op_id WHEN ?4 THEN ?5 ELSE json_extract(page, '$.cursor') END"
-        " FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3 AND id < coalesce("
-        "  (SELECT min(id) FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND ingested_at IS NULL),"
-        "  9223372036854775807)"
-        " ORDER BY id DESC LIMIT 1",
-        (page.account_id, page.stream_id, INGESTED, page.page_op_id, page.cursor),
-    ).fetchone()
-    if target is None:
-        return
-    received_id, page_op_id, cursor = target
+    newest ingested page that no pending page precedes, never backwards (one statement). That
+    is most often `page` itself, whose cursor is at hand: only another page's is read from its JSON."""
     db.execute(
         "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at, received_id)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, stream_id) DO UPDATE SET"
+        " SELECT * FROM (SELECT ?1, ?2, CASE page_op_id WHEN ?4 THEN ?5 ELSE json_extract(page, '$.cursor') END,"
+        "  page_op_id, ?6, id FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3"
+        "  AND id < coalesce((SELECT min(id) FROM received_page"
+        "   WHERE account_id = ?1 AND stream_id = ?2 AND ingested_at IS NULL), 9223372036854775807)"
+        "  ORDER BY id DESC LIMIT 1) WHERE true"
+        " ON CONFLICT (account_id, stream_id) DO UPDATE SET"
         " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at,"
         " received_id = excluded.received_id"
         " WHERE provider_cursor.received_id IS NULL OR provider_cursor.received_id < excluded.received_id",
-        (page.account_id, page.stream_id, cursor, page_op_id, now_ms(), received_id),
+        (page.account_id, page.stream_id, INGESTED, page.page_op_id, page.cursor, now_ms()),
     )
 
 

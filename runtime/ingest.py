@@ -25,7 +25,7 @@ from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
 from runtime.inbox import advance_cursor, mark_ingested
-from runtime.input_pause import check_not_paused, release_held
+from runtime.input_pause import held_unless_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, now_ms
@@ -111,7 +111,7 @@ def ingest_page(
             live = page.groups if origin == "live" else []
             found = [customer_id for group in live if (customer_id := _customer_of(db, page, group))]
             return IngestResult(page.page_op_id, replayed=True, customer_ids=found)
-        check_not_paused(db, page.account_id)  # inside the transaction: a pause is never half-applied
+        held = held_unless_paused(db, page)  # inside the transaction: a pause is never half-applied
         result = IngestResult(page.page_op_id, replayed=False)
         touched: dict[int, Known] = {}  # each live customer once, as its last upsert saw it
         for group in page.groups:
@@ -121,7 +121,7 @@ def ingest_page(
                 assert customer.id is not None  # a stored row
                 touched[customer.id] = Known(customer, open_batch_id, account, input_paused=False)
         result.customer_ids = list(touched)
-        _commit_page(db, page)
+        _commit_page(db, page, held)
         if admit_batch_size is not None:
             decisions = ((c, decide(conn, c, admit_batch_size, known)) for c, known in touched.items())
             result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
@@ -186,9 +186,9 @@ def _commit_group(
     return (customer, open_batch_id), max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
 
 
-def _commit_page(db: sqlite3.Connection, page: InboundPage) -> None:
+def _commit_page(db: sqlite3.Connection, page: InboundPage, held: bool) -> None:
     """Inside the transaction that wrote the page receipt and stored the page's groups: the
-    received record marked ingested, and the cursor.
+    received record marked ingested, the cursor, and the page released if a pause held it.
 
     Not synchronous on disk, though the platform is told the cursor next: the page's received
     record, committed durably before the receiver acknowledged anything, is its durable copy.
@@ -198,7 +198,8 @@ def _commit_page(db: sqlite3.Connection, page: InboundPage) -> None:
     attempt begun for a reply to it, puts this one on disk first."""
     mark_ingested(db, page)
     advance_cursor(db, page)
-    release_held(db, page)
+    if held:
+        release_held(db, page)
 
 
 def committed_cursor(store: DeliveryStore, account_id: str, stream_id: str) -> str | None:

@@ -1,9 +1,8 @@
 """Input pause (SPEC 3.11): stop taking in new pages, for one account or the whole host, e.g.
 to upgrade safely, without losing any.
 
-While paused, a page is held instead of persisted: each conversation group checks the pause
-inside its own transaction, so a page caught midway keeps what it committed, its cursor stays,
-and it is held whole (replaying it later skips the committed groups). Admission stops too.
+While paused, a page is held instead of persisted: ingestion checks the pause inside the
+page's transaction, so the page is held whole and its cursor stays. Admission stops too.
 Turns already admitted finish, and `in_flight` says what is still on its way. Resuming returns
 the held pages for publishing again; a held page leaves the table once it is ingested.
 """
@@ -45,10 +44,21 @@ def is_paused(conn: Connection, account_id: str) -> bool:
     return conn.execute(sql(_PAUSED), {"a": account_id}).first() is not None
 
 
-def check_not_paused(db: sqlite3.Connection, account_id: str) -> None:
-    """For ingestion's raw transactions."""
-    if db.execute(_PAUSED, {"a": account_id}).fetchone() is not None:
-        raise InputPaused(account_id)
+_PAUSED_OR_HELD = (
+    f"SELECT EXISTS ({_PAUSED}), EXISTS (SELECT 1 FROM held_page"
+    " WHERE account_id = :a AND stream_id = :s AND page_op_id = :p)"
+)
+
+
+def held_unless_paused(db: sqlite3.Connection, page: InboundPage) -> bool:
+    """For ingestion's raw transaction: raises InputPaused while input is paused; else whether
+    the page was held by an earlier pause (its ingestion releases it)."""
+    paused, held = db.execute(
+        _PAUSED_OR_HELD, {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id}
+    ).fetchone()
+    if paused:
+        raise InputPaused(page.account_id)
+    return bool(held)
 
 
 def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseState:

@@ -109,20 +109,6 @@ def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     return None
 
 
-def _earlier_in_flight(conn: Connection, request_id: str, customer_id: int) -> bool:
-    """Is a request of the same customer registered earlier (rowid order) still pending or sending?"""
-    return (
-        conn.execute(
-            sql(
-                "SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
-                " AND rowid < (SELECT rowid FROM outbox_request WHERE request_id = :r) LIMIT 1"
-            ),
-            {"c": customer_id, "r": request_id},
-        ).first()
-        is not None
-    )
-
-
 _NEXT_PENDING = sql(
     "SELECT request_id FROM outbox_request WHERE customer_id = :c AND state = 'pending' ORDER BY rowid LIMIT 1"
 )
@@ -152,13 +138,18 @@ def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
         return conn.execute(_NEXT_PENDING, {"c": customer_id}).scalar_one_or_none()
 
 
-def _handed_off(conn: Connection, account_id: str) -> bool:
-    """The account's slice is sealed for a move here, or imported and not yet resumed: its
-    requests exist on two shards at once, and neither may send them (runtime.moves)."""
-    state = conn.execute(
-        sql("SELECT state FROM account_placement WHERE account_id = :a"), {"a": account_id}
-    ).scalar_one_or_none()
-    return state in (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.MOVED)
+# The account's slice is sealed for a move here, or imported and not yet resumed: its requests
+# exist on two shards at once, and neither may send them (runtime.moves).
+_HANDED_OFF = (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.MOVED)
+# In one read: the account's placement, the request's last attempt, and whether a request of
+# the same customer registered earlier (rowid order) is still pending or sending.
+_BEGIN_CHECKS = sql(
+    "SELECT (SELECT state FROM account_placement WHERE account_id = :a), last.attempt_no, last.state,"
+    " last.started_at, EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c"
+    "  AND state IN ('pending', 'sending') AND rowid < (SELECT rowid FROM outbox_request WHERE request_id = :r))"
+    " FROM (SELECT 1) LEFT JOIN (SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
+    "  ORDER BY attempt_no DESC LIMIT 1) AS last"
+)
 
 
 def begin_attempt(
@@ -195,25 +186,17 @@ def begin_in(
     if request.state == OutboxState.RESULT_UNKNOWN:
         return AttemptSkipped("result-unknown")
     can_send(request.account_id)
-    if _handed_off(conn, request.account_id):
+    placement, last_no, last_state, last_started, earlier = conn.execute(
+        _BEGIN_CHECKS, {"a": request.account_id, "r": request_id, "c": request.customer_id}
+    ).one()
+    if placement in _HANDED_OFF:
         return AttemptSkipped("moving")
-    last = (
-        conn.execute(
-            sql(
-                "SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
-                " ORDER BY attempt_no DESC LIMIT 1"
-            ),
-            {"r": request_id},
-        )
-        .mappings()
-        .first()
-    )
-    if last is not None and last["state"] == AttemptState.STARTED:
-        if last["started_at"] > at - int(lease_s * 1000):
+    if last_state == AttemptState.STARTED:
+        if last_started > at - int(lease_s * 1000):
             return AttemptSkipped("in-progress")
-        _mark(conn, request_id, last["attempt_no"], "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
+        _mark(conn, request_id, last_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
         return AttemptSkipped("result-unknown")
-    if _earlier_in_flight(conn, request_id, request.customer_id):
+    if earlier:
         return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
     if request.follows is not None and _state_of(conn, request.follows) != "sent":
         # An earlier part of this reply failed or its result is unknown: stop here.
@@ -222,7 +205,7 @@ def begin_in(
     if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
         _set_state(conn, request_id, stale, None)
         return AttemptSkipped(stale)  # type: ignore[arg-type]
-    attempt_no = (last["attempt_no"] if last else 0) + 1
+    attempt_no = (last_no or 0) + 1
     conn.execute(
         sql(
             "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"
@@ -266,11 +249,17 @@ _MARK_ATTEMPT = (
     "UPDATE outbox_attempt SET state = :s, finished_at = :at, platform_message_id = :p, error_code = :e"
     " WHERE request_id = :r AND attempt_no = :n"
 )
+# A sent request's platform message id, when its echo is stored already (else NULL).
+_ECHOED = (
+    "(SELECT m.platform_message_id FROM inbound_message m WHERE m.account_id = outbox_request.account_id"
+    " AND m.conversation_id = outbox_request.conversation_id"
+    " AND m.platform_message_id = outbox_request.platform_message_id)"
+)
 # Evidence of delivery is final: a late failure report never turns a sent request back.
 _MARK_REQUEST = (
     "UPDATE outbox_request SET state = :rs, updated_at = :at,"
     " platform_message_id = coalesce(:p, platform_message_id), error_code = :e"
-    " WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent') RETURNING origin, platform_message_id"
+    f" WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent') RETURNING origin, {_ECHOED}"
 )
 # The platform's echo arrived before the send was recorded: classify the stored row again with
 # the one rule (now that the request is sent, it says ai or human-console); an ai row is ignored.
@@ -300,7 +289,7 @@ _MIRROR_MANUAL = (
 _SETTLE_BY_ECHO = (
     "UPDATE outbox_request SET state = 'sent', platform_message_id = :p, error_code = NULL, updated_at = :at"
     " WHERE request_id = :r AND account_id = :a AND state IN ('sending', 'result-unknown')"
-    " RETURNING origin, platform_message_id"
+    f" RETURNING origin, {_ECHOED}"
 )
 _SETTLE_ATTEMPT_BY_ECHO = (
     "UPDATE outbox_attempt SET state = 'sent', finished_at = :at, platform_message_id = :p, error_code = NULL"
@@ -308,10 +297,11 @@ _SETTLE_ATTEMPT_BY_ECHO = (
 )
 
 
-def _on_sent(origin: str, platform_message_id: str | None) -> list[str]:
-    """What else a send settled as sent writes (statements over the same named parameters)."""
+def _on_sent(origin: str, echo: str | None) -> list[str]:
+    """What else a send settled as sent writes (statements over the same named parameters):
+    `echo`, the platform's echo of it stored already, is classified again."""
     statements = []
-    if platform_message_id is not None:
+    if echo is not None:
         statements.append(_RECLASSIFY_EARLY_ECHO)
     if origin == "manual":
         statements.append(_MIRROR_MANUAL)

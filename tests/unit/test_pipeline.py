@@ -130,6 +130,53 @@ def test_a_turn_emits_each_reply_as_an_attempt_and_ends_without_admission_when_n
     assert turn(services, customer_id) == (Step("no-open-batch"), [])
 
 
+def test_a_turn_that_sends_here_begins_each_reply_in_its_registration_and_the_attempt_only_sends(services):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    emitted: list[pipeline.FollowUp] = []
+    assert pipeline.turn(services, customer_id, emitted.append, sends_here=True) == Step("complete")
+    [reply] = emitted
+    assert isinstance(reply, Attempt) and reply.begun is not None and reply.begun.attempt_no == 1
+    with services.store.read() as conn:  # begun durably before any platform call, with the intent
+        assert load_request(conn, reply.request_id).state == "sending"
+        assert conn.exec_driver_sql("SELECT state FROM outbox_attempt").scalars().all() == ["started"]
+    assert services.transport.sent == []
+    assert pipeline.deliver(services, reply.request_id, begun=reply.begun) == Step("sent")
+    assert [s.request_id for s in services.transport.sent] == [reply.request_id]
+    assert pipeline.deliver(services, reply.request_id) == Step("settled")
+
+
+def test_a_reply_begun_at_registration_whose_worker_died_is_never_sent_blindly(services, monkeypatch):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    emitted: list[pipeline.FollowUp] = []
+    pipeline.turn(services, customer_id, emitted.append, sends_here=True)  # the attempt never runs
+    [reply] = emitted
+    assert pipeline.deliver(services, reply.request_id) == Step("in-progress")  # its lease still runs
+    from runtime import outbox
+
+    later = outbox.now_ms() + int(services.settings.outbox.attempt_lease_s * 1000) + 1
+    monkeypatch.setattr(outbox, "now_ms", lambda: later)
+    assert pipeline.deliver(services, reply.request_id).outcome == "result-unknown"  # settled by evidence
+    assert services.transport.sent == []
+
+
+def test_a_reply_is_not_begun_at_registration_when_no_transport_serves_its_account(services, monkeypatch):
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+
+    def no_transport(account_id: str):
+        raise pipeline.KefuError("KEFU_TRANSPORT_UNAVAILABLE", "no transport")
+
+    monkeypatch.setattr(services, "transport_of", no_transport)
+    emitted: list[pipeline.FollowUp] = []
+    assert pipeline.turn(services, customer_id, emitted.append, sends_here=True) == Step("complete")
+    [reply] = emitted
+    assert reply.begun is None
+    with services.store.read() as conn:
+        assert load_request(conn, reply.request_id).state == "pending"  # the attempt, run apart, says why
+
+
 def test_input_that_came_during_a_turn_is_admitted_after_it(services):
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
