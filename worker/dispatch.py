@@ -7,7 +7,8 @@ recovery (the work is on disk before it runs, and every step is idempotent and f
 - the turn of a batch admitted while ingesting a page, when the agent answers from this
   process (the rules agent: no network, a few milliseconds); a model behind a network keeps
   its turns on the agent queue, so a slow call never holds up ingestion;
-- the first attempt of each reply a turn registers, while the turn goes on.
+- the first attempt of each reply a turn registers, while the turn goes on (begun by the
+  reply's registration, in its transaction: only the send and its outcome are left).
 Everything else is sent to its family's queue. A send that fails raises: the work is still in
 SQLite, and the reconciler finds it after its grace.
 

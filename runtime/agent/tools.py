@@ -73,15 +73,14 @@ class TurnBinding:
     # commits it in passing (a transaction per turn fewer; a crash before then finds the batch
     # in the log, and its follow-up turn commits it).
     batch_logged: bool = False
+    # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
+    # reply's registration then begins its first attempt in the same, durable, transaction.
+    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None
 
     def commit_logged(self, conn: Connection) -> None:
         """Inside a write of the turn: commit the batch the log holds, if not done yet."""
         if self.batch_logged:
             commit_batch(conn, self.batch.id)
-
-    # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
-    # reply's registration then begins its first attempt in the same, durable, transaction.
-    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None
 
     @contextmanager
     def write(self, durable: bool = False) -> Iterator[Connection]:

@@ -415,6 +415,9 @@ def run_turn(
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
             admit_next = not nothing_to_admit(conn, customer_id)  # input that came during the turn
+    elif binding.batch_logged:  # the batch stays open for a follow-up turn; what the log holds is committed
+        with binding.write():
+            pass
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
         archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
