@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from typing import Any
 
-from runtime.accounts import load_account
 from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
@@ -29,7 +29,7 @@ from runtime.input_pause import held_unless_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, now_ms
-from runtime.store.tables import Customer
+from runtime.store.tables import Account, Customer
 
 _OPEN_BATCH = (
     "SELECT id FROM admission_batch WHERE customer_id = customer.id AND state IN ('claimed', 'committed')"
@@ -45,7 +45,7 @@ _UPSERT_CUSTOMER = (
     " direct_peer_id = coalesce(excluded.direct_peer_id, direct_peer_id)"
     # The customer's row as admission reads it, its open batch, and whether a manual send's
     # mirror waits for its echo: read in passing, not again.
-    f" RETURNING *, ({_OPEN_BATCH}), {PLACEHOLDER_WAITING}"
+    f" RETURNING *, ({_OPEN_BATCH}) AS open_batch, {PLACEHOLDER_WAITING} AS placeholder"
 )
 
 # Sender classification (runtime.classification) runs inside the insert. 'ai' rows are never admitted.
@@ -100,8 +100,8 @@ def ingest_page(
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.write() as conn:
         db = conn.dbapi
-        account = load_account(conn, page.account_id)
-        if account is None or account.deleted_at is not None:
+        account = _row(db.execute("SELECT * FROM account WHERE id = ?", key[:1]))  # validated if admission runs
+        if account is None or account["deleted_at"] is not None:
             raise KefuError(
                 "KEFU_ACCOUNT_UNKNOWN",
                 f"page {page.page_op_id} names account {page.account_id!r}, which does not exist",
@@ -113,19 +113,25 @@ def ingest_page(
             return IngestResult(page.page_op_id, replayed=True, customer_ids=found)
         held = held_unless_paused(db, page)  # inside the transaction: a pause is never half-applied
         result = IngestResult(page.page_op_id, replayed=False)
-        touched: dict[int, Known] = {}  # each live customer once, as its last upsert saw it
+        touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
         for group in page.groups:
-            (customer, open_batch_id), written = _commit_group(db, page, group, origin, store.customer_id_base)
+            upserted, written = _commit_group(db, page, group, origin, store.customer_id_base)
             result.rows_written += written
             if origin == "live":
-                assert customer.id is not None  # a stored row
-                touched[customer.id] = Known(customer, open_batch_id, account, input_paused=False)
+                touched[upserted.row["id"]] = upserted
         result.customer_ids = list(touched)
         _commit_page(db, page, held)
-        if admit_batch_size is not None:
-            decisions = ((c, decide(conn, c, admit_batch_size, known)) for c, known in touched.items())
+        if admit_batch_size is not None and touched:
+            serving = Account.model_validate(account)
+            decisions = ((c, decide(conn, c, admit_batch_size, u.known(serving))) for c, u in touched.items())
             result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
     return result
+
+
+def _row(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
+    """The cursor's next row by column name (a plain dict: no model built on the hot path)."""
+    values = cursor.fetchone()
+    return None if values is None else dict(zip((d[0] for d in cursor.description), values, strict=True))
 
 
 def _customer_of(db: sqlite3.Connection, page: InboundPage, group: ConversationGroup) -> int | None:
@@ -133,11 +139,22 @@ def _customer_of(db: sqlite3.Connection, page: InboundPage, group: ConversationG
     return row[0] if row else None
 
 
+@dataclass(frozen=True)
+class _Upserted:
+    """A customer's row as its upsert returned it, and its open batch: what admission reads."""
+
+    row: dict[str, Any]
+    open_batch_id: str | None
+
+    def known(self, account: Account) -> Known:
+        return Known(Customer.model_validate(self.row), self.open_batch_id, account, input_paused=False)
+
+
 def _commit_group(
     db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str, customer_base: int
-) -> tuple[tuple[Customer, str | None], int]:
-    """Inside the page's transaction: ((the customer's row, its open batch), rows written).
-    Messages stored before (a replay, a page an earlier version committed partway) dedupe."""
+) -> tuple[_Upserted, int]:
+    """Inside the page's transaction: (the customer as upserted, rows written). Messages stored
+    before (a replay, a page an earlier version committed partway) dedupe."""
     at = now_ms()
     last_peer = next((m.direct_peer_id for m in reversed(group.messages) if m.direct_peer_id), None)
     upsert = db.execute(
@@ -152,9 +169,10 @@ def _commit_group(
             "base": customer_base,
         },
     )
-    *row, open_batch_id, placeholder = upsert.fetchone()
-    customer = Customer.model_validate(dict(zip((d[0] for d in upsert.description), row, strict=False)))
-    customer_id, paused = customer.id, customer.handling_paused
+    row = _row(upsert)
+    assert row is not None  # an upsert returns its row
+    open_batch_id, placeholder = row.pop("open_batch"), row.pop("placeholder")
+    customer_id, paused = row["id"], row["handling_paused"]
     account, conversation = page.account_id, group.conversation_id
     # Echoes of our own sends: settled first, so the insert below classifies them as ours (a
     # manual send settled so gets its mirror's placeholder now).
@@ -183,7 +201,7 @@ def _commit_group(
         )
         for m in group.messages
     ]
-    return (customer, open_batch_id), max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
+    return _Upserted(row, open_batch_id), max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
 
 
 def _commit_page(db: sqlite3.Connection, page: InboundPage, held: bool) -> None:
