@@ -25,7 +25,14 @@ class CustomerSummary(BaseModel):
     last_activity_at: int
     handling_paused: bool
     handling_reason: str | None
+    name: str | None = None  # the buyer's display name, as their newest message gave it
+    preview: str | None = None  # the start of the conversation's newest line
     unread: int  # counterpart messages newer than the reader's watermark
+
+    @property
+    def cursor(self) -> str:
+        """Pass as `before` for the next page (newest activity first)."""
+        return f"{self.last_activity_at}.{self.id}"
 
 
 def _literal(search: str) -> str:
@@ -41,28 +48,52 @@ def list_customers(
     search: str | None = None,
     limit: int = 50,
     reader: str = "operator",
+    before: str | None = None,
 ) -> list[CustomerSummary]:
+    """Newest activity first; `before`, a row's `cursor`, pages on to any depth."""
+    at, last_id = _parse_cursor(before)
     with store.read() as conn:
         found = conn.execute(
             sql(
                 "SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title, c.last_activity_at,"
-                " c.handling_paused, c.handling_reason FROM customer c JOIN account a ON a.id = c.account_id"
+                " c.handling_paused, c.handling_reason,"
+                " (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+                "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
+                " (SELECT CASE WHEN m.content_type IN ('text', 'markdown') THEN substr(m.body, 1, 80)"
+                "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
+                "  AND m.sender_role != 'ai' ORDER BY m.id DESC LIMIT 1) AS preview"
+                " FROM customer c JOIN account a ON a.id = c.account_id"
                 " WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
+                " AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
                 " AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
                 "  OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
-                "   AND m.sender_name LIKE :q ESCAPE '!'))"
-                " ORDER BY c.last_activity_at DESC LIMIT :n"
+                "   AND (m.sender_name LIKE :q ESCAPE '!' OR m.body LIKE :q ESCAPE '!')))"
+                " ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n"
             ),
             {
                 "sim": source == "simulation",
                 "a": account_id,
                 "q": _literal(search) if search else None,
                 "n": limit,
+                "at": at,
+                "id": last_id,
             },
         ).mappings()
         rows = [dict(row) for row in found]
     unread = unread_counts(store).get(reader, [row["id"] for row in rows])
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
+
+
+def _parse_cursor(before: str | None) -> tuple[int | None, int | None]:
+    if before is None:
+        return None, None
+    try:
+        at, customer_id = before.split(".")
+        return int(at), int(customer_id)
+    except ValueError:
+        raise KefuError(
+            "KEFU_CURSOR_INVALID", f"{before[:40]!r} is not a customer list cursor", "pass the cursor a page ended with"
+        ) from None
 
 
 _UNREAD = (

@@ -37,6 +37,7 @@ class ManualSend(BaseModel):
     text: str | None = Field(None, min_length=1, max_length=4000)
     file_name: str | None = Field(None, min_length=1, max_length=255)
     file_data: bytes | None = Field(None, repr=False)
+    operator: str | None = None  # the console operator sending it (the CLI sends unnamed)
 
     @field_validator("request_id")
     @classmethod
@@ -141,6 +142,7 @@ def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[Out
                 origin="manual",
                 handling_epoch=customer.handling_epoch,
                 follows=registered[-1].request_id if registered else None,
+                operator=send.operator,
                 **content,  # type: ignore[arg-type]
             )
             registered.append(_register(conn, customer, intent))
@@ -156,7 +158,9 @@ def query_manual(store: DeliveryStore, request_id: str) -> OutboxRequest:
     return request
 
 
-def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id: str) -> OutboxRequest:
+def retry_manual(
+    store: DeliveryStore, new_request_id: str, previous_request_id: str, operator: str | None = None
+) -> OutboxRequest:
     """Send a result-unknown message again under a new id, recording which one it retries.
 
     Only an operator decides this (the first may have arrived after all); each unknown request
@@ -194,5 +198,6 @@ def retry_manual(store: DeliveryStore, new_request_id: str, previous_request_id:
             media_sha256=previous.media_sha256,
             handling_epoch=customer.handling_epoch,
             retry_of=previous.request_id,
+            operator=operator,
         )
         return _register(conn, customer, intent)

@@ -432,5 +432,30 @@ V15 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15)
+V16 = Migration(
+    16,
+    "operators of the console, what each of them did, and who sent a manual message",
+    (
+        """CREATE TABLE operator (
+            name TEXT PRIMARY KEY,
+            role TEXT NOT NULL CHECK (role IN ('viewer', 'operator', 'admin')),
+            password_hash TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            disabled_at INTEGER
+        ) WITHOUT ROWID""",
+        """CREATE TABLE operator_action (
+            id INTEGER PRIMARY KEY,
+            at INTEGER NOT NULL,
+            operator TEXT NOT NULL,
+            action TEXT NOT NULL,
+            customer_id INTEGER,
+            request_id TEXT,
+            detail TEXT
+        )""",
+        "CREATE INDEX operator_action_by_customer ON operator_action (customer_id, id)",
+        "ALTER TABLE outbox_request ADD COLUMN operator TEXT",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -215,6 +215,7 @@ class OutboundIntent(SQLModel):
     route_generation: int | None = None
     account_revision: int | None = None
     handling_epoch: int | None = None
+    operator: str | None = None  # the console operator who sent a manual message
 
 
 class OutboxRequest(OutboundIntent):

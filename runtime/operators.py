@@ -1,0 +1,128 @@
+"""Console operators (SPEC 1: operators watch and take over): accounts with a role, a password
+kept only as a salted scrypt hash, and a record of every action an operator took.
+
+Roles nest: a viewer reads; an operator also takes over, hands back, sends, settles and marks
+read; an admin also pauses and resumes input. Who did what is kept in `operator_action`, and a
+manual message carries its sender's name (shown as `[operator NAME from console]`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from runtime.errors import KefuError
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.sql import sql
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # ~50 ms a check: cheap for a login, dear for a guesser
+MIN_PASSWORD = 8
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    def allows(self, needed: Role) -> bool:
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
+
+
+class Operator(BaseModel):
+    name: str
+    role: Role
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    return "scrypt$" + base64.b64encode(salt).decode() + "$" + base64.b64encode(digest).decode()
+
+
+def _matches(password: str, stored: str) -> bool:
+    scheme, salt, digest = stored.split("$")
+    if scheme != "scrypt":
+        return False
+    computed = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), **_SCRYPT)
+    return hmac.compare_digest(computed, base64.b64decode(digest))
+
+
+def add_operator(store: DeliveryStore, name: str, role: Role, password: str) -> Operator:
+    """Create an operator, or set an existing one's role and password (KEFU_OPERATOR_INVALID
+    for a bad name or a short password)."""
+    if not _NAME.fullmatch(name):
+        raise KefuError(
+            "KEFU_OPERATOR_INVALID",
+            f"operator name {name[:40]!r} is not 1-64 letters, digits, '.', '_', '@' or '-'",
+            "choose a short login name such as alice",
+        )
+    if len(password) < MIN_PASSWORD:
+        raise KefuError(
+            "KEFU_OPERATOR_INVALID",
+            f"the password of {name} is shorter than {MIN_PASSWORD} characters",
+            "choose a longer password",
+        )
+    with store.write() as conn:
+        conn.execute(
+            sql(
+                "INSERT INTO operator (name, role, password_hash, created_at) VALUES (:n, :r, :h, :at)"
+                " ON CONFLICT (name) DO UPDATE SET role = excluded.role, password_hash = excluded.password_hash,"
+                " disabled_at = NULL"
+            ),
+            {"n": name, "r": role.value, "h": hash_password(password), "at": now_ms()},
+        )
+    return Operator(name=name, role=role)
+
+
+def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | None:
+    """The operator, if the password is theirs and they are not disabled. A wrong name costs
+    the same hash as a wrong password, so a login does not tell which names exist."""
+    with store.read() as conn:
+        row = conn.execute(
+            sql("SELECT role, password_hash FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
+        ).first()
+    if row is None:
+        _matches(password, hash_password("not an operator"))
+        return None
+    return Operator(name=name, role=Role(row[0])) if _matches(password, row[1]) else None
+
+
+def operator_named(store: DeliveryStore, name: str) -> Operator | None:
+    """An enabled operator by name (a signed session names one: disabling them ends it)."""
+    with store.read() as conn:
+        role = conn.execute(
+            sql("SELECT role FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
+        ).scalar_one_or_none()
+    return None if role is None else Operator(name=name, role=Role(role))
+
+
+def list_operators(store: DeliveryStore) -> list[Operator]:
+    with store.read() as conn:
+        rows = conn.execute(sql("SELECT name, role FROM operator WHERE disabled_at IS NULL ORDER BY name")).all()
+    return [Operator(name=name, role=Role(role)) for name, role in rows]
+
+
+def record_action(
+    store: DeliveryStore,
+    operator: str,
+    action: str,
+    customer_id: int | None = None,
+    request_id: str | None = None,
+    detail: str | None = None,
+) -> None:
+    with store.write() as conn:
+        conn.execute(
+            sql(
+                "INSERT INTO operator_action (at, operator, action, customer_id, request_id, detail)"
+                " VALUES (:at, :o, :a, :c, :r, :d)"
+            ),
+            {"at": now_ms(), "o": operator, "a": action, "c": customer_id, "r": request_id, "d": detail},
+        )

@@ -1,0 +1,105 @@
+"""A conversation as an operator reads it: what the buyer said, and what the shop sent with what
+became of each send (pending, sending, sent, failed with its code, result-unknown, read by the
+buyer), oldest first.
+
+The shop's own messages come from the outbox, not from the platform's echoes: DingTalk never
+echoes a robot's message, and an echo says nothing about a send that failed. So inbound rows
+classified as our own sends (`ai`, `human-console`) are left out; their request shows instead.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from runtime.rendering import content_text, label
+from runtime.store import DeliveryStore
+from runtime.store.sql import sql
+
+Speaker = Literal["buyer", "native-operator", "assistant", "console-operator"]
+
+_LINES = sql(
+    "SELECT * FROM ("
+    " SELECT 'm' || id AS key, received_at AS at, sender_role AS role, sender_name AS name, content_type, body,"
+    "  NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator"
+    " FROM inbound_message WHERE customer_id = :c AND sender_role NOT IN ('ai', 'human-console')"
+    " UNION ALL"
+    " SELECT 'r' || r.rowid, r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
+    "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.request_id = r.request_id), r.operator"
+    " FROM outbox_request r WHERE r.customer_id = :c"
+    ") ORDER BY at DESC, key DESC LIMIT :n"
+)
+
+
+class TranscriptLine(BaseModel):
+    key: str  # stable across reloads: the live view replaces lines by it
+    at: int  # ms since epoch
+    speaker: Speaker
+    label: str  # as the agent's history shows it, with the console operator's name
+    text: str
+    request_id: str | None = None  # the shop's messages: their outbox request
+    state: str | None = None
+    error_code: str | None = None
+    read: bool = False
+
+
+class _Row(BaseModel):
+    key: str
+    at: int
+    role: str  # an inbound sender role, or the request's origin
+    name: str | None
+    content_type: str
+    body: str
+    request_id: str | None
+    state: str | None
+    error_code: str | None
+    read: bool
+    operator: str | None
+
+
+def transcript(store: DeliveryStore, customer_id: int, limit: int = 200) -> list[TranscriptLine]:
+    """The conversation's newest `limit` lines, oldest first."""
+    with store.read() as conn:
+        rows = conn.execute(_LINES, {"c": customer_id, "n": limit}).mappings().all()
+    return [_line(_Row.model_validate(dict(row))) for row in reversed(rows)]
+
+
+def _line(row: _Row) -> TranscriptLine:
+    text = content_text(row.content_type, row.body)
+    speaker: Speaker
+    if row.request_id is None:
+        speaker, shown = ("native-operator" if row.role == "human-native" else "buyer"), label(row.role, row.name)
+    elif row.role == "auto":
+        speaker, shown = "assistant", label("ai", None)
+    else:
+        speaker = "console-operator"
+        shown = f"[operator {row.operator} from console]" if row.operator else label("human-console", None)
+    if row.request_id is not None and row.content_type in ("image", "file"):
+        text = f"[{row.content_type} {row.body}]"  # a sent file's row holds its name
+    return TranscriptLine(
+        key=row.key,
+        at=row.at,
+        speaker=speaker,
+        label=shown,
+        text=text,
+        request_id=row.request_id,
+        state=row.state,
+        error_code=row.error_code,
+        read=row.read,
+    )
+
+
+def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, ...]:
+    """Changes whenever the transcript or the customer's handling does: the live view's trigger."""
+    with store.read() as conn:
+        row = conn.execute(
+            sql(
+                "SELECT (SELECT max(id) FROM inbound_message WHERE customer_id = :c),"
+                " (SELECT max(updated_at) FROM outbox_request WHERE customer_id = :c),"
+                " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
+                " handling_paused, handling_reason FROM customer WHERE id = :c"
+            ),
+            {"c": customer_id},
+        ).first()
+    return tuple(row) if row is not None else ()

@@ -1,0 +1,178 @@
+"""The operator console in a real browser (Debian's Chromium, driven by Selenium), served by
+uvicorn over the store a real Celery worker answers buyers from."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
+import httpx
+import pytest
+import uvicorn
+from celery.contrib.testing.worker import start_worker
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from runtime.ingest import ingest_page
+from runtime.manual import ManualSend, send_manual
+from runtime.operators import Role, add_operator
+from runtime.outbox import begin_attempt, record_failure
+from runtime.ports import SendFailure
+from tests.integration.helpers import wait_for
+from worker.celery_app import make_app
+from worker.console import create_app
+from worker.context import WorkerRuntime
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+PASSWORD = "console-pass-1"
+pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
+
+
+@pytest.fixture
+def worker(settings, shop):
+    app = make_app(settings)
+    with start_worker(app, pool="solo", perform_ping_check=True, shutdown_timeout=30):
+        yield app
+
+
+@pytest.fixture
+def console(settings, shop) -> Iterator[str]:
+    runtime = WorkerRuntime(settings)
+    add_operator(runtime.store, "alice", Role.OPERATOR, PASSWORD)
+    add_operator(runtime.store, "victor", Role.VIEWER, PASSWORD)
+    config = uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning")
+    config.timeout_graceful_shutdown = 1
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started or not thread.is_alive(), 10, "the console to listen")
+    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def browser(console) -> Iterator[WebDriver]:  # quits before the console stops: no event stream holds it open
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        options.add_argument(flag)
+    for flag in ("--disable-background-networking", "--disable-component-update", "--disable-sync"):
+        options.add_argument(flag)
+    with tempfile.TemporaryDirectory() as profile:
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+def sign_in(driver: WebDriver, console: str, name: str) -> None:
+    driver.get(f"{console}/login")
+    driver.find_element(By.ID, "name").send_keys(name)
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    driver.find_element(By.ID, "sign-in").click()
+    WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "who").text.startswith(name))
+
+
+def http_sign_in(client: httpx.Client, name: str) -> str:
+    """Sign in over plain HTTP; the session's CSRF token (a new session has a new one)."""
+    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)[1]  # type: ignore[index]
+    signed = client.post("/login", data={"csrf": token, "name": name, "password": PASSWORD})
+    return re.search(r'name="csrf" value="([^"]+)"', signed.text)[1]  # type: ignore[index]
+
+
+_LINES = """return Array.from(document.querySelectorAll('#lines li')).map(li => [
+  li.classList[li.classList.length - 1], li.querySelector('.text').textContent,
+  li.querySelector('.status') ? li.querySelector('.status').dataset.state : ''])"""
+
+
+def lines(driver: WebDriver) -> list[tuple[str, str, str]]:
+    """(speaker, text, send state) of each transcript line as the page shows it now (read in one
+    script: the live view may replace the lines at any moment)."""
+    return [tuple(line) for line in driver.execute_script(_LINES)]
+
+
+def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser, store, platform, transport):
+    first = platform.buyer_says("shop", "b1", "张三", "什么时候发货？")
+    worker.send_task("kefu.ingest.page", args=[transport.page_of("shop", [first]).model_dump(mode="json")])
+    wait_for(lambda: len(platform.received("shop")) == 1, 30, "the automatic reply")
+    sign_in(browser, console, "alice")
+    browser.get(f"{console}/?source=simulation")
+    browser.find_element(By.LINK_TEXT, "张三").click()
+    WebDriverWait(browser, 10).until(lambda d: ("assistant", platform.received("shop")[0].text, "sent") in lines(d))
+
+    # A new buyer line, and its answer, appear without a reload.
+    second = platform.buyer_says("shop", "b1", "张三", "<script>window.pwned = 1</script>发什么快递？")
+    worker.send_task("kefu.ingest.page", args=[transport.page_of("shop", [second]).model_dump(mode="json")])
+    WebDriverWait(browser, 30).until(lambda d: ("buyer", second.text, "") in lines(d))  # the tag shown as text
+    browser.refresh()  # rendered by the server this time, where an unescaped tag would run
+    assert ("buyer", second.text, "") in lines(browser)
+    assert browser.execute_script("return window.pwned === undefined")
+    WebDriverWait(browser, 30).until(
+        lambda d: [s for s, _, state in lines(d) if state == "sent"].count("assistant") == 2
+    )
+
+    browser.find_element(By.ID, "reason").send_keys("VIP")
+    browser.find_element(By.ID, "take-over").click()
+    WebDriverWait(browser, 10).until(lambda d: "VIP (by alice)" in d.find_element(By.ID, "handling").text)
+    browser.find_element(By.ID, "text").send_keys("您好，我是店长，马上为您安排。")
+    browser.find_element(By.ID, "send").click()
+    WebDriverWait(browser, 10).until(
+        lambda d: ("console-operator", "您好，我是店长，马上为您安排。", "sent") in lines(d)
+    )
+    label = browser.find_element(By.CSS_SELECTOR, "#lines li.console-operator .label").text
+    assert label == "[operator alice from console]"
+    assert platform.received("shop")[-1].text == "您好，我是店长，马上为您安排。"  # delivered on the platform
+    with store.read() as conn:
+        actions = conn.exec_driver_sql("SELECT operator, action FROM operator_action ORDER BY id").all()
+    assert [tuple(a) for a in actions] == [("alice", "take-over"), ("alice", "send")]
+
+
+def test_an_operator_settles_a_send_whose_outcome_is_unknown(
+    console, browser, settings, store, shop, platform, transport
+):
+    said = platform.buyer_says("shop", "b1", "李四", "在吗")
+    from runtime.ingest import ingest_page
+
+    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
+    send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
+    grant = begin_attempt(store, "op-1", "w", 60)
+    record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    sign_in(browser, console, "alice")
+    browser.get(f"{console}/c/{customer}")
+    assert ("console-operator", "在的", "result-unknown") in lines(browser)
+    browser.find_element(By.CSS_SELECTOR, "#settle .confirm-delivered").click()
+    WebDriverWait(browser, 10).until(lambda d: ("console-operator", "在的", "sent") in lines(d))
+
+
+def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token(
+    console, browser, store, shop, platform, transport
+):
+    said = platform.buyer_says("shop", "b1", "王五", "你好")
+    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
+    sign_in(browser, console, "victor")
+    browser.get(f"{console}/c/{customer}")
+    assert not browser.find_elements(By.ID, "take-over")  # a viewer is offered no action
+    with httpx.Client(base_url=console, follow_redirects=True) as client:
+        token = http_sign_in(client, "victor")
+        refused = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
+        assert refused.status_code == 403 and "KEFU_ROLE_REQUIRED" in refused.text
+        client.cookies.clear()
+        token = http_sign_in(client, "alice")
+        forged = client.post(f"/c/{customer}/take-over", data={"reason": "x"})  # no token: another site's form
+        assert forged.status_code == 403 and "KEFU_CSRF_INVALID" in forged.text
+        taken = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
+        assert taken.status_code == 303
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1

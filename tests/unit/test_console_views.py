@@ -1,0 +1,107 @@
+"""What the console reads and who may use it: operators and their roles, the transcript of a
+conversation with each send's state, and the customer list's cursor paging."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.customers import list_customers
+from runtime.errors import KefuError
+from runtime.ingest import ingest_page
+from runtime.manual import ManualSend, send_manual
+from runtime.operators import Role, add_operator, authenticate, list_operators, operator_named
+from runtime.outbox import begin_attempt, record_failure, record_sent
+from runtime.ports import SendFailure, SendReceipt
+from runtime.read_receipts import accept_buyer_receipt
+from runtime.transcript import transcript, transcript_version
+
+
+def test_an_operator_signs_in_with_their_password_only_and_roles_nest(store):
+    add_operator(store, "alice", Role.OPERATOR, "correct horse")
+    with store.read() as conn:
+        stored = conn.exec_driver_sql("SELECT password_hash FROM operator").scalar_one()
+    assert "correct horse" not in stored and stored.startswith("scrypt$")
+    assert authenticate(store, "alice", "correct horse") == operator_named(store, "alice")
+    assert authenticate(store, "alice", "wrong horse") is None
+    assert authenticate(store, "mallory", "correct horse") is None
+    assert Role.ADMIN.allows(Role.OPERATOR) and Role.OPERATOR.allows(Role.VIEWER)
+    assert not Role.VIEWER.allows(Role.OPERATOR)
+    add_operator(store, "alice", Role.VIEWER, "new password")  # again: a new role and password
+    assert authenticate(store, "alice", "correct horse") is None
+    assert [(o.name, o.role) for o in list_operators(store)] == [("alice", Role.VIEWER)]
+
+
+@pytest.mark.parametrize(("name", "password"), [("bad name!", "long enough"), ("bob", "short")])
+def test_a_bad_operator_name_or_short_password_is_refused_by_code(store, name, password):
+    with pytest.raises(KefuError) as refused:
+        add_operator(store, name, Role.VIEWER, password)
+    assert refused.value.code == "KEFU_OPERATOR_INVALID"
+    assert list_operators(store) == []
+
+
+def say(store, transport, platform, buyer: str, name: str, text: str) -> int:
+    said = platform.buyer_says("shop", buyer, name, text)
+    return ingest_page(store, transport.page_of("shop", [said])).customer_ids[0]
+
+
+def test_the_transcript_shows_the_shops_sends_with_their_states_and_who_sent_them(store, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "张三", "在吗")
+    version = transcript_version(store, customer)
+    send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的", operator="alice"))
+    send_manual(store, ManualSend(request_id="op-2", customer_id=customer, text="稍等"))
+    first = begin_attempt(store, "op-1", "w", 60)
+    receipt = transport.send(first.send)
+    record_sent(store, "op-1", first.attempt_no, receipt)
+    second = begin_attempt(store, "op-2", "w", 60)
+    record_failure(store, "op-2", second.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    ingest_page(store, transport.echo_page("shop", platform.received("shop")[0]))  # the echo: shown once, as the send
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 2
+    shown = [(line.speaker, line.label, line.text, line.state) for line in transcript(store, customer)]
+    assert shown == [
+        ("buyer", "[counterpart 张三]", "在吗", None),
+        ("console-operator", "[operator alice from console]", "在的", "sent"),
+        ("console-operator", "[operator from console]", "稍等", "result-unknown"),
+    ]
+    assert transcript_version(store, customer) != version  # the live view's trigger moved
+
+
+def test_a_send_the_buyer_read_is_marked_read(store, shop, transport, platform):
+    from datetime import UTC, datetime
+
+    from runtime.ports import BuyerReadReceipt
+
+    customer = say(store, transport, platform, "b1", "张三", "在吗")
+    send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
+    grant = begin_attempt(store, "op-1", "w", 60)
+    receipt: SendReceipt = transport.send(grant.send)
+    record_sent(store, "op-1", grant.attempt_no, receipt)
+    [line] = [line for line in transcript(store, customer) if line.request_id]
+    assert not line.read
+    conversation = grant.send.conversation_id
+    read = BuyerReadReceipt(
+        account_id="shop",
+        conversation_id=conversation,
+        platform_message_id=receipt.platform_message_id,
+        reader_id=grant.send.recipient_id,
+        read_at=datetime.now(UTC),
+    )
+    assert accept_buyer_receipt(store, read) == "stored"
+    [line] = [line for line in transcript(store, customer) if line.request_id]
+    assert line.read
+
+
+def test_the_customer_list_pages_by_cursor_to_the_end_and_shows_names_and_previews(store, shop, transport, platform):
+    for n in range(7):
+        say(store, transport, platform, f"b{n}", f"买家{n}", f"第{n}条")
+    seen, before = [], None
+    while True:
+        page = list_customers(store, "simulation", limit=3, before=before)
+        seen += [(row.name, row.preview) for row in page]
+        if len(page) < 3:
+            break
+        before = page[-1].cursor
+    assert seen == [(f"买家{n}", f"第{n}条") for n in reversed(range(7))]  # newest first, each once
+    with pytest.raises(KefuError) as bad:
+        list_customers(store, "simulation", before="not-a-cursor")
+    assert bad.value.code == "KEFU_CURSOR_INVALID"

@@ -1,0 +1,57 @@
+"""`kefu console` (the operator web console) and `kefu operators` (who may use it)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from runtime.operators import Role, add_operator, list_operators
+from worker.celery_app import app
+from worker.cli.common import cli, console, enqueue, ensure_store, operator_errors, print_rows
+
+operators_cli = typer.Typer(help="Console operators: add one (or change their role or password), list them.")
+cli.add_typer(operators_cli, name="operators")
+
+
+@operators_cli.command("add")
+def operators_add(
+    name: str,
+    role: Annotated[Role, typer.Option(help="viewer reads; operator also acts; admin manages")] = Role.OPERATOR,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="read the password from stdin")] = False,
+) -> None:
+    """Add an operator (asks for the password; it is stored only as a salted scrypt hash)."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    with operator_errors():
+        operator = add_operator(ensure_store(), name, role, password)
+    console.print(f"operator {operator.name}: {operator.role}")
+
+
+@operators_cli.command("list")
+def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
+    """The operators who may sign in."""
+    print_rows(list_operators(ensure_store()), as_json, "operators", ["name", "role"])
+
+
+@cli.command("console")
+def console_command(
+    host: Annotated[str, typer.Option(help="the address to listen on (default: this machine only)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the port to listen on")] = 8470,
+) -> None:
+    """Serve the operator console for this shard (sign in as an operator from `kefu operators add`)."""
+    import uvicorn
+
+    from worker.console import create_app
+    from worker.context import runtime_for
+
+    with operator_errors():
+        runtime = runtime_for(app)
+        if not list_operators(runtime.store):
+            console.print("no operator can sign in yet: add one with `kefu operators add NAME`")
+        web = create_app(runtime, dispatch=enqueue)
+    console.print(f"console on http://{host}:{port}/ for shard {runtime.settings.shard}", soft_wrap=True)
+    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)

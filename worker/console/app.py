@@ -1,0 +1,272 @@
+"""The console's pages and actions. Pages read through runtime (customers, transcript); actions
+go through the same runtime functions as the CLI (runtime.handling, runtime.manual,
+runtime.outbox) and are recorded with the operator's name (runtime.operators).
+
+A conversation page follows the store live: its event stream pushes the transcript again
+whenever the conversation changes (a new line, a send's new state, a take-over)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from runtime import pipeline
+from runtime.admission import load_customer
+from runtime.customers import ack_customer_read, list_customers
+from runtime.errors import KefuError
+from runtime.handling import pause_handling, resume_handling
+from runtime.manual import ManualSend, retry_manual, send_manual
+from runtime.operators import Operator, Role, authenticate, record_action
+from runtime.outbox import confirm_result, load_request
+from runtime.store.tables import Customer
+from runtime.transcript import transcript, transcript_version
+from worker.console.auth import check_csrf, csrf_token, require, session_secret, signed_in
+from worker.context import WorkerRuntime
+
+HERE = Path(__file__).parent
+LIVE_POLL_S = 0.5
+STREAM_FOR_S = 25  # a stream ends after this and the browser reconnects: no stream outlives a shutdown long
+
+
+def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], object] | None = None) -> Starlette:
+    """The console over `runtime`'s shard. `dispatch` hands a send's follow-up work (a receipt
+    query, a later attempt) to the workers; None leaves it to their reconciler."""
+    store, zone = runtime.store, runtime.settings.zone
+    templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.filters["when"] = lambda ms: (
+        datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+    )
+
+    def page(request: Request, name: str, operator: Operator | None, **context: Any) -> Response:
+        return templates.TemplateResponse(request, name, {"operator": operator, "csrf": csrf_token(request), **context})
+
+    def live_fragment(customer_id: int) -> str:
+        return templates.get_template("_live.html").render(
+            customer=_customer(runtime, customer_id), lines=transcript(store, customer_id)
+        )
+
+    async def act(request: Request, role: Role) -> tuple[Operator, FormData]:
+        form = await request.form()
+        check_csrf(request, form.get("csrf"))
+        operator = require(await run_in_threadpool(signed_in, request, store), role)
+        return operator, form
+
+    # -- pages --------------------------------------------------------------------------------
+
+    def login_page(request: Request) -> Response:
+        return page(request, "login.html", None, error=None)
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        check_csrf(request, form.get("csrf"))
+        name, password = str(form.get("name", "")), str(form.get("password", ""))
+        operator = await run_in_threadpool(authenticate, store, name, password)
+        if operator is None:
+            return page(request, "login.html", None, error="unknown operator or wrong password")
+        request.session.clear()  # a new session id for a new sign-in
+        request.session["operator"] = operator.name
+        return RedirectResponse("/", status_code=303)
+
+    async def logout(request: Request) -> Response:
+        form = await request.form()
+        check_csrf(request, form.get("csrf"))
+        request.session.clear()
+        return RedirectResponse("/login", status_code=303)
+
+    def conversations(request: Request) -> Response:
+        operator = signed_in(request, store)
+        if operator is None:
+            return RedirectResponse("/login", status_code=303)
+        source: Literal["real", "simulation"] = (
+            "simulation" if request.query_params.get("source") == "simulation" else "real"
+        )
+        search = request.query_params.get("q") or None
+        before = request.query_params.get("before") or None
+        limit = 50
+        try:
+            rows = list_customers(store, source, search=search, limit=limit + 1, reader=operator.name, before=before)
+        except KefuError as error:
+            raise HTTPException(400, f"{error.code}: {error.message}") from error
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return page(
+            request,
+            "conversations.html",
+            operator,
+            rows=rows,
+            source=source,
+            search=search or "",
+            next_cursor=rows[-1].cursor if more else None,
+        )
+
+    def conversation(request: Request) -> Response:
+        operator = signed_in(request, store)
+        if operator is None:
+            return RedirectResponse("/login", status_code=303)
+        customer_id = int(request.path_params["customer_id"])
+        customer = _customer(runtime, customer_id)
+        return page(
+            request,
+            "conversation.html",
+            operator,
+            customer=customer,
+            lines=transcript(store, customer_id),
+            request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
+        )
+
+    async def events(request: Request) -> Response:
+        require(await run_in_threadpool(signed_in, request, store), Role.VIEWER)
+        customer_id = int(request.path_params["customer_id"])
+
+        async def stream() -> AsyncIterator[str]:
+            seen: tuple[object, ...] | None = None
+            ends = time.monotonic() + STREAM_FOR_S
+            yield "retry: 500\n\n"
+            while time.monotonic() < ends and not await request.is_disconnected():
+                version = await run_in_threadpool(transcript_version, store, customer_id)
+                if version != seen:
+                    seen = version
+                    html = await run_in_threadpool(live_fragment, customer_id)
+                    yield f"event: transcript\ndata: {json.dumps(html)}\n\n"
+                await asyncio.sleep(LIVE_POLL_S)
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def back(customer_id: int) -> Response:
+        return RedirectResponse(f"/c/{customer_id}", status_code=303)
+
+    async def take_over(request: Request) -> Response:
+        operator, form = await act(request, Role.OPERATOR)
+        customer_id = int(request.path_params["customer_id"])
+        reason = str(form.get("reason") or "").strip() or "taken over"
+        await run_in_threadpool(pause_handling, store, customer_id, f"{reason} (by {operator.name})")
+        await run_in_threadpool(record_action, store, operator.name, "take-over", customer_id, None, reason)
+        return back(customer_id)
+
+    async def hand_back(request: Request) -> Response:
+        operator, _ = await act(request, Role.OPERATOR)
+        customer_id = int(request.path_params["customer_id"])
+        await run_in_threadpool(resume_handling, store, customer_id)
+        await run_in_threadpool(record_action, store, operator.name, "hand-back", customer_id)
+        return back(customer_id)
+
+    async def send(request: Request) -> Response:
+        operator, form = await act(request, Role.OPERATOR)
+        customer_id = int(request.path_params["customer_id"])
+        request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip()
+        try:
+            manual = ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name)
+            registered = await run_in_threadpool(send_manual, store, manual)
+        except (KefuError, ValueError) as error:
+            raise HTTPException(400, _problem(error)) from error
+        await run_in_threadpool(record_action, store, operator.name, "send", customer_id, registered.request_id)
+        await run_in_threadpool(_deliver, runtime, registered.request_id, dispatch)
+        return back(customer_id)
+
+    async def confirm(request: Request) -> Response:
+        operator, form = await act(request, Role.OPERATOR)
+        request_id, delivered = request.path_params["request_id"], form.get("delivered") == "yes"
+        try:
+            settled = await run_in_threadpool(confirm_result, store, request_id, delivered)
+        except KefuError as error:
+            raise HTTPException(400, _problem(error)) from error
+        detail = "delivered" if delivered else "not delivered"
+        await run_in_threadpool(record_action, store, operator.name, "confirm", settled.customer_id, request_id, detail)
+        return back(settled.customer_id)
+
+    async def retry(request: Request) -> Response:
+        operator, form = await act(request, Role.OPERATOR)
+        previous, new_id = request.path_params["request_id"], str(form.get("request_id", ""))
+        try:
+            retried = await run_in_threadpool(retry_manual, store, new_id, previous, operator.name)
+        except KefuError as error:
+            raise HTTPException(400, _problem(error)) from error
+        await run_in_threadpool(record_action, store, operator.name, "retry", retried.customer_id, new_id, previous)
+        await run_in_threadpool(_deliver, runtime, new_id, dispatch)
+        return back(retried.customer_id)
+
+    async def mark_read(request: Request) -> Response:
+        operator, _ = await act(request, Role.VIEWER)
+        customer_id = int(request.path_params["customer_id"])
+        try:
+            await run_in_threadpool(ack_customer_read, store, customer_id, operator.name)
+        except KefuError as error:
+            raise HTTPException(400, _problem(error)) from error
+        return back(customer_id)
+
+    def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def refused(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        if error.status_code == 401:
+            return RedirectResponse("/login", status_code=303)
+        return HTMLResponse(templates.get_template("error.html").render(detail=error.detail), error.status_code)
+
+    routes = [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", conversations),
+        Route("/c/{customer_id:int}", conversation),
+        Route("/c/{customer_id:int}/events", events),
+        Route("/c/{customer_id:int}/take-over", take_over, methods=["POST"]),
+        Route("/c/{customer_id:int}/hand-back", hand_back, methods=["POST"]),
+        Route("/c/{customer_id:int}/send", send, methods=["POST"]),
+        Route("/c/{customer_id:int}/read", mark_read, methods=["POST"]),
+        Route("/outbox/{request_id}/confirm", confirm, methods=["POST"]),
+        Route("/outbox/{request_id}/retry", retry, methods=["POST"]),
+        Route("/healthz", healthz),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    secret = session_secret(runtime.settings.data_dir)
+    middleware = [Middleware(SessionMiddleware, secret_key=secret, same_site="strict", session_cookie="kefu_console")]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: refused})
+
+
+def _customer(runtime: WorkerRuntime, customer_id: int) -> Customer:
+    with runtime.store.read() as conn:
+        customer = load_customer(conn, customer_id)
+    if customer is None:
+        raise HTTPException(404, f"KEFU_CUSTOMER_UNKNOWN: no customer {customer_id}")
+    return customer
+
+
+def _problem(error: Exception) -> str:
+    if isinstance(error, KefuError):
+        return f"{error.code}: {error.message}"
+    return f"KEFU_INVALID_INPUT: {error}"
+
+
+def _deliver(runtime: WorkerRuntime, request_id: str, dispatch: Callable[[pipeline.FollowUp], object] | None) -> None:
+    """Attempt a registered manual send now, as the CLI's `kefu send` does; what follows (the
+    next part, a receipt query) goes to the workers."""
+    with runtime.store.read() as conn:
+        request = load_request(conn, request_id)
+    if request is None or request.state != "pending":
+        return  # a resubmitted form: the first one attempted it
+    step = pipeline.deliver(runtime, request_id)
+    for work in step.follow_ups:
+        if dispatch is not None:
+            dispatch(work)
