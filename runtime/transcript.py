@@ -9,15 +9,18 @@ classified as our own sends (`ai`, `human-console`) are left out; their request 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
 
+from runtime.agent.sessions import session_path
 from runtime.rendering import content_text, label
-from runtime.store import DeliveryStore
+from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
+from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
-Speaker = Literal["buyer", "native-operator", "assistant", "console-operator"]
+Speaker = Literal["buyer", "native-operator", "assistant", "console-operator", "agent-note"]
 
 _LINES = sql(
     "SELECT * FROM ("
@@ -58,11 +61,40 @@ class _Row(BaseModel):
     operator: str | None
 
 
-def transcript(store: DeliveryStore, customer_id: int, limit: int = 200) -> list[TranscriptLine]:
-    """The conversation's newest `limit` lines, oldest first."""
+def transcript(
+    store: DeliveryStore, customer_id: int, limit: int = 200, sessions_dir: Path | None = None
+) -> list[TranscriptLine]:
+    """The conversation's newest `limit` lines, oldest first; with `sessions_dir`, the agent's
+    own words for operators (its text beside the tool calls, SPEC 3.7) and the tools it called,
+    from the customer's session log, in time order among them."""
     with store.read() as conn:
         rows = conn.execute(_LINES, {"c": customer_id, "n": limit}).mappings().all()
-    return [_line(_Row.model_validate(dict(row))) for row in reversed(rows)]
+        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+    lines = [_line(_Row.model_validate(dict(row))) for row in reversed(rows)]
+    if sessions_dir is None or session_id is None or not lines:
+        return lines
+    since = lines[0].at
+    notes = [note for note in agent_notes(sessions_dir, session_id) if note.at >= since]
+    return sorted(lines + notes, key=lambda line: line.at)[-limit:]
+
+
+def agent_notes(sessions_dir: Path, session_id: str) -> list[TranscriptLine]:
+    """What the agent said to operators, and which tools it called, per model reply."""
+    try:
+        events = SessionLog(session_path(sessions_dir, session_id)).load()
+    except (CorruptSessionLog, OSError) as error:
+        return [_note(now_ms(), f"{session_id}:damaged", f"[the session log cannot be read: {type(error).__name__}]")]
+    notes = []
+    for event in events:
+        if isinstance(event, AssistantMessage) and (event.text or event.tool_calls):
+            tools = ", ".join(call["name"] for call in event.tool_calls)
+            text = " ".join(part for part in (event.text, f"[called {tools}]" if tools else "") if part)
+            notes.append(_note(event.at, f"{session_id}:{event.seq}", text))
+    return notes
+
+
+def _note(at: int, key: str, text: str) -> TranscriptLine:
+    return TranscriptLine(key=key, at=at, speaker="agent-note", label="[agent, for operators]", text=text)
 
 
 def _line(row: _Row) -> TranscriptLine:

@@ -105,3 +105,23 @@ def test_the_customer_list_pages_by_cursor_to_the_end_and_shows_names_and_previe
     with pytest.raises(KefuError) as bad:
         list_customers(store, "simulation", before="not-a-cursor")
     assert bad.value.code == "KEFU_CURSOR_INVALID"
+
+
+def test_the_transcript_shows_the_agents_words_for_operators_beside_its_reply(
+    store, settings, shop, transport, platform
+):
+    from runtime.admission import evaluate
+    from runtime.agent.rules import RulesProvider, load_knowledge
+    from runtime.agent.turn import run_turn
+
+    customer = say(store, transport, platform, "b1", "张三", "什么时候发货？")
+    evaluate(store, customer, 1000)
+    rules = RulesProvider(load_knowledge(None))
+    run_turn(store, rules, customer, settings.sessions_dir, settings.zone, settings.agent)
+    shown = [(line.speaker, line.text) for line in transcript(store, customer, sessions_dir=settings.sessions_dir)]
+    assert [speaker for speaker, _ in shown] == ["buyer", "agent-note", "assistant", "agent-note"]
+    assert (shown[1][1], shown[3][1]) == (
+        "[called im_send_message]",
+        "已回复顾客。",
+    )  # the reply, then its closing words
+    assert [line.speaker for line in transcript(store, customer)] == ["buyer", "assistant"]  # the store only

@@ -49,7 +49,7 @@ STREAM_FOR_S = 25  # a stream ends after this and the browser reconnects: no str
 def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], object] | None = None) -> Starlette:
     """The console over `runtime`'s shard. `dispatch` hands a send's follow-up work (a receipt
     query, a later attempt) to the workers; None leaves it to their reconciler."""
-    store, zone = runtime.store, runtime.settings.zone
+    store, zone, sessions = runtime.store, runtime.settings.zone, runtime.settings.sessions_dir
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
@@ -60,7 +60,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
 
     def live_fragment(customer_id: int) -> str:
         return templates.get_template("_live.html").render(
-            customer=_customer(runtime, customer_id), lines=transcript(store, customer_id)
+            customer=_customer(runtime, customer_id), lines=transcript(store, customer_id, sessions_dir=sessions)
         )
 
     async def act(request: Request, role: Role) -> tuple[Operator, FormData]:
@@ -128,7 +128,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             "conversation.html",
             operator,
             customer=customer,
-            lines=transcript(store, customer_id),
+            lines=transcript(store, customer_id, sessions_dir=sessions),
             request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
         )
 
