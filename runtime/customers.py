@@ -49,8 +49,10 @@ def list_customers(
     limit: int = 50,
     reader: str = "operator",
     before: str | None = None,
+    paused: bool | None = None,
 ) -> list[CustomerSummary]:
-    """Newest activity first; `before`, a row's `cursor`, pages on to any depth."""
+    """Newest activity first; `before`, a row's `cursor`, pages on to any depth; `paused`: only
+    customers a human handles (True) or the agent does (False)."""
     at, last_id = _parse_cursor(before)
     with store.read() as conn:
         found = conn.execute(
@@ -65,6 +67,7 @@ def list_customers(
                 " FROM customer c JOIN account a ON a.id = c.account_id"
                 " WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
                 " AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
+                " AND (:paused IS NULL OR c.handling_paused = :paused)"
                 " AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
                 "  OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
                 "   AND (m.sender_name LIKE :q ESCAPE '!' OR m.body LIKE :q ESCAPE '!')))"
@@ -77,6 +80,7 @@ def list_customers(
                 "n": limit,
                 "at": at,
                 "id": last_id,
+                "paused": paused,
             },
         ).mappings()
         rows = [dict(row) for row in found]

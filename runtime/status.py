@@ -43,3 +43,54 @@ def is_quiet(store: DeliveryStore) -> bool:
                 " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
             )
         ).first()
+
+
+# Bounds (seconds) of the page-to-reply latency histogram: from the first buyer message of a
+# batch reaching the store to its automatic reply being accepted by the platform.
+REPLY_LATENCY_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Operations(BaseModel):
+    """What operators and monitoring want to know at a glance, read from the store alone."""
+
+    buyer_messages: int  # ever stored (counterpart lines)
+    requests: dict[tuple[str, str], int]  # (origin, state) -> outbox requests
+    handoffs_waiting: int  # customers whose automatic handling is paused
+    listeners: dict[str, str]  # account -> listener state
+    reply_latency: list[int]  # replies within each REPLY_LATENCY_BOUNDS bound (cumulative)
+    reply_latency_count: int
+    reply_latency_sum_s: float
+
+
+def operations(store: DeliveryStore) -> Operations:
+    bounds = ", ".join(f"sum(latency_ms <= {int(bound * 1000)})" for bound in REPLY_LATENCY_BOUNDS)
+    with store.read() as conn:
+        buyer_messages = conn.execute(
+            sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'external'")
+        ).scalar_one()
+        requests = {
+            (str(origin), str(state)): int(n)
+            for origin, state, n in conn.execute(
+                sql("SELECT origin, state, count(*) FROM outbox_request GROUP BY origin, state")
+            )
+        }
+        handoffs = conn.execute(sql("SELECT count(*) FROM customer WHERE handling_paused")).scalar_one()
+        listeners = {str(a): str(s) for a, s in conn.execute(sql("SELECT id, listener_state FROM account"))}
+        latency = conn.execute(
+            sql(
+                f"SELECT count(*), coalesce(sum(latency_ms), 0), {bounds} FROM ("
+                " SELECT t.finished_at - (SELECT min(m.received_at) FROM inbound_message m"
+                "  WHERE m.batch_id = r.batch_id) AS latency_ms"
+                " FROM outbox_request r JOIN outbox_attempt t ON t.request_id = r.request_id AND t.state = 'sent'"
+                " WHERE r.origin = 'auto' AND r.follows IS NULL)"
+            )
+        ).one()
+    return Operations(
+        buyer_messages=buyer_messages,
+        requests=requests,
+        handoffs_waiting=handoffs,
+        listeners=listeners,
+        reply_latency=[int(n or 0) for n in latency[2:]],
+        reply_latency_count=int(latency[0]),
+        reply_latency_sum_s=float(latency[1]) / 1000,
+    )

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import uvicorn
 from celery.contrib.testing.worker import start_worker
+from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -174,5 +175,10 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
         assert forged.status_code == 403 and "KEFU_CSRF_INVALID" in forged.text
         taken = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
         assert taken.status_code == 303
+        assert "王五" in client.get("/ops").text.split('id="handoffs"')[1].split("</ul>")[0]  # waiting for a human
+        assert client.get("/readyz").text == "ready"
+        scraped = client.get("/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
+    assert families["kefu_handoffs_waiting"].samples[0].value == 1
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1

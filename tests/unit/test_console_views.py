@@ -3,17 +3,26 @@ conversation with each send's state, and the customer list's cursor paging."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import UTC, datetime
 
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtime.admission import evaluate
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.turn import run_turn
 from runtime.customers import list_customers
 from runtime.errors import KefuError
+from runtime.handling import pause_handling
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, send_manual
 from runtime.operators import Role, add_operator, authenticate, list_operators, operator_named
 from runtime.outbox import begin_attempt, record_failure, record_sent
-from runtime.ports import SendFailure, SendReceipt
+from runtime.ports import BuyerReadReceipt, SendFailure, SendReceipt
 from runtime.read_receipts import accept_buyer_receipt
 from runtime.transcript import transcript, transcript_version
+from worker.console.metrics import registry_for
 
 
 def test_an_operator_signs_in_with_their_password_only_and_roles_nest(store):
@@ -67,9 +76,6 @@ def test_the_transcript_shows_the_shops_sends_with_their_states_and_who_sent_the
 
 
 def test_a_send_the_buyer_read_is_marked_read(store, shop, transport, platform):
-    from datetime import UTC, datetime
-
-    from runtime.ports import BuyerReadReceipt
 
     customer = say(store, transport, platform, "b1", "张三", "在吗")
     send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
@@ -110,9 +116,6 @@ def test_the_customer_list_pages_by_cursor_to_the_end_and_shows_names_and_previe
 def test_the_transcript_shows_the_agents_words_for_operators_beside_its_reply(
     store, settings, shop, transport, platform
 ):
-    from runtime.admission import evaluate
-    from runtime.agent.rules import RulesProvider, load_knowledge
-    from runtime.agent.turn import run_turn
 
     customer = say(store, transport, platform, "b1", "张三", "什么时候发货？")
     evaluate(store, customer, 1000)
@@ -125,3 +128,36 @@ def test_the_transcript_shows_the_agents_words_for_operators_beside_its_reply(
         "已回复顾客。",
     )  # the reply, then its closing words
     assert [line.speaker for line in transcript(store, customer)] == ["buyer", "assistant"]  # the store only
+
+
+def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
+    store, settings, shop, transport, platform
+):
+
+    first = say(store, transport, platform, "b1", "张三", "在吗")
+    second = say(store, transport, platform, "b2", "李四", "什么时候发货？")
+    evaluate(store, second, 1000)
+    replies: list[str] = []
+    rules = RulesProvider(load_knowledge(None))
+    run_turn(store, rules, second, settings.sessions_dir, settings.zone, settings.agent, on_registered=replies.append)
+    reply = begin_attempt(store, replies[0], "w", 60)
+    record_sent(store, replies[0], reply.attempt_no, transport.send(reply.send))
+    send_manual(store, ManualSend(request_id="op-1", customer_id=first, text="在的"))
+    grant = begin_attempt(store, "op-1", "w", 60)
+    record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    pause_handling(store, first, "VIP")
+    text = generate_latest(registry_for(store, "default")).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("kefu_buyer_messages_received_total", (("shard", "default"),))] == 2
+    assert samples[("kefu_sends_result_unknown", (("shard", "default"),))] == 1
+    assert samples[("kefu_handoffs_waiting", (("shard", "default"),))] == 1
+    key = ("kefu_outbox_requests", (("origin", "manual"), ("shard", "default"), ("state", "result-unknown")))
+    assert samples[key] == 1
+    assert samples[("kefu_listener_state", (("account", "shop"), ("shard", "default"), ("state", "stopped")))] == 1
+    assert samples[("kefu_reply_latency_seconds_count", (("shard", "default"),))] == 1  # the automatic reply only
+    assert samples[("kefu_reply_latency_seconds_bucket", (("le", "+Inf"), ("shard", "default")))] == 1
+    assert samples[("kefu_reply_latency_seconds_bucket", (("le", "300.0"), ("shard", "default")))] == 1

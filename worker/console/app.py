@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -29,16 +30,20 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from runtime import pipeline
+from runtime.accounts import list_accounts
 from runtime.admission import load_customer
 from runtime.customers import ack_customer_read, list_customers
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
 from runtime.manual import ManualSend, retry_manual, send_manual
 from runtime.operators import Operator, Role, authenticate, record_action
-from runtime.outbox import confirm_result, load_request
+from runtime.outbox import confirm_result, list_requests, load_request
+from runtime.states import OutboxState
+from runtime.store.sql import sql
 from runtime.store.tables import Customer
 from runtime.transcript import transcript, transcript_version
 from worker.console.auth import check_csrf, csrf_token, require, session_secret, signed_in
+from worker.console.metrics import registry_for
 from worker.context import WorkerRuntime
 
 HERE = Path(__file__).parent
@@ -218,6 +223,33 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    def readyz(request: Request) -> Response:
+        """Ready when the shard's store answers a read."""
+        try:
+            with store.read() as conn:
+                conn.execute(sql("SELECT 1 FROM account LIMIT 1")).first()
+        except Exception as error:
+            return PlainTextResponse(f"KEFU_STORE_UNAVAILABLE: {type(error).__name__}", 503)
+        return PlainTextResponse("ready")
+
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    def ops(request: Request) -> Response:
+        operator = signed_in(request, store)
+        if operator is None:
+            return RedirectResponse("/login", status_code=303)
+        return page(
+            request,
+            "ops.html",
+            operator,
+            accounts=list_accounts(store),
+            handoffs=list_customers(store, "real", paused=True, limit=200, reader=operator.name)
+            + list_customers(store, "simulation", paused=True, limit=200, reader=operator.name),
+            unknown=list_requests(store, OutboxState.RESULT_UNKNOWN, limit=200),
+            failed=list_requests(store, OutboxState.FAILED, limit=200),
+        )
+
     async def refused(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         if error.status_code == 401:
@@ -237,9 +269,13 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/c/{customer_id:int}/read", mark_read, methods=["POST"]),
         Route("/outbox/{request_id}/confirm", confirm, methods=["POST"]),
         Route("/outbox/{request_id}/retry", retry, methods=["POST"]),
+        Route("/ops", ops),
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
+    registry = registry_for(store, runtime.settings.shard)
     secret = session_secret(runtime.settings.data_dir)
     middleware = [Middleware(SessionMiddleware, secret_key=secret, same_site="strict", session_cookie="kefu_console")]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: refused})

@@ -1,0 +1,66 @@
+"""`/metrics` in Prometheus' text format, computed from the store at each scrape (a custom
+collector: no counter lives in a process that may restart, and any process reading the shard's
+store reports the same figures)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from runtime.states import OutboxState
+from runtime.status import REPLY_LATENCY_BOUNDS, operations
+from runtime.store import DeliveryStore
+
+
+class StoreCollector(Collector):
+    def __init__(self, store: DeliveryStore, shard: str) -> None:
+        self.store, self.shard = store, shard
+
+    def collect(self) -> Iterator[Metric]:
+        now = operations(self.store)
+        shard = [self.shard]
+        received = CounterMetricFamily("kefu_buyer_messages_received", "Buyer messages stored", labels=["shard"])
+        received.add_metric(shard, now.buyer_messages)
+        yield received
+        requests = GaugeMetricFamily(
+            "kefu_outbox_requests", "Outbox requests by origin and state", labels=["shard", "origin", "state"]
+        )
+        for (origin, state), count in sorted(now.requests.items()):
+            requests.add_metric([self.shard, origin, state], count)
+        yield requests
+        by_state = {state: sum(n for (_, s), n in now.requests.items() if s == state) for state in OutboxState}
+        unknown = GaugeMetricFamily(
+            "kefu_sends_result_unknown", "Sends whose outcome nobody settled yet", labels=["shard"]
+        )
+        unknown.add_metric(shard, by_state[OutboxState.RESULT_UNKNOWN])
+        yield unknown
+        waiting = GaugeMetricFamily("kefu_sends_waiting", "Sends pending or on their way", labels=["shard"])
+        waiting.add_metric(shard, by_state[OutboxState.PENDING] + by_state[OutboxState.SENDING])
+        yield waiting
+        handoffs = GaugeMetricFamily(
+            "kefu_handoffs_waiting", "Customers a human handles (automatic handling paused)", labels=["shard"]
+        )
+        handoffs.add_metric(shard, now.handoffs_waiting)
+        yield handoffs
+        listeners = GaugeMetricFamily(
+            "kefu_listener_state", "1 for each account's current listener state", labels=["shard", "account", "state"]
+        )
+        for account, state in sorted(now.listeners.items()):
+            listeners.add_metric([self.shard, account, state], 1)
+        yield listeners
+        latency = HistogramMetricFamily(
+            "kefu_reply_latency_seconds",
+            "From a batch's first buyer message stored to its automatic reply accepted by the platform",
+            labels=["shard"],
+        )
+        buckets = [(str(bound), n) for bound, n in zip(REPLY_LATENCY_BOUNDS, now.reply_latency, strict=True)]
+        latency.add_metric(shard, [*buckets, ("+Inf", now.reply_latency_count)], now.reply_latency_sum_s)
+        yield latency
+
+
+def registry_for(store: DeliveryStore, shard: str) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, shard))
+    return registry
