@@ -88,6 +88,19 @@ def list_customers(
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
 
 
+def display_name(store: DeliveryStore, customer_id: int) -> str | None:
+    """A conversation's name for people: a group's title, else the buyer's newest display name."""
+    with store.read() as conn:
+        name: str | None = conn.execute(
+            sql(
+                "SELECT coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+                " AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1)) FROM customer c WHERE c.id = :c"
+            ),
+            {"c": customer_id},
+        ).scalar()
+    return name
+
+
 def _parse_cursor(before: str | None) -> tuple[int | None, int | None]:
     if before is None:
         return None, None

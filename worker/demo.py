@@ -44,16 +44,23 @@ SCRIPT: list[tuple[str, list[str]]] = [
 ]
 
 
-def run_demo(data_dir: Path | None, console: Console) -> Audit:
-    base = load_settings()
-    data_dir = (data_dir or base.data_dir / f"demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+def demo_dir(data_dir: Path | None) -> Path:
+    """Where a demo run keeps its data: the given folder, else a fresh one under KEFU_DATA_DIR."""
+    return (data_dir or load_settings().data_dir / f"demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+
+
+def demo_settings(data_dir: Path) -> Settings:
+    return load_settings(data_dir=data_dir, broker_url="embedded")
+
+
+def run_demo(data_dir: Path, console: Console) -> Audit:
     env = {
         "KEFU_DATA_DIR": str(data_dir),
         "KEFU_BROKER_URL": "embedded",
         "KEFU_RECONCILE__INTERVAL_S": "2",
         "KEFU_RECONCILE__GRACE_S": "5",
     }
-    settings = load_settings(data_dir=data_dir, broker_url="embedded")
+    settings = demo_settings(data_dir)
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="demo-shop-seller"))
     create_route(store, RouteSpec(id="demo-all-direct", account_id=ACCOUNT, conversation_type="direct"), "demo-route")
@@ -81,6 +88,14 @@ def run_demo(data_dir: Path | None, console: Console) -> Audit:
     finally:
         worker.stop()
     _print_memory(settings, console)
+    here = f"KEFU_DATA_DIR={data_dir}"
+    console.print(
+        f"[dim]inspect: {here} kefu customers --source simulation · {here} kefu history 1[/dim]", soft_wrap=True
+    )
+    console.print(
+        f"[dim]console: kefu demo --data-dir {data_dir} --console (asks for an operator, then serves it)[/dim]",
+        soft_wrap=True,
+    )
     return audit(store, platform, ACCOUNT)
 
 

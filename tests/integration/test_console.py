@@ -111,6 +111,7 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
     sign_in(browser, console, "alice")
     browser.get(f"{console}/?source=simulation")
     browser.find_element(By.LINK_TEXT, "张三").click()
+    assert browser.find_element(By.ID, "conversation-name").text.startswith("张三")
     WebDriverWait(browser, 10).until(lambda d: ("assistant", platform.received("shop")[0].text, "sent") in lines(d))
 
     # A new buyer line, and its answer, appear without a reload.

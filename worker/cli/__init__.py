@@ -16,13 +16,24 @@ def demo(
     data_dir: Annotated[
         Path | None, typer.Option(help="where to keep this run (default: a fresh folder under KEFU_DATA_DIR)")
     ] = None,
+    open_console: Annotated[
+        bool, typer.Option("--console", help="then add an operator (asks) and serve the console on the demo's data")
+    ] = False,
 ) -> None:
     """Play a scripted conversation through a real worker on embedded defaults."""
-    from worker.demo import run_demo
+    from worker.demo import demo_dir, demo_settings, run_demo
 
+    folder = demo_dir(data_dir)
     with operator_errors():
-        result = run_demo(data_dir, console)
+        result = run_demo(folder, console)
     print(result.line())
+    if open_console:
+        from worker.celery_app import app
+
+        app.kefu_settings, app.kefu_runtime = demo_settings(folder), None  # the console serves the demo's shard
+        name = typer.prompt("operator name", default="demo")
+        web.add_operator_prompted(name)
+        web.serve_console("127.0.0.1", web.DEFAULT_PORT)
     raise typer.Exit(0 if result.clean else 1)
 
 

@@ -11,6 +11,7 @@ from runtime.operators import Role, add_operator, list_operators
 from worker.celery_app import app
 from worker.cli.common import cli, console, enqueue, ensure_store, operator_errors, print_rows
 
+DEFAULT_PORT = 8470
 operators_cli = typer.Typer(help="Console operators: add one (or change their role or password), list them.")
 cli.add_typer(operators_cli, name="operators")
 
@@ -22,9 +23,11 @@ def operators_add(
     password_stdin: Annotated[bool, typer.Option("--password-stdin", help="read the password from stdin")] = False,
 ) -> None:
     """Add an operator (asks for the password; it is stored only as a salted scrypt hash)."""
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
+    add_operator_prompted(name, role, sys.stdin.readline().rstrip("\n") if password_stdin else None)
+
+
+def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str | None = None) -> None:
+    if password is None:
         password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     with operator_errors():
         operator = add_operator(ensure_store(), name, role, password)
@@ -40,9 +43,13 @@ def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON fo
 @cli.command("console")
 def console_command(
     host: Annotated[str, typer.Option(help="the address to listen on (default: this machine only)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="the port to listen on")] = 8470,
+    port: Annotated[int, typer.Option(help="the port to listen on")] = DEFAULT_PORT,
 ) -> None:
     """Serve the operator console for this shard (sign in as an operator from `kefu operators add`)."""
+    serve_console(host, port)
+
+
+def serve_console(host: str, port: int) -> None:
     import uvicorn
 
     from worker.console import create_app

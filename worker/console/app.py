@@ -32,7 +32,7 @@ from starlette.templating import Jinja2Templates
 from runtime import pipeline
 from runtime.accounts import list_accounts
 from runtime.admission import load_customer
-from runtime.customers import ack_customer_read, list_customers
+from runtime.customers import ack_customer_read, display_name, list_customers
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
 from runtime.manual import ManualSend, retry_manual, send_manual
@@ -60,8 +60,9 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
     )
 
-    def page(request: Request, name: str, operator: Operator | None, **context: Any) -> Response:
-        return templates.TemplateResponse(request, name, {"operator": operator, "csrf": csrf_token(request), **context})
+    def page(request: Request, template: str, operator: Operator | None, **context: Any) -> Response:
+        context |= {"operator": operator, "csrf": csrf_token(request)}
+        return templates.TemplateResponse(request, template, context)
 
     def live_fragment(customer_id: int) -> str:
         return templates.get_template("_live.html").render(
@@ -133,6 +134,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             "conversation.html",
             operator,
             customer=customer,
+            name=display_name(store, customer_id) or customer.conversation_id,
             lines=transcript(store, customer_id, sessions_dir=sessions),
             request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
         )
