@@ -94,3 +94,31 @@ def operations(store: DeliveryStore) -> Operations:
         reply_latency_count=int(latency[0]),
         reply_latency_sum_s=float(latency[1]) / 1000,
     )
+
+
+class Notices(BaseModel):
+    """What needs a human now: shown on every console page."""
+
+    handoffs_waiting: int
+    sends_unknown: int
+    sends_failed: int
+    listeners_failed: list[str]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.handoffs_waiting or self.sends_unknown or self.sends_failed or self.listeners_failed)
+
+
+def notices(store: DeliveryStore) -> Notices:
+    with store.read() as conn:
+        handoffs, unknown, failed = conn.execute(
+            sql(
+                "SELECT (SELECT count(*) FROM customer WHERE handling_paused),"
+                " (SELECT count(*) FROM outbox_request WHERE state = 'result-unknown'),"
+                " (SELECT count(*) FROM outbox_request WHERE state = 'failed')"
+            )
+        ).one()
+        listeners = [
+            str(a) for a in conn.execute(sql("SELECT id FROM account WHERE listener_state = 'failed'")).scalars()
+        ]
+    return Notices(handoffs_waiting=handoffs, sends_unknown=unknown, sends_failed=failed, listeners_failed=listeners)

@@ -154,8 +154,28 @@ def test_an_operator_settles_a_send_whose_outcome_is_unknown(
     sign_in(browser, console, "alice")
     browser.get(f"{console}/c/{customer}")
     assert ("console-operator", "在的", "result-unknown") in lines(browser)
+    assert "1 sends of unknown outcome" in browser.find_element(By.ID, "notices").text
     browser.find_element(By.CSS_SELECTOR, "#settle .confirm-delivered").click()
     WebDriverWait(browser, 10).until(lambda d: ("console-operator", "在的", "sent") in lines(d))
+    assert not browser.find_elements(By.ID, "notices")  # nothing needs a human now
+    assert platform.received("shop") == []  # settled by the operator's word: never sent again
+
+
+def test_an_operator_sends_a_message_of_unknown_outcome_again_under_a_new_id(
+    console, browser, store, shop, platform, transport
+):
+    said = platform.buyer_says("shop", "b1", "赵六", "在吗")
+    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
+    send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
+    grant = begin_attempt(store, "op-1", "w", 60)
+    record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    sign_in(browser, console, "alice")
+    browser.get(f"{console}/c/{customer}")
+    browser.find_element(By.CSS_SELECTOR, "#settle .retry").click()
+    WebDriverWait(browser, 10).until(lambda d: ("console-operator", "在的", "sent") in lines(d))
+    assert ("console-operator", "在的", "result-unknown") in lines(browser)  # the first stays for the operator
+    [sent] = platform.received("shop")
+    assert sent.text == "在的" and sent.client_ref != "op-1"
 
 
 def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token(

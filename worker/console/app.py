@@ -39,6 +39,7 @@ from runtime.manual import ManualSend, retry_manual, send_manual
 from runtime.operators import Operator, Role, authenticate, record_action
 from runtime.outbox import confirm_result, list_requests, load_request
 from runtime.states import OutboxState
+from runtime.status import notices
 from runtime.store.sql import sql
 from runtime.store.tables import Customer
 from runtime.transcript import transcript, transcript_version
@@ -62,6 +63,8 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
 
     def page(request: Request, template: str, operator: Operator | None, **context: Any) -> Response:
         context |= {"operator": operator, "csrf": csrf_token(request)}
+        if operator is not None:
+            context["notices"] = notices(store)
         return templates.TemplateResponse(request, template, context)
 
     def live_fragment(customer_id: int) -> str:
