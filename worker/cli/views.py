@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -159,18 +159,31 @@ def customers(
     account: Annotated[str | None, typer.Option(help="only this account")] = None,
     source: Annotated[str, typer.Option(help="real or simulation (they never mix)")] = "real",
     reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="customers per page")] = 50,
+    before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
-    """Customers (conversations), most recently active first."""
+    """Customers (conversations), most recently active first, with the buyer's name and newest line."""
     from runtime.customers import list_customers
 
     if source not in ("real", "simulation"):
         console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
         raise typer.Exit(2)
-    # mypy does not narrow a str to the Literal by `in`: checked just above.
-    rows = list_customers(open_store(), source=source, account_id=account, search=search, reader=reader)  # type: ignore[arg-type]
-    columns = ["id", "account_id", "conversation_id", "unread", "handling_paused", "last_activity_at"]
-    print_rows(rows, as_json, f"{source} customers", columns)
+    kind: Literal["real", "simulation"] = "simulation" if source == "simulation" else "real"
+    store = open_store()
+    with operator_errors():
+        rows = list_customers(store, kind, account, search, limit + 1, reader, before)
+    page, more = rows[:limit], len(rows) > limit
+    columns = ["id", "name", "preview", "unread", "handling_paused", "last_activity_at"]
+    print_rows(page, as_json, f"{source} customers", columns)
+    if as_json:
+        return
+    if more:
+        console.print(f"(older: kefu customers --source {source} --before {page[-1].cursor})", soft_wrap=True)
+    if not page and source == "real" and before is None and list_customers(store, "simulation", limit=1):
+        console.print(
+            "no real customers yet; simulated ones (e.g. from `kefu demo`): kefu customers --source simulation"
+        )
 
 
 @cli.command()
