@@ -57,21 +57,24 @@ def list_customers(
     with store.read() as conn:
         found = conn.execute(
             sql(
-                "SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title, c.last_activity_at,"
-                " c.handling_paused, c.handling_reason,"
+                # The page's rows first (newest activity first), then their names and newest lines.
+                "SELECT c.*,"
                 " (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
                 "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
                 " (SELECT CASE WHEN m.content_type IN ('text', 'markdown') THEN substr(m.body, 1, 80)"
                 "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
                 "  AND m.sender_role != 'ai' ORDER BY m.id DESC LIMIT 1) AS preview"
-                " FROM customer c JOIN account a ON a.id = c.account_id"
-                " WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
-                " AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
-                " AND (:paused IS NULL OR c.handling_paused = :paused)"
-                " AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
-                "  OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
-                "   AND (m.sender_name LIKE :q ESCAPE '!' OR m.body LIKE :q ESCAPE '!')))"
-                " ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n"
+                " FROM (SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title,"
+                "  c.last_activity_at, c.handling_paused, c.handling_reason"
+                "  FROM customer c JOIN account a ON a.id = c.account_id"
+                "  WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
+                "  AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
+                "  AND (:paused IS NULL OR c.handling_paused = :paused)"
+                "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
+                "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
+                "    AND (m.sender_name LIKE :q ESCAPE '!' OR m.body LIKE :q ESCAPE '!')))"
+                "  ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n) c"
+                " ORDER BY c.last_activity_at DESC, c.id DESC"
             ),
             {
                 "sim": source == "simulation",

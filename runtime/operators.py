@@ -1,14 +1,16 @@
 """Console operators (SPEC 1: operators watch and take over): accounts with a role, a password
 kept only as a salted scrypt hash, and a record of every action an operator took.
 
-Roles nest: a viewer reads; an operator also takes over, hands back, sends, settles and marks
-read; an admin also pauses and resumes input. Who did what is kept in `operator_action`, and a
-manual message carries its sender's name (shown as `[operator NAME from console]`).
+Roles nest: a viewer reads and marks read for themself; an operator also takes over, hands
+back, sends and settles; admin is kept for the console's account and input pages to come.
+Who did what is kept in `operator_action`, and a manual message carries its sender's name
+(shown as `[operator NAME from console]`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import re
@@ -82,6 +84,11 @@ def add_operator(store: DeliveryStore, name: str, role: Role, password: str) -> 
     return Operator(name=name, role=role)
 
 
+@functools.cache
+def _unknown_hash() -> str:
+    return hash_password(secrets.token_urlsafe(16))
+
+
 def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | None:
     """The operator, if the password is theirs and they are not disabled. A wrong name costs
     the same hash as a wrong password, so a login does not tell which names exist."""
@@ -90,7 +97,7 @@ def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | N
             sql("SELECT role, password_hash FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
         ).first()
     if row is None:
-        _matches(password, hash_password("not an operator"))
+        _matches(password, _unknown_hash())  # the same one scrypt run as for a known name
         return None
     return Operator(name=name, role=Role(row[0])) if _matches(password, row[1]) else None
 
@@ -102,6 +109,17 @@ def operator_named(store: DeliveryStore, name: str) -> Operator | None:
             sql("SELECT role FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
         ).scalar_one_or_none()
     return None if role is None else Operator(name=name, role=Role(role))
+
+
+def disable_operator(store: DeliveryStore, name: str) -> bool:
+    """The operator can no longer sign in, and their open sessions end at their next request
+    (a session's role is read from here each time). False when no such enabled operator."""
+    with store.write() as conn:
+        changed = conn.execute(
+            sql("UPDATE operator SET disabled_at = :at WHERE name = :n AND disabled_at IS NULL"),
+            {"n": name, "at": now_ms()},
+        ).rowcount
+    return bool(changed)
 
 
 def list_operators(store: DeliveryStore) -> list[Operator]:

@@ -29,7 +29,8 @@ _LINES = sql(
     " FROM inbound_message WHERE customer_id = :c AND sender_role NOT IN ('ai', 'human-console')"
     " UNION ALL"
     " SELECT 'r' || r.rowid, r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
-    "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.request_id = r.request_id), r.operator"
+    "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.account_id = r.account_id"
+    "   AND b.platform_message_id = r.platform_message_id), r.operator"
     " FROM outbox_request r WHERE r.customer_id = :c"
     ") ORDER BY at DESC, key DESC LIMIT :n"
 )
@@ -45,6 +46,7 @@ class TranscriptLine(BaseModel):
     state: str | None = None
     error_code: str | None = None
     read: bool = False
+    calls: list[str] = []  # an agent note: the tools it called
 
 
 class _Row(BaseModel):
@@ -75,7 +77,15 @@ def transcript(
         return lines
     since = lines[0].at
     notes = [note for note in agent_notes(sessions_dir, session_id) if note.at >= since]
-    return sorted(lines + notes, key=lambda line: line.at)[-limit:]
+    return sorted(lines + notes, key=_order)[-limit:]
+
+
+def _order(line: TranscriptLine) -> tuple[int, int]:
+    """Time order; within one millisecond: what came in, the agent's tool calls, what the calls
+    sent, the agent's closing words."""
+    if line.speaker == "agent-note":
+        return line.at, 1 if line.calls else 3
+    return line.at, 2 if line.request_id else 0
 
 
 def agent_notes(sessions_dir: Path, session_id: str) -> list[TranscriptLine]:
@@ -87,14 +97,15 @@ def agent_notes(sessions_dir: Path, session_id: str) -> list[TranscriptLine]:
     notes = []
     for event in events:
         if isinstance(event, AssistantMessage) and (event.text or event.tool_calls):
-            tools = ", ".join(call["name"] for call in event.tool_calls)
-            text = " ".join(part for part in (event.text, f"[called {tools}]" if tools else "") if part)
-            notes.append(_note(event.at, f"{session_id}:{event.seq}", text))
+            calls = [call["name"] for call in event.tool_calls]
+            text = " ".join(part for part in (event.text, f"[called {', '.join(calls)}]" if calls else "") if part)
+            notes.append(_note(event.at, f"{session_id}:{event.seq}", text, calls))
     return notes
 
 
-def _note(at: int, key: str, text: str) -> TranscriptLine:
-    return TranscriptLine(key=key, at=at, speaker="agent-note", label="[agent, for operators]", text=text)
+def _note(at: int, key: str, text: str, calls: list[str] | None = None) -> TranscriptLine:
+    label = "[agent, for operators]"
+    return TranscriptLine(key=key, at=at, speaker="agent-note", label=label, text=text, calls=calls or [])
 
 
 def _line(row: _Row) -> TranscriptLine:

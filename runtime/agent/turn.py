@@ -366,6 +366,7 @@ def run_turn(
         reply = _call_model(provider, log, tools, agent.openai, task, attempts_before)
         resuming, attempts_before = False, 0
         if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
+            _commit_if_logged(binding)
             return TurnResult(batch.id, "waiting", session_id, retry_after_s=reply.seconds)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
@@ -415,14 +416,22 @@ def run_turn(
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
             admit_next = not nothing_to_admit(conn, customer_id)  # input that came during the turn
-    elif binding.batch_logged:  # the batch stays open for a follow-up turn; what the log holds is committed
-        with binding.write():
-            pass
+    else:  # the batch stays open for a follow-up turn
+        _commit_if_logged(binding)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
         archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
     return TurnResult(batch.id, outcome, session_id, archive_due=due, admit_next=admit_next)
+
+
+def _commit_if_logged(binding: TurnBinding) -> None:
+    """A run that ends with the batch still open (a model call to retry, a model unavailable):
+    what its log holds is committed now, so a human taking over meanwhile finds the messages
+    the agent saw committed, not suppressed."""
+    if binding.batch_logged:
+        with binding.write():
+            pass
 
 
 def _buyer_text(lines: list[RenderableMessage]) -> str:

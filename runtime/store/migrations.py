@@ -453,6 +453,8 @@ V16 = Migration(
             detail TEXT
         )""",
         "CREATE INDEX operator_action_by_customer ON operator_action (customer_id, id)",
+        # The console's live view asks per conversation whether the buyer read something new.
+        "CREATE INDEX buyer_read_by_customer ON buyer_read (customer_id)",
         "ALTER TABLE outbox_request ADD COLUMN operator TEXT",
     ),
 )

@@ -17,7 +17,7 @@ from runtime.errors import KefuError
 from runtime.handling import pause_handling
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, send_manual
-from runtime.operators import Role, add_operator, authenticate, list_operators, operator_named
+from runtime.operators import Role, add_operator, authenticate, disable_operator, list_operators, operator_named
 from runtime.outbox import begin_attempt, record_failure, record_sent
 from runtime.ports import BuyerReadReceipt, SendFailure, SendReceipt
 from runtime.read_receipts import accept_buyer_receipt
@@ -38,6 +38,10 @@ def test_an_operator_signs_in_with_their_password_only_and_roles_nest(store):
     add_operator(store, "alice", Role.VIEWER, "new password")  # again: a new role and password
     assert authenticate(store, "alice", "correct horse") is None
     assert [(o.name, o.role) for o in list_operators(store)] == [("alice", Role.VIEWER)]
+    assert disable_operator(store, "alice") and not disable_operator(store, "alice")
+    assert authenticate(store, "alice", "new password") is None
+    assert operator_named(store, "alice") is None  # a signed session naming her ends
+    assert list_operators(store) == []
 
 
 @pytest.mark.parametrize(("name", "password"), [("bad name!", "long enough"), ("bob", "short")])

@@ -34,6 +34,17 @@ def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str |
     console.print(f"operator {operator.name}: {operator.role}")
 
 
+@operators_cli.command("disable")
+def operators_disable(name: str) -> None:
+    """The operator can no longer sign in; their open console sessions end at once."""
+    from runtime.operators import disable_operator
+
+    if not disable_operator(ensure_store(), name):
+        console.print(f"[red]KEFU_OPERATOR_UNKNOWN: no enabled operator {name!r}[/red]")
+        raise typer.Exit(2)
+    console.print(f"operator {name}: disabled")
+
+
 @operators_cli.command("list")
 def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
     """The operators who may sign in."""

@@ -145,10 +145,11 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     async def events(request: Request) -> Response:
         require(await run_in_threadpool(signed_in, request, store), Role.VIEWER)
         customer_id = int(request.path_params["customer_id"])
+        await run_in_threadpool(_customer, runtime, customer_id)  # 404 for no such customer
 
         async def stream() -> AsyncIterator[str]:
             seen: tuple[object, ...] | None = None
-            ends = time.monotonic() + STREAM_FOR_S
+            ends = time.monotonic() + STREAM_FOR_S  # the reconnect signs in again: a disabled operator stops
             yield "retry: 500\n\n"
             while time.monotonic() < ends and not await request.is_disconnected():
                 version = await run_in_threadpool(transcript_version, store, customer_id)
@@ -170,14 +171,20 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         operator, form = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
         reason = str(form.get("reason") or "").strip() or "taken over"
-        await run_in_threadpool(pause_handling, store, customer_id, f"{reason} (by {operator.name})")
+        try:
+            await run_in_threadpool(pause_handling, store, customer_id, f"{reason} (by {operator.name})")
+        except KefuError as error:
+            raise HTTPException(400, _problem(error)) from error
         await run_in_threadpool(record_action, store, operator.name, "take-over", customer_id, None, reason)
         return back(customer_id)
 
     async def hand_back(request: Request) -> Response:
         operator, _ = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
-        await run_in_threadpool(resume_handling, store, customer_id)
+        try:
+            await run_in_threadpool(resume_handling, store, customer_id)
+        except KefuError as error:
+            raise HTTPException(400, _problem(error)) from error
         await run_in_threadpool(record_action, store, operator.name, "hand-back", customer_id)
         return back(customer_id)
 

@@ -5,12 +5,14 @@ that changes something carries the session's CSRF token."""
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+from runtime.errors import KefuError
 from runtime.operators import Operator, Role, operator_named
 from runtime.store import DeliveryStore
 
@@ -23,9 +25,26 @@ def session_secret(data_dir: Path) -> str:
     path = data_dir / SECRET_FILE
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+        draft = data_dir / f".{SECRET_FILE}.{os.getpid()}"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(32))
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(draft, path)  # whole or not at all; a second console starting at once keeps the first key
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    secret = path.read_text().strip()
+    if len(secret) < 32:
+        raise KefuError(
+            "KEFU_CONSOLE_SECRET_INVALID",
+            f"{path} holds no usable key (shorter than 32 characters)",
+            "delete it: the console makes a new one (every operator signs in again)",
+        )
+    return secret
 
 
 def signed_in(request: Request, store: DeliveryStore) -> Operator | None:
