@@ -93,7 +93,8 @@ def run_demo(data_dir: Path, console: Console) -> Audit:
         f"[dim]inspect: {here} kefu customers --source simulation · {here} kefu history 1[/dim]", soft_wrap=True
     )
     console.print(
-        f"[dim]console: kefu demo --data-dir {data_dir} --console (asks for an operator, then serves it)[/dim]",
+        f"[dim]console: {here} kefu operators add NAME, then {here} kefu console"
+        " (or next time `kefu demo --console`)[/dim]",
         soft_wrap=True,
     )
     return audit(store, platform, ACCOUNT)
