@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -287,30 +288,38 @@ class _ParsedCache:
     """What this process last read or wrote of each log, so a turn reads only the frames added
     since (by another process: a customer's turns move between workers) and never decodes and
     validates the whole history again. A file whose known prefix changed is read whole, so
-    damage anywhere is still found. Bounded by bytes and events, least recently used out."""
+    damage anywhere is still found. Bounded by bytes and events, least recently used out.
+    Locked: a worker uses it from one thread, the console from many."""
 
     def __init__(self, max_bytes: int = 32 << 20, max_events: int = 50_000) -> None:
         self.max_bytes, self.max_events = max_bytes, max_events
         self._entries: OrderedDict[Path, _Parsed] = OrderedDict()
         self._bytes = self._events = 0
+        self._lock = threading.Lock()
 
     def get(self, path: Path) -> _Parsed | None:
-        entry = self._entries.get(path)
-        if entry is not None:
-            self._entries.move_to_end(path)
-        return entry
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None:
+                self._entries.move_to_end(path)
+            return entry
 
     def put(self, path: Path, entry: _Parsed) -> None:
-        self.drop(path)
-        if not entry.count:
-            return  # nothing to keep: an empty or missing log is read in no time
-        self._entries[path] = entry
-        self._bytes += len(entry.data)
-        self._events += entry.count
-        while len(self._entries) > 1 and (self._bytes > self.max_bytes or self._events > self.max_events):
-            self.drop(next(iter(self._entries)))
+        with self._lock:
+            self._drop(path)
+            if not entry.count:
+                return  # nothing to keep: an empty or missing log is read in no time
+            self._entries[path] = entry
+            self._bytes += len(entry.data)
+            self._events += entry.count
+            while len(self._entries) > 1 and (self._bytes > self.max_bytes or self._events > self.max_events):
+                self._drop(next(iter(self._entries)))
 
     def drop(self, path: Path) -> None:
+        with self._lock:
+            self._drop(path)
+
+    def _drop(self, path: Path) -> None:
         entry = self._entries.pop(path, None)
         if entry is not None:
             self._bytes -= len(entry.data)
