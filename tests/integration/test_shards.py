@@ -23,7 +23,7 @@ from runtime.agent.memory import scope_of
 from runtime.memory.store import MemoryStore
 from runtime.moves import load_move
 from runtime.routes import RouteSpec, create_route
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, immediate
 from tests.integration.conftest import REDIS_TEST_DB
 from tests.integration.helpers import wait_for
 from transports.simulator import SimulatedPlatform
@@ -312,11 +312,19 @@ def test_a_standby_takes_over_a_killed_holder_and_no_two_holders_wrote(make_shar
     assert last_of_first < first_of_second  # the two holders' sends never interleave
 
 
+def _stop_between_writes(store: DeliveryStore, process: WorkerProcess) -> None:
+    """SIGSTOP a worker between two of its write transactions: the test holds the store's write
+    lock meanwhile. (A process stopped inside one keeps SQLite's write lock, which no standby
+    can take over: every writer of the file waits for it. That is not what these tests ask.)"""
+    with store.raw() as db, immediate(db):
+        os.killpg(process.pid, signal.SIGSTOP)
+
+
 def test_a_holder_stopped_past_its_lease_writes_nothing_when_it_wakes(make_shard):
     a, holder, standby, platform = _standby_pair(make_shard)
     platform.buyer_says("shop-1", "b1", "买家b1", "请问什么时候发货？")
     _all_answered({"shop-1": a.store}, platform)
-    os.killpg(holder.pid, signal.SIGSTOP)
+    _stop_between_writes(a.store, holder)
     try:
         wait_for(lambda: len(a.grants()) == 2, LEASE_S + 15, "the standby to take over")
         first, second = (token for token, _ in a.grants())
