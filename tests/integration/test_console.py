@@ -141,16 +141,20 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
     assert [tuple(a) for a in actions] == [("alice", "take-over"), ("alice", "send")]
 
 
-def test_an_operator_settles_a_send_whose_outcome_is_unknown(
-    console, browser, settings, store, shop, platform, transport
-):
-    said = platform.buyer_says("shop", "b1", "李四", "在吗")
-    from runtime.ingest import ingest_page
-
+def unknown_send(store, platform, transport, buyer_name: str) -> int:
+    """A buyer's customer with a console send `op-1` ("在的") whose outcome is unknown."""
+    said = platform.buyer_says("shop", "b1", buyer_name, "在吗")
     [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
     send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
     grant = begin_attempt(store, "op-1", "w", 60)
     record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    return customer
+
+
+def test_an_operator_settles_a_send_whose_outcome_is_unknown(
+    console, browser, settings, store, shop, platform, transport
+):
+    customer = unknown_send(store, platform, transport, "李四")
     sign_in(browser, console, "alice")
     browser.get(f"{console}/c/{customer}")
     assert ("console-operator", "在的", "result-unknown") in lines(browser)
@@ -164,11 +168,7 @@ def test_an_operator_settles_a_send_whose_outcome_is_unknown(
 def test_an_operator_sends_a_message_of_unknown_outcome_again_under_a_new_id(
     console, browser, store, shop, platform, transport
 ):
-    said = platform.buyer_says("shop", "b1", "赵六", "在吗")
-    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
-    send_manual(store, ManualSend(request_id="op-1", customer_id=customer, text="在的"))
-    grant = begin_attempt(store, "op-1", "w", 60)
-    record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    customer = unknown_send(store, platform, transport, "赵六")
     sign_in(browser, console, "alice")
     browser.get(f"{console}/c/{customer}")
     browser.find_element(By.CSS_SELECTOR, "#settle .retry").click()
@@ -192,6 +192,9 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
         assert refused.status_code == 403 and "KEFU_ROLE_REQUIRED" in refused.text
         client.cookies.clear()
         token = http_sign_in(client, "alice")
+        empty = client.post(f"/c/{customer}/send", data={"csrf": token, "request_id": "console-1", "text": " "})
+        assert empty.status_code == 400 and "KEFU_INVALID_INPUT" in empty.text  # and nothing registered:
+        assert client.get("/?before=not-a-cursor").status_code == 400
         forged = client.post(f"/c/{customer}/take-over", data={"reason": "x"})  # no token: another site's form
         assert forged.status_code == 403 and "KEFU_CSRF_INVALID" in forged.text
         taken = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
@@ -203,3 +206,4 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
     assert families["kefu_handoffs_waiting"].samples[0].value == 1
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0

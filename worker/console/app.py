@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -110,10 +111,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         search = request.query_params.get("q") or None
         before = request.query_params.get("before") or None
         limit = 50
-        try:
-            rows = list_customers(store, source, search=search, limit=limit + 1, reader=operator.name, before=before)
-        except KefuError as error:
-            raise HTTPException(400, f"{error.code}: {error.message}") from error
+        rows = list_customers(store, source, search=search, limit=limit + 1, reader=operator.name, before=before)
         more = len(rows) > limit
         rows = rows[:limit]
         return page(
@@ -171,20 +169,14 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         operator, form = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
         reason = str(form.get("reason") or "").strip() or "taken over"
-        try:
-            await run_in_threadpool(pause_handling, store, customer_id, f"{reason} (by {operator.name})")
-        except KefuError as error:
-            raise HTTPException(400, _problem(error)) from error
+        await run_in_threadpool(pause_handling, store, customer_id, f"{reason} (by {operator.name})")
         await run_in_threadpool(record_action, store, operator.name, "take-over", customer_id, None, reason)
         return back(customer_id)
 
     async def hand_back(request: Request) -> Response:
         operator, _ = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
-        try:
-            await run_in_threadpool(resume_handling, store, customer_id)
-        except KefuError as error:
-            raise HTTPException(400, _problem(error)) from error
+        await run_in_threadpool(resume_handling, store, customer_id)
         await run_in_threadpool(record_action, store, operator.name, "hand-back", customer_id)
         return back(customer_id)
 
@@ -192,11 +184,8 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         operator, form = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
         request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip()
-        try:
-            manual = ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name)
-            registered = await run_in_threadpool(send_manual, store, manual)
-        except (KefuError, ValueError) as error:
-            raise HTTPException(400, _problem(error)) from error
+        manual = ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name)
+        registered = await run_in_threadpool(send_manual, store, manual)
         await run_in_threadpool(record_action, store, operator.name, "send", customer_id, registered.request_id)
         await run_in_threadpool(_deliver, runtime, registered.request_id, dispatch)
         return back(customer_id)
@@ -204,10 +193,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     async def confirm(request: Request) -> Response:
         operator, form = await act(request, Role.OPERATOR)
         request_id, delivered = request.path_params["request_id"], form.get("delivered") == "yes"
-        try:
-            settled = await run_in_threadpool(confirm_result, store, request_id, delivered)
-        except KefuError as error:
-            raise HTTPException(400, _problem(error)) from error
+        settled = await run_in_threadpool(confirm_result, store, request_id, delivered)
         detail = "delivered" if delivered else "not delivered"
         await run_in_threadpool(record_action, store, operator.name, "confirm", settled.customer_id, request_id, detail)
         return back(settled.customer_id)
@@ -215,10 +201,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     async def retry(request: Request) -> Response:
         operator, form = await act(request, Role.OPERATOR)
         previous, new_id = request.path_params["request_id"], str(form.get("request_id", ""))
-        try:
-            retried = await run_in_threadpool(retry_manual, store, new_id, previous, operator.name)
-        except KefuError as error:
-            raise HTTPException(400, _problem(error)) from error
+        retried = await run_in_threadpool(retry_manual, store, new_id, previous, operator.name)
         await run_in_threadpool(record_action, store, operator.name, "retry", retried.customer_id, new_id, previous)
         await run_in_threadpool(_deliver, runtime, new_id, dispatch)
         return back(retried.customer_id)
@@ -226,10 +209,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     async def mark_read(request: Request) -> Response:
         operator, _ = await act(request, Role.VIEWER)
         customer_id = int(request.path_params["customer_id"])
-        try:
-            await run_in_threadpool(ack_customer_read, store, customer_id, operator.name)
-        except KefuError as error:
-            raise HTTPException(400, _problem(error)) from error
+        await run_in_threadpool(ack_customer_read, store, customer_id, operator.name)
         return back(customer_id)
 
     def healthz(request: Request) -> Response:
@@ -263,6 +243,10 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         )
 
     async def refused(request: Request, error: Exception) -> Response:
+        """One answer for every refusal: bad input (a KefuError, a ManualSend that does not
+        validate) is a 400 naming its code; sign-in and role refusals come as HTTPException."""
+        if isinstance(error, KefuError | ValidationError):
+            error = HTTPException(400, _problem(error))
         assert isinstance(error, HTTPException)
         if error.status_code == 401:
             return RedirectResponse("/login", status_code=303)
@@ -290,7 +274,11 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     registry = registry_for(store, runtime.settings.shard)
     secret = session_secret(runtime.settings.data_dir)
     middleware = [Middleware(SessionMiddleware, secret_key=secret, same_site="strict", session_cookie="kefu_console")]
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: refused})
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: refused, KefuError: refused, ValidationError: refused},
+    )
 
 
 def _customer(runtime: WorkerRuntime, customer_id: int) -> Customer:
@@ -304,6 +292,8 @@ def _customer(runtime: WorkerRuntime, customer_id: int) -> Customer:
 def _problem(error: Exception) -> str:
     if isinstance(error, KefuError):
         return f"{error.code}: {error.message}"
+    if isinstance(error, ValidationError):
+        return "KEFU_INVALID_INPUT: " + "; ".join(str(e["msg"]) for e in error.errors())
     return f"KEFU_INVALID_INPUT: {error}"
 
 
