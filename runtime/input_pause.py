@@ -85,6 +85,13 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
     return PauseState(scope=scope, paused_at=paused_at)
 
 
+def input_pauses(store: DeliveryStore) -> list[PauseState]:
+    """The pauses in force: the host's ("*") or accounts' (never both)."""
+    with store.read() as conn:
+        rows = conn.execute(sql("SELECT scope, paused_at FROM input_pause ORDER BY scope")).mappings().all()
+    return [PauseState.model_validate(dict(row)) for row in rows]
+
+
 def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:
     """Lift the pause (idempotent). Returns the pages it held in its scope, oldest first, to be
     ingested again; the input it kept from admission waits as pending (runtime.pipeline.resume)."""

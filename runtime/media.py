@@ -87,16 +87,20 @@ def read_media_file(path: Path, max_bytes: int) -> tuple[bytes, str]:
         size = path.stat().st_size
         if not path.is_file():
             raise _invalid(f"{path.name!r} is not a regular file", "send a file, not a directory or device")
-        if size == 0:
-            raise _invalid(f"{path.name!r} is empty", "send a file with content")
-        if size > max_bytes:
-            raise _invalid(
-                f"{path.name!r} is {size} bytes; the limit is {max_bytes}",
-                "send a smaller file or raise KEFU_MEDIA_MAX_BYTES",
-            )
+        check_media_size(path.name, size, max_bytes)
         return path.read_bytes(), path.name
     except OSError as error:
         raise _invalid(f"cannot read {path.name!r}: {error.strerror}", "check the path and its permissions") from None
+
+
+def check_media_size(name: str, size: int, max_bytes: int) -> None:
+    """A file to send is neither empty nor over `media_max_bytes` (KEFU_MEDIA_MAX_BYTES)."""
+    if size == 0:
+        raise _invalid(f"{name!r} is empty", "send a file with content")
+    if size > max_bytes:
+        raise _invalid(
+            f"{name!r} is {size} bytes; the limit is {max_bytes}", "send a smaller file or raise KEFU_MEDIA_MAX_BYTES"
+        )
 
 
 def stage_media(conn: Connection, data: bytes, name: str) -> MediaRef:

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from runtime.agent.sessions import session_path
+from runtime.errors import KefuError
 from runtime.rendering import content_text, label
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore, now_ms
@@ -32,7 +33,7 @@ _LINES = sql(
     "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.account_id = r.account_id"
     "   AND b.platform_message_id = r.platform_message_id), r.operator"
     " FROM outbox_request r WHERE r.customer_id = :c"
-    ") ORDER BY at DESC, key DESC LIMIT :n"
+    ") WHERE :at IS NULL OR at < :at OR (at = :at AND key < :key) ORDER BY at DESC, key DESC LIMIT :n"
 )
 
 
@@ -47,6 +48,11 @@ class TranscriptLine(BaseModel):
     error_code: str | None = None
     read: bool = False
     calls: list[str] = []  # an agent note: the tools it called
+
+    @property
+    def cursor(self) -> str:
+        """Where the next page further back starts (stored lines only: notes are not rows)."""
+        return f"{self.at}.{self.key}"
 
 
 class _Row(BaseModel):
@@ -63,21 +69,43 @@ class _Row(BaseModel):
     operator: str | None
 
 
+class TranscriptPage(BaseModel):
+    lines: list[TranscriptLine]
+    older: str | None  # the cursor of the page further back; None at the conversation's start
+
+
 def transcript(
-    store: DeliveryStore, customer_id: int, limit: int = 200, sessions_dir: Path | None = None
-) -> list[TranscriptLine]:
-    """The conversation's newest `limit` lines, oldest first; with `sessions_dir`, the agent's
-    own words for operators (its text beside the tool calls, SPEC 3.7) and the tools it called,
-    from the customer's session log, in time order among them."""
+    store: DeliveryStore,
+    customer_id: int,
+    limit: int = 200,
+    sessions_dir: Path | None = None,
+    before: str | None = None,
+) -> TranscriptPage:
+    """The conversation's newest `limit` stored lines (older than the cursor `before`), oldest
+    first; with `sessions_dir`, among them in time order, the agent's own words for operators
+    (its text beside the tool calls, SPEC 3.7) and the tools it called, from the customer's
+    session log."""
+    at, key = _parse_cursor(before) if before is not None else (None, None)
     with store.read() as conn:
-        rows = conn.execute(_LINES, {"c": customer_id, "n": limit}).mappings().all()
+        rows = conn.execute(_LINES, {"c": customer_id, "n": limit + 1, "at": at, "key": key}).mappings().all()
         session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
-    lines = [_line(_Row.model_validate(dict(row))) for row in reversed(rows)]
+    more = len(rows) > limit
+    lines = [_line(_Row.model_validate(dict(row))) for row in reversed(rows[:limit])]
+    older = lines[0].cursor if more else None
     if sessions_dir is None or session_id is None or not lines:
-        return lines
-    since = lines[0].at
-    notes = [note for note in agent_notes(sessions_dir, session_id) if note.at >= since]
-    return sorted(lines + notes, key=_order)[-limit:]
+        return TranscriptPage(lines=lines, older=older)
+    since = lines[0].at if more else 0  # the first page back in time also has what came before any line
+    notes = [
+        note for note in agent_notes(sessions_dir, session_id) if since <= note.at and (at is None or note.at < at)
+    ]
+    return TranscriptPage(lines=sorted(lines + notes, key=_order), older=older)
+
+
+def _parse_cursor(cursor: str) -> tuple[int, str]:
+    at, _, key = cursor.partition(".")
+    if not at.isdigit() or not key:
+        raise KefuError("KEFU_INVALID_INPUT", "the history cursor is not one this view printed", "copy it exactly")
+    return int(at), key
 
 
 def _order(line: TranscriptLine) -> tuple[int, int]:

@@ -207,8 +207,18 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     assert paused.returncode == 0 and "paused (epoch 1" in paused.stdout
     assert "handled automatically" in _kefu(tmp_path, "resume", str(listed[0]["id"]), **demo_dir).stdout
     b1 = next(c["id"] for c in listed if c["conversation_id"] == "sim-direct-b1")
+    # The shop's replies are in the history with their fate, and the agent's notes for operators.
     lines = _kefu(tmp_path, "history", str(b1), "--limit", "2", **demo_dir).stdout.splitlines()
-    assert "[counterpart 张三]" in lines[0] and lines[-1].startswith(f"(older: kefu history {b1} --before ")
+    assert any("[assistant reply]" in line and line.endswith("· sent") for line in lines), lines
+    assert any("[agent, for operators] [called im_send_message]" in line for line in lines), lines
+    assert lines[-1].startswith(f"(older: kefu history {b1} --before ")
+    cursor = lines[-1].removeprefix(f"(older: kefu history {b1} --before ").removesuffix(")")
+    whole = json.loads(_kefu(tmp_path, "history", str(b1), "--limit", "500", "--json", **demo_dir).stdout)
+    older = json.loads(_kefu(tmp_path, "history", str(b1), "--before", cursor, "--json", **demo_dir).stdout)
+    stored = [line["key"] for line in whole["lines"] if line["speaker"] != "agent-note"]
+    newer = [line["key"] for line in older["lines"] if line["speaker"] != "agent-note"]
+    assert stored == newer + stored[-2:] and whole["older"] is None  # the pages meet, nothing twice or lost
+    assert [line["text"] for line in whole["lines"] if line["speaker"] == "buyer"][0] == "你好，在吗？"
     for args, code in [
         (("pause", "999"), "KEFU_CUSTOMER_UNKNOWN"),
         (("history", "999"), "KEFU_CUSTOMER_UNKNOWN"),
@@ -241,7 +251,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     again = _kefu(tmp_path, *send_chart, **demo_dir)
     assert again.returncode == 0 and len([r for r in platform.received() if r.client_ref.startswith("op-1")]) == 2
     history = _kefu(tmp_path, "history", str(b2["id"]), "--limit", "2", **demo_dir).stdout
-    assert "[operator from console] [image]" in history and "[operator from console] 见尺码表" in history
+    assert "[operator from console] [image chart.png]  · sent" in history
+    assert "[operator from console] 见尺码表  · sent" in history
 
     read = _kefu(tmp_path, "read", str(b2["id"]), **demo_dir)
     assert read.returncode == 0 and "read by operator up to message" in read.stdout

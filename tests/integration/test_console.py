@@ -16,6 +16,7 @@ import uvicorn
 from celery.contrib.testing.worker import start_worker
 from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -30,6 +31,7 @@ from tests.integration.helpers import wait_for
 from worker.celery_app import make_app
 from worker.console import create_app
 from worker.context import WorkerRuntime
+from worker.dispatch import send
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 PASSWORD = "console-pass-1"
@@ -44,11 +46,15 @@ def worker(settings, shop):
 
 
 @pytest.fixture
-def console(settings, shop) -> Iterator[str]:
+def console(request, settings, shop) -> Iterator[str]:
+    """With the test's worker, the console hands follow-up work to it, as `kefu console` does."""
     runtime = WorkerRuntime(settings)
     add_operator(runtime.store, "alice", Role.OPERATOR, PASSWORD)
     add_operator(runtime.store, "victor", Role.VIEWER, PASSWORD)
-    config = uvicorn.Config(create_app(runtime), host="127.0.0.1", port=0, log_level="warning")
+    add_operator(runtime.store, "ada", Role.ADMIN, PASSWORD)
+    app = request.getfixturevalue("worker") if "worker" in request.fixturenames else None
+    dispatch = (lambda work: send(app, work)) if app is not None else None
+    config = uvicorn.Config(create_app(runtime, dispatch), host="127.0.0.1", port=0, log_level="warning")
     config.timeout_graceful_shutdown = 1
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -207,3 +213,61 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
+
+
+def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, store, shop, platform, transport):
+    said = platform.buyer_says("shop", "b1", "孙七", "有尺码表吗")
+    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
+    chart = tmp_path / "chart.png"
+    chart.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    sign_in(browser, console, "alice")
+    browser.get(f"{console}/c/{customer}")
+    browser.find_element(By.ID, "file").send_keys(str(chart))
+    browser.find_element(By.ID, "text").send_keys("这是尺码表")
+    browser.find_element(By.ID, "send").click()
+    WebDriverWait(browser, 10).until(lambda d: ("console-operator", "这是尺码表", "sent") in lines(d))
+    assert ("console-operator", "[image chart.png]", "sent") in lines(browser)
+    assert [(r.kind, r.text) for r in platform.received("shop")] == [("image", "chart.png"), ("text", "这是尺码表")]
+    with httpx.Client(base_url=console, follow_redirects=True) as client:
+        token = http_sign_in(client, "alice")
+        empty = {"file": ("empty.png", b"", "image/png")}
+        refused = client.post(f"/c/{customer}/send", data={"csrf": token, "request_id": "console-2"}, files=empty)
+    assert refused.status_code == 400 and "KEFU_MEDIA_INVALID" in refused.text and "is empty" in refused.text
+    assert len(platform.received("shop")) == 2  # the refused file registered nothing
+
+
+def after_submit(driver: WebDriver) -> WebDriverWait:
+    """A wait across a form's submit: the old page's elements go stale as the new one loads."""
+    return WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def held(store) -> int:
+    with store.read() as conn:
+        return conn.exec_driver_sql("SELECT count(*) FROM held_page").scalar_one()
+
+
+def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, store, platform, transport):
+    sign_in(browser, console, "ada")
+    browser.get(f"{console}/ops")
+    assert browser.find_element(By.ID, "input-state").text == "taking in pages"
+    assert "shop" in browser.find_element(By.ID, "checkpoints").text
+    browser.find_element(By.ID, "input-pause").click()
+    after_submit(browser).until(lambda d: "paused for the whole host" in d.find_element(By.ID, "input-state").text)
+
+    said = platform.buyer_says("shop", "b1", "周八", "什么时候发货？")
+    worker.send_task("kefu.ingest.page", args=[transport.page_of("shop", [said]).model_dump(mode="json")])
+    wait_for(lambda: held(store) == 1, 30, "the page held, not ingested")
+    assert platform.received("shop") == []
+
+    with httpx.Client(base_url=console, follow_redirects=True) as client:  # an operator is not an admin
+        token = http_sign_in(client, "alice")
+        refused = client.post("/ops/input/resume", data={"csrf": token}, follow_redirects=False)
+    assert refused.status_code == 403 and "KEFU_ROLE_REQUIRED" in refused.text
+
+    browser.find_element(By.CSS_SELECTOR, ".input-resume").click()
+    after_submit(browser).until(lambda d: d.find_element(By.ID, "input-state").text == "taking in pages")
+    wait_for(lambda: len(platform.received("shop")) == 1, 30, "the held message answered once resumed")
+    assert held(store) == 0
+    with store.read() as conn:
+        actions = conn.exec_driver_sql("SELECT operator, action, detail FROM operator_action ORDER BY id").all()
+    assert [tuple(a) for a in actions] == [("ada", "pause-input", "host"), ("ada", "resume-input", "host")]

@@ -70,7 +70,7 @@ def test_the_transcript_shows_the_shops_sends_with_their_states_and_who_sent_the
     ingest_page(store, transport.echo_page("shop", platform.received("shop")[0]))  # the echo: shown once, as the send
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 2
-    shown = [(line.speaker, line.label, line.text, line.state) for line in transcript(store, customer)]
+    shown = [(line.speaker, line.label, line.text, line.state) for line in transcript(store, customer).lines]
     assert shown == [
         ("buyer", "[counterpart 张三]", "在吗", None),
         ("console-operator", "[operator alice from console]", "在的", "sent"),
@@ -86,7 +86,7 @@ def test_a_send_the_buyer_read_is_marked_read(store, shop, transport, platform):
     grant = begin_attempt(store, "op-1", "w", 60)
     receipt: SendReceipt = transport.send(grant.send)
     record_sent(store, "op-1", grant.attempt_no, receipt)
-    [line] = [line for line in transcript(store, customer) if line.request_id]
+    [line] = [line for line in transcript(store, customer).lines if line.request_id]
     assert not line.read
     conversation = grant.send.conversation_id
     read = BuyerReadReceipt(
@@ -97,7 +97,7 @@ def test_a_send_the_buyer_read_is_marked_read(store, shop, transport, platform):
         read_at=datetime.now(UTC),
     )
     assert accept_buyer_receipt(store, read) == "stored"
-    [line] = [line for line in transcript(store, customer) if line.request_id]
+    [line] = [line for line in transcript(store, customer).lines if line.request_id]
     assert line.read
 
 
@@ -125,13 +125,15 @@ def test_the_transcript_shows_the_agents_words_for_operators_beside_its_reply(
     evaluate(store, customer, 1000)
     rules = RulesProvider(load_knowledge(None))
     run_turn(store, rules, customer, settings.sessions_dir, settings.zone, settings.agent)
-    shown = [(line.speaker, line.text) for line in transcript(store, customer, sessions_dir=settings.sessions_dir)]
+    shown = [
+        (line.speaker, line.text) for line in transcript(store, customer, sessions_dir=settings.sessions_dir).lines
+    ]
     assert [speaker for speaker, _ in shown] == ["buyer", "agent-note", "assistant", "agent-note"]
     assert (shown[1][1], shown[3][1]) == (
         "[called im_send_message]",
         "已回复顾客。",
     )  # the reply, then its closing words
-    assert [line.speaker for line in transcript(store, customer)] == ["buyer", "assistant"]  # the store only
+    assert [line.speaker for line in transcript(store, customer).lines] == ["buyer", "assistant"]  # the store only
 
 
 def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(

@@ -12,8 +12,10 @@ import redis
 import sqlalchemy.exc
 import typer
 from pydantic import BaseModel, ValidationError
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from config import Settings
 from config.settings import SHARD_NAME, SHARD_RULE
@@ -118,15 +120,46 @@ def shop_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=current_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: list[str]) -> None:
+def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: list[str], flexible: str = "") -> None:
     if as_json:
         print(json.dumps([row.model_dump() for row in rows], ensure_ascii=False))
         return
-    table = Table(*columns, title=title)
+    cells = []
     for row in rows:
         values = row.model_dump()
-        table.add_row(*(shop_time(values[c]) if c.endswith("_at") else str(values[c]) for c in columns))
-    console.print(table, soft_wrap=True)
+        cells.append([shop_time(values[c]) if c.endswith("_at") else _cell(values[c]) for c in columns])
+    print_table(title, columns, cells, flexible)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+FLEXIBLE_MIN = 12  # a preview column wraps down to this width before a table becomes records
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]], flexible: str = "") -> None:
+    """A table when it fits the terminal, else one block of `field  value` lines per row: ids,
+    codes and times are never cut or broken, at 80 columns as on a wide screen. Only the
+    `flexible` column (a preview) wraps onto more lines to fit."""
+    widths = [max([cell_len(column), *(cell_len(row[i]) for row in rows)]) for i, column in enumerate(columns)]
+    natural = sum(widths) + 3 * len(columns) + 1  # rich's box: a border and a space either side of each cell
+    shrinkable = widths[columns.index(flexible)] - FLEXIBLE_MIN if flexible in columns else 0
+    if natural - max(shrinkable, 0) <= console.width:
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, no_wrap=column != flexible)  # only the flexible one wraps
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+        return
+    console.print(Text(title, style="bold"))
+    pad = max(cell_len(column) for column in columns)
+    for index, row in enumerate(rows):
+        if index:
+            console.print()
+        for column, cell in zip(columns, row, strict=True):
+            console.print(Text(f"  {column.ljust(pad)}  {cell}"), soft_wrap=True)
 
 
 def enqueue(work: FollowUp) -> str:

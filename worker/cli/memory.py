@@ -6,14 +6,13 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from runtime.agent.memory import scope_of
 from runtime.memory.recall import load_state
 from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
 from runtime.memory.store import MemoryStore
-from worker.cli.common import cli, console, current_settings, operator_errors, shop_time
+from worker.cli.common import cli, console, current_settings, operator_errors, print_table, shop_time
 
 memory_cli = typer.Typer(no_args_is_help=True, help="The long-term memory engine's store.")
 cli.add_typer(memory_cli, name="memory")
@@ -54,21 +53,24 @@ def show(
     for scope in scopes:
         folders = store.folders(scope)
         block = set(load_state(store, scope).block)
-        table = Table("id", "title", "α", "β", "source", "keywords", "event", "time", "chars", title=f"memory {scope}")
+        rows = []
         for f in folders:
             state = " (review)" if f.review else " (in recall block)" if f.id in block else ""
-            table.add_row(
-                f.id,
-                f.title,
-                f"{f.alpha:g}",
-                f"{f.beta:+.1f}",
-                f.score_source + state,
-                "、".join(f.keywords),
-                f.event or "",
-                shop_time(f.event_from),
-                str(f.chars),
+            rows.append(
+                [
+                    f.id,
+                    f.title,
+                    f"{f.alpha:g}",
+                    f"{f.beta:+.1f}",
+                    f.score_source + state,
+                    "、".join(f.keywords),
+                    f.event or "",
+                    shop_time(f.event_from),
+                    str(f.chars),
+                ]
             )
-        console.print(table, soft_wrap=True)
+        columns = ["id", "title", "α", "β", "source", "keywords", "event", "time", "chars"]
+        print_table(f"memory {scope}", columns, rows, flexible="keywords")
         if text:
             for f in folders:
                 console.print(f"--- {f.id}", highlight=False)
@@ -87,10 +89,7 @@ def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for script
         print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))
         return
     columns = list(rows[0].model_dump()) if rows else ["scope"]
-    table = Table(*columns, title="memory report")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.model_dump().values()))
-    console.print(table, soft_wrap=True)
+    print_table("memory report", columns, [[str(v) for v in row.model_dump().values()] for row in rows])
 
 
 @memory_cli.command()

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from pydantic import BaseModel
-from rich.table import Table
 
 from config import Settings
 from runtime.errors import KefuError
@@ -19,7 +18,7 @@ from runtime.states import MoveStep, PlacementState
 from worker.broker import queue_depths
 from worker.celery_app import FAMILIES, app, queue_name
 from worker.cli.accounts import accounts
-from worker.cli.common import cli, console, current_settings, operator_errors
+from worker.cli.common import cli, console, current_settings, operator_errors, print_table
 from worker.coordination import Coordinator, coordinator_for
 
 RESEND_S = 3.0  # a step's task is sent again this often until the journal moves on
@@ -66,20 +65,23 @@ def shards(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     if as_json:
         print(json.dumps([view.model_dump() for view in views], ensure_ascii=False))
         return
-    table = Table("shard", "held by", "token", "expires in", "standbys", "accounts", "queued", title="kefu shards")
+    rows = []
     for view in views:
         accounts_cell = ", ".join([*view.accounts, *(f"{a} (moving)" for a in view.moving)])
         queued = ", ".join(f"{q.split('.')[1]} {n}" for q, n in view.queued.items() if n) or "0"
-        table.add_row(
-            view.shard,
-            view.holder or "[red]nobody[/red]",
-            str(view.token or "-"),
-            f"{view.expires_in_s} s" if view.expires_in_s is not None else "-",
-            ", ".join(view.standbys) or "-",
-            accounts_cell or "-",
-            queued,
+        rows.append(
+            [
+                view.shard,
+                view.holder or "nobody",
+                str(view.token or "-"),
+                f"{view.expires_in_s} s" if view.expires_in_s is not None else "-",
+                ", ".join(view.standbys) or "-",
+                accounts_cell or "-",
+                queued,
+            ]
         )
-    console.print(table, soft_wrap=True)
+    columns = ["shard", "held by", "token", "expires in", "standbys", "accounts", "queued"]
+    print_table("kefu shards", columns, rows)
 
 
 @accounts.command()

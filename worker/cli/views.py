@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from runtime.store import DeliveryStore
+from runtime.transcript import TranscriptLine
 from worker.cli.common import (
     check_shard_name,
     cli,
@@ -17,6 +18,7 @@ from worker.cli.common import (
     open_store,
     operator_errors,
     print_rows,
+    print_table,
     shop_time,
 )
 
@@ -79,7 +81,7 @@ def _status_of(shard: str) -> None:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
     if shard == settings.shard:
-        console.print(_checkpoint_table(None), soft_wrap=True)
+        _print_checkpoints(None)
     _print_damaged_sessions(store)
 
 
@@ -91,49 +93,37 @@ def _print_damaged_sessions(store: DeliveryStore) -> None:
         damaged = damaged_sessions(conn)
     if not damaged:
         return
-    table = Table(
-        "customer", "session", "continued in", "detected", "kept at", title="damaged session logs (kept, not repaired)"
-    )
-    for record in damaged:
-        detected = shop_time(record.detected_at)
-        table.add_row(str(record.customer_id), record.session_id, record.replaced_by, detected, record.kept_path)
-    console.print(table, soft_wrap=True)
+    columns = ["customer", "session", "continued in", "detected", "kept at"]
+    rows = [[str(r.customer_id), r.session_id, r.replaced_by, shop_time(r.detected_at), r.kept_path] for r in damaged]
+    print_table("damaged session logs (kept, not repaired)", columns, rows)
 
 
-def _checkpoint_table(account: str | None) -> Table:
+def _print_checkpoints(account: str | None) -> None:
     from runtime.checkpoints import checkpoint_views
 
-    table = Table(
-        "account",
-        "generation",
-        "pending",
-        "input",
-        "outbox",
-        "turns",
-        "reception",
-        "listener",
-        "last reported",
-        "reporting",
-        title="checkpoints",
-    )
+    columns = ["account", "generation", "pending", "input", "outbox", "turns", "reception", "listener"]
+    columns += ["last reported", "reporting"]
     with operator_errors():
         views = checkpoint_views(open_store(), account)
+    rows = []
     for view in views:
         report = view.report
         reporting = "stopped (lease rejected)" if view.stopped else view.failure_class or "ok"
-        table.add_row(
-            report.account_id,
-            str(report.generation),
-            str(report.pending_count),
-            str(report.pending.input),
-            str(report.pending.outbox),
-            str(report.pending.turns),
-            report.reception,
-            view.listener_state + (f" ({view.listener_error})" if view.listener_error else ""),
-            shop_time(view.last_reported_at) if view.last_reported_at else "never",
-            reporting,
+        rows.append(
+            [
+                report.account_id,
+                str(report.generation),
+                str(report.pending_count),
+                str(report.pending.input),
+                str(report.pending.outbox),
+                str(report.pending.turns),
+                report.reception,
+                view.listener_state + (f" ({view.listener_error})" if view.listener_error else ""),
+                shop_time(view.last_reported_at) if view.last_reported_at else "never",
+                reporting,
+            ]
         )
-    return table
+    print_table("checkpoints", columns, rows)
 
 
 @cli.command()
@@ -150,7 +140,7 @@ def checkpoint(
         with operator_errors():
             generation = resume_checkpoint(open_store(), resume)
         console.print(f"checkpoint {resume}: reporting resumes under generation {generation}")
-    console.print(_checkpoint_table(account), soft_wrap=True)
+    _print_checkpoints(account)
 
 
 @cli.command()
@@ -175,7 +165,7 @@ def customers(
         rows = list_customers(store, kind, account, search, limit + 1, reader, before)
     page, more = rows[:limit], len(rows) > limit
     columns = ["id", "name", "preview", "unread", "handling_paused", "last_activity_at"]
-    print_rows(page, as_json, f"{source} customers", columns)
+    print_rows(page, as_json, f"{source} customers", columns, flexible="preview")
     if as_json:
         return
     if more:
@@ -189,19 +179,38 @@ def customers(
 @cli.command()
 def history(
     customer_id: int,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="messages per page")] = 50,
-    before: Annotated[int | None, typer.Option(help="page further back: the value the last page printed")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="stored lines per page")] = 50,
+    before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
-    """A customer's messages as labelled lines, oldest first (the same view the agent gets)."""
+    """A conversation, oldest first: the buyer's lines, the shop's replies with what became of
+    each (sent, failed, result-unknown, read by the buyer) and the agent's notes for operators."""
     from runtime.handling import handling_state
-    from runtime.history import query_history
+    from runtime.transcript import transcript
 
     store = open_store()
     with operator_errors():
         handling_state(store, customer_id)  # an unknown customer is an error, not an empty page
-    with store.read() as conn:
-        page = query_history(conn, customer_id, limit, before, current_settings().zone)
+        page = transcript(store, customer_id, limit, current_settings().sessions_dir, before)
+    if as_json:
+        print(page.model_dump_json())
+        return
     for line in page.lines:
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
-    if page.next_before is not None:
-        console.print(f"(older: kefu history {customer_id} --before {page.next_before})")
+        console.print(
+            f"[{shop_time(line.at)}] {line.label} {line.text}{_outcome(line)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if page.older is not None:
+        console.print(f"(older: kefu history {customer_id} --before {page.older})", soft_wrap=True, highlight=False)
+
+
+def _outcome(line: TranscriptLine) -> str:
+    """A shop message's fate, with its request id wherever an operator may have to act on it."""
+    if line.state is None:
+        return ""
+    if line.state == "sent":
+        return "  · sent, read by the buyer" if line.read else "  · sent"
+    code = f" {line.error_code}" if line.error_code else ""
+    return f"  · {line.state}{code} (request {line.request_id})"

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
@@ -33,10 +33,13 @@ from starlette.templating import Jinja2Templates
 from runtime import pipeline
 from runtime.accounts import list_accounts
 from runtime.admission import load_customer
+from runtime.checkpoints import checkpoint_views
 from runtime.customers import ack_customer_read, display_name, list_customers
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
-from runtime.manual import ManualSend, retry_manual, send_manual
+from runtime.input_pause import input_pauses, pause_input
+from runtime.manual import ManualSend, retry_manual, send_manual_parts
+from runtime.media import check_media_size
 from runtime.operators import Operator, Role, authenticate, record_action
 from runtime.outbox import confirm_result, list_requests, load_request
 from runtime.states import OutboxState
@@ -57,6 +60,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     """The console over `runtime`'s shard. `dispatch` hands a send's follow-up work (a receipt
     query, a later attempt) to the workers; None leaves it to their reconciler."""
     store, zone, sessions = runtime.store, runtime.settings.zone, runtime.settings.sessions_dir
+    max_file = runtime.settings.media_max_bytes
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
@@ -70,7 +74,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
 
     def live_fragment(customer_id: int) -> str:
         return templates.get_template("_live.html").render(
-            customer=_customer(runtime, customer_id), lines=transcript(store, customer_id, sessions_dir=sessions)
+            customer=_customer(runtime, customer_id), lines=transcript(store, customer_id, sessions_dir=sessions).lines
         )
 
     async def act(request: Request, role: Role) -> tuple[Operator, FormData]:
@@ -136,7 +140,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             operator,
             customer=customer,
             name=display_name(store, customer_id) or customer.conversation_id,
-            lines=transcript(store, customer_id, sessions_dir=sessions),
+            lines=transcript(store, customer_id, sessions_dir=sessions).lines,
             request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
         )
 
@@ -181,13 +185,25 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         return back(customer_id)
 
     async def send(request: Request) -> Response:
+        """Text, a file, or a file then its text (one request each, sent in that order)."""
         operator, form = await act(request, Role.OPERATOR)
         customer_id = int(request.path_params["customer_id"])
-        request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip()
-        manual = ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name)
-        registered = await run_in_threadpool(send_manual, store, manual)
-        await run_in_threadpool(record_action, store, operator.name, "send", customer_id, registered.request_id)
-        await run_in_threadpool(_deliver, runtime, registered.request_id, dispatch)
+        request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip() or None
+        parts = []
+        upload = form.get("file")
+        if isinstance(upload, UploadFile) and upload.filename:
+            data = await upload.read(max_file + 1)
+            check_media_size(upload.filename, len(data), max_file)
+            file_id, name, by = f"{request_id}.file", upload.filename, operator.name
+            parts.append(
+                ManualSend(request_id=file_id, customer_id=customer_id, file_name=name, file_data=data, operator=by)
+            )
+        if text is not None or not parts:
+            parts.append(ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name))
+        registered = await run_in_threadpool(send_manual_parts, store, parts)
+        for part in registered:
+            await run_in_threadpool(record_action, store, operator.name, "send", customer_id, part.request_id)
+        await run_in_threadpool(_deliver, runtime, [part.request_id for part in registered], dispatch)
         return back(customer_id)
 
     async def confirm(request: Request) -> Response:
@@ -203,7 +219,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         previous, new_id = request.path_params["request_id"], str(form.get("request_id", ""))
         retried = await run_in_threadpool(retry_manual, store, new_id, previous, operator.name)
         await run_in_threadpool(record_action, store, operator.name, "retry", retried.customer_id, new_id, previous)
-        await run_in_threadpool(_deliver, runtime, new_id, dispatch)
+        await run_in_threadpool(_deliver, runtime, [new_id], dispatch)
         return back(retried.customer_id)
 
     async def mark_read(request: Request) -> Response:
@@ -240,7 +256,28 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             + list_customers(store, "simulation", paused=True, limit=200, reader=operator.name),
             unknown=list_requests(store, OutboxState.RESULT_UNKNOWN, limit=200),
             failed=list_requests(store, OutboxState.FAILED, limit=200),
+            checkpoints=checkpoint_views(store),
+            pauses=input_pauses(store),
         )
+
+    async def input_pause(request: Request) -> Response:
+        """Hold new pages (they are kept, not lost) for the host or one account."""
+        operator, form = await act(request, Role.ADMIN)
+        account = str(form.get("account") or "") or None
+        await run_in_threadpool(pause_input, store, account)
+        await run_in_threadpool(record_action, store, operator.name, "pause-input", None, None, account or "host")
+        return RedirectResponse("/ops", status_code=303)
+
+    async def input_resume(request: Request) -> Response:
+        """Take in pages again: what was held is ingested, what was kept from admission admitted."""
+        operator, form = await act(request, Role.ADMIN)
+        account = str(form.get("account") or "") or None
+        resumed = await run_in_threadpool(pipeline.resume, store, account)
+        await run_in_threadpool(record_action, store, operator.name, "resume-input", None, None, account or "host")
+        for work in resumed.follow_ups:
+            if dispatch is not None:
+                await run_in_threadpool(dispatch, work)
+        return RedirectResponse("/ops", status_code=303)
 
     async def refused(request: Request, error: Exception) -> Response:
         """One answer for every refusal: bad input (a KefuError, a ManualSend that does not
@@ -266,6 +303,8 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/outbox/{request_id}/confirm", confirm, methods=["POST"]),
         Route("/outbox/{request_id}/retry", retry, methods=["POST"]),
         Route("/ops", ops),
+        Route("/ops/input/pause", input_pause, methods=["POST"]),
+        Route("/ops/input/resume", input_resume, methods=["POST"]),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
@@ -297,14 +336,18 @@ def _problem(error: Exception) -> str:
     return f"KEFU_INVALID_INPUT: {error}"
 
 
-def _deliver(runtime: WorkerRuntime, request_id: str, dispatch: Callable[[pipeline.FollowUp], object] | None) -> None:
-    """Attempt a registered manual send now, as the CLI's `kefu send` does; what follows (the
-    next part, a receipt query) goes to the workers."""
-    with runtime.store.read() as conn:
-        request = load_request(conn, request_id)
-    if request is None or request.state != "pending":
-        return  # a resubmitted form: the first one attempted it
-    step = pipeline.deliver(runtime, request_id)
-    for work in step.follow_ups:
-        if dispatch is not None:
-            dispatch(work)
+def _deliver(
+    runtime: WorkerRuntime, request_ids: list[str], dispatch: Callable[[pipeline.FollowUp], object] | None
+) -> None:
+    """Attempt registered manual sends now, in order, as the CLI's `kefu send` does; what
+    follows (a receipt query, a part not attempted here) goes to the workers."""
+    for index, request_id in enumerate(request_ids):
+        with runtime.store.read() as conn:
+            request = load_request(conn, request_id)
+        if request is None or request.state != "pending":
+            continue  # a resubmitted form: the first one attempted it
+        step = pipeline.deliver(runtime, request_id)
+        later = request_ids[index + 1 :]
+        for work in step.follow_ups:
+            if dispatch is not None and not (isinstance(work, pipeline.Attempt) and work.request_id in later):
+                dispatch(work)
