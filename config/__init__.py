@@ -3,6 +3,7 @@
 from config.settings import (
     AdmissionSettings,
     AgentSettings,
+    AlertSettings,
     CheckpointSettings,
     DeliverySettings,
     DingTalkSettings,
@@ -20,6 +21,7 @@ from config.settings import (
 
 __all__ = [
     "AdmissionSettings",
+    "AlertSettings",
     "AgentSettings",
     "CheckpointSettings",
     "DeliverySettings",

@@ -109,6 +109,15 @@ class CheckpointSettings(_Section):
         return self
 
 
+class AlertSettings(_Section):
+    """Notices for humans (a handoff, a send ended failed or result-unknown, a failed listener)
+    show in the console; with a webhook they are also POSTed there, at least once each."""
+
+    webhook_url: str | None = Field(None, pattern=r"^https?://")
+    webhook_timeout_s: float = Field(5.0, gt=0, le=60)
+    interval_s: float = Field(5.0, ge=0.5, le=3600)  # how often beat delivers what was raised
+
+
 class ListenerSettings(_Section):
     """Reconnect policy of a listener (SPEC 3.11)."""
 
@@ -250,6 +259,7 @@ class Settings(BaseSettings):
     reconcile: ReconcileSettings = ReconcileSettings()
     simulator: SimulatorSettings = SimulatorSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
+    alerts: AlertSettings = AlertSettings()
     listener: ListenerSettings = ListenerSettings()
     dingtalk: DingTalkSettings = DingTalkSettings()
     wangwang: WangwangSettings = WangwangSettings()

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from runtime.alerts import AlertKind, raise_alert
 from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
@@ -62,6 +63,8 @@ def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | N
     values = {**intent.model_dump(), "state": "failed" if refused else "pending", "error_code": refused}
     values |= {"created_at": at, "updated_at": at}
     if conn.execute(sql(_REGISTER), values).rowcount == 1:
+        if refused:  # stored as failed: no state change raises this one's alert
+            raise_alert(conn, AlertKind.SEND_FAILED, intent.account_id, intent.customer_id, intent.request_id, refused)
         return OutboxRequest.model_validate(values)  # as stored: no read back
     return load_request(conn, intent.request_id)  # type: ignore[return-value]  # registered before
 

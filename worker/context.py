@@ -31,6 +31,7 @@ from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.wangwang import WangwangCredentials, WangwangTransport
+from worker.alert_sinks import AlertSink, build_alert_sink
 from worker.checkpoint_sinks import CheckpointSink, build_sink
 
 if TYPE_CHECKING:
@@ -125,6 +126,10 @@ class WorkerRuntime:
     @cached_property
     def checkpoint_sink(self) -> CheckpointSink:
         return build_sink(self.settings.checkpoint)
+
+    @cached_property
+    def alert_sink(self) -> AlertSink:
+        return build_alert_sink(self.settings.alerts)
 
     @cached_property
     def attachments(self) -> AttachmentPolicy | None:

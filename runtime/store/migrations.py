@@ -459,5 +459,52 @@ V16 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16)
+_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+
+V17 = Migration(
+    17,
+    "alerts for humans, raised by the change that calls for one (runtime.alerts)",
+    (
+        """CREATE TABLE alert (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            account_id TEXT,
+            customer_id INTEGER,
+            request_id TEXT,
+            code TEXT,
+            raised_at INTEGER NOT NULL,
+            delivered_at INTEGER,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_failure TEXT
+        )""",
+        "CREATE INDEX alert_undelivered ON alert (id) WHERE delivered_at IS NULL",
+        # Triggers, so that no code path that changes these states can forget the alert, and it
+        # commits with the change. Only UPDATEs raise one: moving an account to another shard
+        # INSERTs its rows there, which must not raise its old alerts again.
+        f"""CREATE TRIGGER alert_on_send_outcome AFTER UPDATE OF state ON outbox_request
+            WHEN NEW.state IN ('failed', 'result-unknown') AND OLD.state IS NOT NEW.state
+             AND NEW.error_code IS NOT 'KEFU_OPERATOR_NOT_DELIVERED'
+        BEGIN
+            INSERT INTO alert (kind, account_id, customer_id, request_id, code, raised_at)
+            VALUES (CASE NEW.state WHEN 'failed' THEN 'send-failed' ELSE 'send-unknown' END,
+                    NEW.account_id, NEW.customer_id, NEW.request_id, NEW.error_code, {_NOW_MS});
+        END""",
+        # A handoff is the agent's (`im_handoff`, which the rules agent also calls); an operator
+        # taking a conversation over is already there.
+        f"""CREATE TRIGGER alert_on_handoff AFTER UPDATE OF handling_paused ON customer
+            WHEN NEW.handling_paused AND NOT OLD.handling_paused AND NEW.handling_reason LIKE 'handoff:%'
+        BEGIN
+            INSERT INTO alert (kind, account_id, customer_id, code, raised_at)
+            VALUES ('handoff', NEW.account_id, NEW.id, 'handoff', {_NOW_MS});
+        END""",
+        f"""CREATE TRIGGER alert_on_listener_failed AFTER UPDATE OF listener_state ON account
+            WHEN NEW.listener_state = 'failed' AND OLD.listener_state IS NOT 'failed'
+        BEGIN
+            INSERT INTO alert (kind, account_id, code, raised_at)
+            VALUES ('listener-failed', NEW.id, NEW.last_error, {_NOW_MS});
+        END""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16, V17)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -161,6 +161,7 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     assert samples[("kefu_buyer_messages_received_total", (("shard", "default"),))] == 2
     assert samples[("kefu_sends_result_unknown", (("shard", "default"),))] == 1
     assert samples[("kefu_handoffs_waiting", (("shard", "default"),))] == 1
+    assert samples[("kefu_alerts_undelivered", (("shard", "default"),))] == 1  # the unknown send; "VIP" is no handoff
     key = ("kefu_outbox_requests", (("origin", "manual"), ("shard", "default"), ("state", "result-unknown")))
     assert samples[key] == 1
     assert samples[("kefu_listener_state", (("account", "shop"), ("shard", "default"), ("state", "stopped")))] == 1

@@ -148,7 +148,7 @@ def print_table(title: str, columns: list[str], rows: list[list[str]], flexible:
     if natural - max(shrinkable, 0) <= console.width:
         table = Table(title=title)
         for column in columns:
-            table.add_column(column, no_wrap=column != flexible)  # only the flexible one wraps
+            table.add_column(column, no_wrap=column != flexible, overflow="fold")  # only the flexible one wraps
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
         console.print(table)

@@ -33,6 +33,7 @@ from starlette.templating import Jinja2Templates
 from runtime import pipeline
 from runtime.accounts import list_accounts
 from runtime.admission import load_customer
+from runtime.alerts import backlog
 from runtime.checkpoints import checkpoint_views
 from runtime.customers import ack_customer_read, display_name, list_customers
 from runtime.errors import KefuError
@@ -258,6 +259,8 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             failed=list_requests(store, OutboxState.FAILED, limit=200),
             checkpoints=checkpoint_views(store),
             pauses=input_pauses(store),
+            alerts=backlog(store),
+            alert_sink="a webhook" if runtime.settings.alerts.webhook_url else "the worker log",
         )
 
     async def input_pause(request: Request) -> Response:

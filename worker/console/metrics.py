@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from runtime.alerts import backlog
 from runtime.states import OutboxState
 from runtime.status import REPLY_LATENCY_BOUNDS, operations
 from runtime.store import DeliveryStore
@@ -58,6 +59,11 @@ class StoreCollector(Collector):
         buckets = [(str(bound), n) for bound, n in zip(REPLY_LATENCY_BOUNDS, now.reply_latency, strict=True)]
         latency.add_metric(shard, [*buckets, ("+Inf", now.reply_latency_count)], now.reply_latency_sum_s)
         yield latency
+        alerts = GaugeMetricFamily(
+            "kefu_alerts_undelivered", "Alerts raised and not yet delivered to their sink", labels=["shard"]
+        )
+        alerts.add_metric(shard, backlog(self.store).undelivered)
+        yield alerts
 
 
 def registry_for(store: DeliveryStore, shard: str) -> CollectorRegistry:

@@ -12,6 +12,7 @@ from celery import Task
 
 from runtime import pipeline
 from runtime.store import now_ms
+from worker.alert_sinks import deliver_alerts
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
 from worker.context import runtime_for
@@ -91,6 +92,13 @@ def checkpoint(self: Task) -> int:
     runtime = runtime_for(self.app)
     interval = runtime.settings.checkpoint.interval_ms
     return len(report_checkpoints(runtime.store, runtime.checkpoint_sink, interval, now_ms()))
+
+
+@kefu_task("kefu.receipts.alerts")
+def alerts(self: Task) -> int:
+    """Beat: deliver the alerts raised since the last round (worker.alert_sinks)."""
+    runtime = runtime_for(self.app)
+    return deliver_alerts(runtime.store, runtime.alert_sink, runtime.settings.shard)
 
 
 @kefu_task("kefu.ingest.ping", ignore_result=False)
