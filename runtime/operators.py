@@ -17,7 +17,7 @@ import re
 import secrets
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, now_ms
@@ -41,6 +41,13 @@ class Role(StrEnum):
 class Operator(BaseModel):
     name: str
     role: Role
+    # Changes with the password: a session signed in under another one has ended. A digest of
+    # the stored hash, never the hash itself; not listed.
+    credential: str = Field("", exclude=True)
+
+
+def _credential(password_hash: str) -> str:
+    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
 
 
 def hash_password(password: str) -> str:
@@ -99,16 +106,17 @@ def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | N
     if row is None:
         _matches(password, _unknown_hash())  # the same one scrypt run as for a known name
         return None
-    return Operator(name=name, role=Role(row[0])) if _matches(password, row[1]) else None
+    matches = _matches(password, row[1])
+    return Operator(name=name, role=Role(row[0]), credential=_credential(row[1])) if matches else None
 
 
 def operator_named(store: DeliveryStore, name: str) -> Operator | None:
     """An enabled operator by name (a signed session names one: disabling them ends it)."""
     with store.read() as conn:
-        role = conn.execute(
-            sql("SELECT role FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
-        ).scalar_one_or_none()
-    return None if role is None else Operator(name=name, role=Role(role))
+        row = conn.execute(
+            sql("SELECT role, password_hash FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
+        ).first()
+    return None if row is None else Operator(name=name, role=Role(row[0]), credential=_credential(row[1]))
 
 
 def disable_operator(store: DeliveryStore, name: str) -> bool:

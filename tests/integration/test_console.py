@@ -271,3 +271,18 @@ def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, sto
     with store.read() as conn:
         actions = conn.exec_driver_sql("SELECT operator, action, detail FROM operator_action ORDER BY id").all()
     assert [tuple(a) for a in actions] == [("ada", "pause-input", "host"), ("ada", "resume-input", "host")]
+
+
+def test_a_new_password_ends_open_sessions_and_guessing_is_throttled(console, store, shop):
+    with httpx.Client(base_url=console, follow_redirects=True) as client:
+        http_sign_in(client, "alice")
+        assert client.get("/").url.path == "/"
+        add_operator(store, "alice", Role.OPERATOR, "a-new-password-2")  # e.g. the old one leaked
+        assert client.get("/").url.path == "/login"  # that session has ended
+    with httpx.Client(base_url=console) as client:
+        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)[1]  # type: ignore[index]
+        for _ in range(5):
+            wrong = client.post("/login", data={"csrf": token, "name": "victor", "password": "guess-guess"})
+            assert wrong.status_code == 200 and "wrong password" in wrong.text
+        right = client.post("/login", data={"csrf": token, "name": "victor", "password": PASSWORD})
+    assert right.status_code == 429 and "KEFU_SIGN_IN_THROTTLED" in right.text  # even the right password, for now

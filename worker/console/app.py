@@ -48,7 +48,7 @@ from runtime.status import notices
 from runtime.store.sql import sql
 from runtime.store.tables import Customer
 from runtime.transcript import transcript, transcript_version
-from worker.console.auth import check_csrf, csrf_token, require, session_secret, signed_in
+from worker.console.auth import SignInThrottle, check_csrf, csrf_token, require, session_secret, sign_in, signed_in
 from worker.console.metrics import registry_for
 from worker.context import WorkerRuntime
 
@@ -62,6 +62,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     query, a later attempt) to the workers; None leaves it to their reconciler."""
     store, zone, sessions = runtime.store, runtime.settings.zone, runtime.settings.sessions_dir
     max_file = runtime.settings.media_max_bytes
+    throttle = SignInThrottle()
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
@@ -93,11 +94,13 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         form = await request.form()
         check_csrf(request, form.get("csrf"))
         name, password = str(form.get("name", "")), str(form.get("password", ""))
+        keys = (f"name:{name}", f"address:{request.client.host if request.client else '-'}")
+        throttle.check(*keys)
         operator = await run_in_threadpool(authenticate, store, name, password)
         if operator is None:
+            throttle.failed(*keys)
             return page(request, "login.html", None, error="unknown operator or wrong password")
-        request.session.clear()  # a new session id for a new sign-in
-        request.session["operator"] = operator.name
+        sign_in(request, operator)
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import time
+from collections import defaultdict, deque
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
@@ -47,9 +49,48 @@ def session_secret(data_dir: Path) -> str:
     return secret
 
 
+def sign_in(request: Request, operator: Operator) -> None:
+    request.session.clear()  # a new session (and CSRF token) for a new sign-in
+    request.session.update(operator=operator.name, credential=operator.credential)
+
+
 def signed_in(request: Request, store: DeliveryStore) -> Operator | None:
+    """The session's operator while they are enabled and their password is the one they signed
+    in with: a disabled operator or a changed password ends every session at its next request."""
     name = request.session.get("operator")
-    return operator_named(store, name) if isinstance(name, str) else None
+    operator = operator_named(store, name) if isinstance(name, str) else None
+    if operator is None or not hmac.compare_digest(operator.credential, str(request.session.get("credential"))):
+        return None
+    return operator
+
+
+class SignInThrottle:
+    """After `limit` failed sign-ins for one name, or from one address, within `window_s`,
+    refuse sign-ins there until the oldest failure is older than the window (this process's
+    memory: a restart forgets, which scrypt's cost per guess still makes slow)."""
+
+    def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.failures: dict[str, deque[float]] = defaultdict(deque)
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        failures = self.failures[key]
+        while failures and failures[0] <= now - self.window_s:
+            failures.popleft()
+        return failures
+
+    def check(self, *keys: str) -> None:
+        now = time.monotonic()
+        for key in keys:
+            failures = self._recent(key, now)
+            if len(failures) >= self.limit:
+                wait = int(failures[0] + self.window_s - now) + 1
+                raise HTTPException(429, f"KEFU_SIGN_IN_THROTTLED: too many failed sign-ins; try again in {wait} s")
+
+    def failed(self, *keys: str) -> None:
+        now = time.monotonic()
+        for key in keys:
+            self._recent(key, now).append(now)
 
 
 def csrf_token(request: Request) -> str:
