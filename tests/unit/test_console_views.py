@@ -168,3 +168,31 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     assert samples[("kefu_reply_latency_seconds_count", (("shard", "default"),))] == 1  # the automatic reply only
     assert samples[("kefu_reply_latency_seconds_bucket", (("le", "+Inf"), ("shard", "default")))] == 1
     assert samples[("kefu_reply_latency_seconds_bucket", (("le", "300.0"), ("shard", "default")))] == 1
+
+
+def test_a_conversation_page_shows_what_the_memory_engine_keeps_about_the_buyer(
+    settings, store, shop, transport, platform
+):
+    from starlette.testclient import TestClient
+
+    from runtime.agent.memory import scope_of
+    from runtime.memory.folders import ArchivedMessage, plan_folders
+    from runtime.memory.store import MemoryStore
+    from worker.console import create_app
+    from worker.context import WorkerRuntime
+
+    customer = say(store, transport, platform, "b1", "张三", "以后都发顺丰")
+    add_operator(store, "victor", Role.VIEWER, "viewer-pass-1")
+    with TestClient(create_app(WorkerRuntime(settings))) as client:
+        token = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+        client.post("/login", data={"csrf": token, "name": "victor", "password": "viewer-pass-1"})
+        assert "nothing archived yet" in client.get(f"/c/{customer}").text  # no memory file yet
+        memory = MemoryStore(settings.memory_path)
+        said = [ArchivedMessage(role="user", text="我喜欢顺丰快递，以后都发顺丰", at_ms=1)]
+        [folder] = memory.commit_archive(scope_of(customer), "p1", plan_folders(said))
+        memory.commit_archive(
+            scope_of(customer + 1), "p2", plan_folders([ArchivedMessage(role="user", text="别人的", at_ms=1)])
+        )
+        page = client.get(f"/c/{customer}").text
+    shown = page.split('id="memory"')[1].split("</section>")[0]
+    assert folder.title in shown and "别人的" not in shown and "nothing archived yet" not in shown

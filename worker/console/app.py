@@ -33,6 +33,7 @@ from starlette.templating import Jinja2Templates
 from runtime import pipeline
 from runtime.accounts import list_accounts
 from runtime.admission import load_customer
+from runtime.agent.memory import scope_of
 from runtime.alerts import backlog
 from runtime.checkpoints import checkpoint_views
 from runtime.customers import ack_customer_read, display_name, list_customers
@@ -41,6 +42,8 @@ from runtime.handling import pause_handling, resume_handling
 from runtime.input_pause import input_pauses, pause_input
 from runtime.manual import ManualSend, retry_manual, send_manual_parts
 from runtime.media import check_media_size
+from runtime.memory.recall import load_state
+from runtime.memory.store import Folder, MemoryStore
 from runtime.operators import Operator, Role, authenticate, record_action
 from runtime.outbox import confirm_result, list_requests, load_request
 from runtime.states import OutboxState
@@ -73,6 +76,18 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         if operator is not None:
             context["notices"] = notices(store)
         return templates.TemplateResponse(request, template, context)
+
+    memory: list[MemoryStore] = []  # opened once the engine has made its file
+
+    def memory_notes(customer_id: int) -> list[tuple[Folder, bool]]:
+        """What the memory engine archived about this buyer, and whether it is in the recall block."""
+        if not memory:
+            if not runtime.settings.memory_path.exists():
+                return []
+            memory.append(MemoryStore(runtime.settings.memory_path))
+        scope = scope_of(customer_id)
+        block = set(load_state(memory[0], scope).block)
+        return [(folder, folder.id in block) for folder in memory[0].folders(scope)]
 
     def live_fragment(customer_id: int) -> str:
         return templates.get_template("_live.html").render(
@@ -145,6 +160,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             customer=customer,
             name=display_name(store, customer_id) or customer.conversation_id,
             lines=transcript(store, customer_id, sessions_dir=sessions).lines,
+            memory=memory_notes(customer_id),
             request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
         )
 
