@@ -19,6 +19,8 @@ from runtime.accounts import require_account
 from runtime.errors import KefuError
 from runtime.inbox import record_received
 from runtime.pages import InboundPage
+from runtime.shards import local_placement
+from runtime.states import PlacementState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
@@ -34,6 +36,7 @@ class InputPaused(Exception):
 class PauseState(BaseModel):
     scope: str  # "*" for the host, else the account id
     paused_at: int
+    by_move: bool = False  # the account is between shards: only the move resumes it
 
 
 def _scope(account_id: str | None) -> str:
@@ -88,14 +91,29 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
 def input_pauses(store: DeliveryStore) -> list[PauseState]:
     """The pauses in force: the host's ("*") or accounts' (never both)."""
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT scope, paused_at FROM input_pause ORDER BY scope")).mappings().all()
-    return [PauseState.model_validate(dict(row)) for row in rows]
+        rows = conn.execute(
+            sql(
+                "SELECT scope, paused_at, EXISTS (SELECT 1 FROM account_placement WHERE account_id = scope"
+                " AND state != 'active') AS by_move FROM input_pause ORDER BY scope"
+            )
+        ).mappings()
+        return [PauseState.model_validate(dict(row)) for row in rows]
 
 
 def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:
     """Lift the pause (idempotent). Returns the pages it held in its scope, oldest first, to be
-    ingested again; the input it kept from admission waits as pending (runtime.pipeline.resume)."""
+    ingested again; the input it kept from admission waits as pending (runtime.pipeline.resume).
+
+    A move's pause is the move's to lift: pages taken in on the source after its slice left
+    would be deleted with the account when the move completes (KEFU_INPUT_PAUSE_HELD_BY_MOVE)."""
     with store.write() as conn:
+        placement = local_placement(conn, account_id) if account_id is not None else None
+        if placement is not None and placement.state != PlacementState.ACTIVE:
+            raise KefuError(
+                "KEFU_INPUT_PAUSE_HELD_BY_MOVE",
+                f"account {account_id!r} is {placement.state} (a move between shards); its input pause is the move's",
+                "let the move finish or roll it back (`kefu accounts move`); that resumes input",
+            )
         conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": _scope(account_id)})
     return held_pages(store, account_id)
 

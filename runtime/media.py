@@ -8,6 +8,8 @@ retried by an operator) after the original file is gone.
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +71,21 @@ def sniff(data: bytes) -> tuple[str, str, str] | None:
     return None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean_file_name(name: str) -> str:
+    """The name a file goes out under: the last part of whatever path a browser or an OS sent
+    (`C:\\fakepath\\a.png`, `../../a.png`), NFC, without control characters."""
+    base = _CONTROL.sub("", unicodedata.normalize("NFC", name).replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    if base in ("", ".", ".."):
+        raise _invalid(f"{name[:40]!r} is not a usable file name", "give the file a name")
+    return base
+
+
 def describe(data: bytes, name: str) -> tuple[str, str, str]:
     """(kind, completed file name, mime). An image's name gets the extension its bytes prove."""
+    name = clean_file_name(name)
     found = sniff(data)
     if found is None:
         return "file", name, "application/octet-stream"

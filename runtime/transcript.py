@@ -25,11 +25,11 @@ Speaker = Literal["buyer", "native-operator", "assistant", "console-operator", "
 
 _LINES = sql(
     "SELECT * FROM ("
-    " SELECT 'm' || id AS key, received_at AS at, sender_role AS role, sender_name AS name, content_type, body,"
-    "  NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator"
+    " SELECT printf('m%019d', id) AS key, received_at AS at, sender_role AS role, sender_name AS name,"
+    "  content_type, body, NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator"
     " FROM inbound_message WHERE customer_id = :c AND sender_role NOT IN ('ai', 'human-console')"
     " UNION ALL"
-    " SELECT 'r' || r.rowid, r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
+    " SELECT printf('r%019d', r.rowid), r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
     "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.account_id = r.account_id"
     "   AND b.platform_message_id = r.platform_message_id), r.operator"
     " FROM outbox_request r WHERE r.customer_id = :c"
@@ -38,7 +38,7 @@ _LINES = sql(
 
 
 class TranscriptLine(BaseModel):
-    key: str  # stable across reloads: the live view replaces lines by it
+    key: str  # stable across reloads: the live view replaces lines by it; zero-padded, so it sorts
     at: int  # ms since epoch
     speaker: Speaker
     label: str  # as the agent's history shows it, with the console operator's name
@@ -103,7 +103,7 @@ def transcript(
 
 def _parse_cursor(cursor: str) -> tuple[int, str]:
     at, _, key = cursor.partition(".")
-    if not at.isdigit() or not key:
+    if not (at.isascii() and at.isdigit()) or not key:
         raise KefuError("KEFU_INVALID_INPUT", "the history cursor is not one this view printed", "copy it exactly")
     return int(at), key
 

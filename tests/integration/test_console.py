@@ -28,7 +28,7 @@ from runtime.operators import Role, add_operator
 from runtime.outbox import begin_attempt, record_failure
 from runtime.ports import SendFailure
 from tests.integration.helpers import wait_for
-from worker.celery_app import make_app
+from worker.celery_app import FAMILIES, make_app, queue_name
 from worker.console import create_app
 from worker.context import WorkerRuntime
 from worker.dispatch import send
@@ -210,12 +210,14 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
         scraped = client.get("/metrics")
     families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
     assert families["kefu_handoffs_waiting"].samples[0].value == 1
+    depths = {sample.labels["queue"]: sample.value for sample in families["kefu_queue_depth"].samples}
+    assert set(depths) == {queue_name(family, "default") for family in FAMILIES}  # asked of Redis
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
 
 
-def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, store, shop, platform, transport):
+def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, settings, store, shop, platform, transport):
     said = platform.buyer_says("shop", "b1", "孙七", "有尺码表吗")
     [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
     chart = tmp_path / "chart.png"
@@ -232,8 +234,14 @@ def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, stor
         token = http_sign_in(client, "alice")
         empty = {"file": ("empty.png", b"", "image/png")}
         refused = client.post(f"/c/{customer}/send", data={"csrf": token, "request_id": "console-2"}, files=empty)
-    assert refused.status_code == 400 and "KEFU_MEDIA_INVALID" in refused.text and "is empty" in refused.text
-    assert len(platform.received("shop")) == 2  # the refused file registered nothing
+        assert refused.status_code == 400 and "KEFU_MEDIA_INVALID" in refused.text and "is empty" in refused.text
+        huge = {"file": ("huge.png", b"\0" * (settings.media_max_bytes + 70_000), "image/png")}
+        refused = client.post(f"/c/{customer}/send", data={"csrf": token, "request_id": "console-3"}, files=huge)
+        assert refused.status_code == 413 and "KEFU_REQUEST_TOO_LARGE" in refused.text
+        client.cookies.clear()  # nobody signed in: refused before the form is read
+        anonymous = client.post(f"/c/{customer}/send", files=huge, follow_redirects=False)
+    assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
+    assert len(platform.received("shop")) == 2  # the refused files registered nothing
 
 
 def after_submit(driver: WebDriver) -> WebDriverWait:
@@ -285,4 +293,6 @@ def test_a_new_password_ends_open_sessions_and_guessing_is_throttled(console, st
             wrong = client.post("/login", data={"csrf": token, "name": "victor", "password": "guess-guess"})
             assert wrong.status_code == 200 and "wrong password" in wrong.text
         right = client.post("/login", data={"csrf": token, "name": "victor", "password": PASSWORD})
-    assert right.status_code == 429 and "KEFU_SIGN_IN_THROTTLED" in right.text  # even the right password, for now
+        assert right.status_code == 429 and "KEFU_SIGN_IN_THROTTLED" in right.text  # even the right password, for now
+        other = client.post("/login", data={"csrf": token, "name": "ada", "password": PASSWORD})
+    assert other.status_code == 303  # another operator is not held up by guesses at victor

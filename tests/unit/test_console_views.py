@@ -152,7 +152,7 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     grant = begin_attempt(store, "op-1", "w", 60)
     record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
     pause_handling(store, first, "VIP")
-    text = generate_latest(registry_for(store, "default")).decode()
+    text = generate_latest(registry_for(store, settings)).decode()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -161,6 +161,7 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     assert samples[("kefu_buyer_messages_received_total", (("shard", "default"),))] == 2
     assert samples[("kefu_sends_result_unknown", (("shard", "default"),))] == 1
     assert samples[("kefu_handoffs_waiting", (("shard", "default"),))] == 1
+    assert samples[("kefu_queue_depth", (("queue", "kefu.agent.default"), ("shard", "default")))] == 0  # embedded
     assert samples[("kefu_alerts_undelivered", (("shard", "default"),))] == 1  # the unknown send; "VIP" is no handoff
     key = ("kefu_outbox_requests", (("origin", "manual"), ("shard", "default"), ("state", "result-unknown")))
     assert samples[key] == 1
@@ -196,3 +197,16 @@ def test_a_conversation_page_shows_what_the_memory_engine_keeps_about_the_buyer(
         page = client.get(f"/c/{customer}").text
     shown = page.split('id="memory"')[1].split("</section>")[0]
     assert folder.title in shown and "别人的" not in shown and "nothing archived yet" not in shown
+
+
+def test_a_pages_lines_keep_their_order_past_ten_and_pages_of_history_meet(store, shop, transport, platform):
+    said = [platform.buyer_says("shop", "b1", "张三", f"第{n}句") for n in range(12)]
+    [customer] = ingest_page(store, transport.page_of("shop", said)).customer_ids  # one received_at for all
+    assert [line.text for line in transcript(store, customer).lines] == [f"第{n}句" for n in range(12)]
+    newest = transcript(store, customer, limit=5)
+    older = transcript(store, customer, limit=50, before=newest.older)
+    assert [line.text for line in older.lines + newest.lines] == [f"第{n}句" for n in range(12)]
+    assert older.older is None
+    for bad in ("².m1", "x", "12."):
+        with pytest.raises(KefuError, match="KEFU_INVALID_INPUT"):
+            transcript(store, customer, before=bad)

@@ -87,3 +87,22 @@ def test_admission_stops_while_paused_and_in_flight_counts_turns(store, shop, tr
     with store.write() as conn:
         conn.exec_driver_sql("UPDATE admission_batch SET state = 'done'")
     assert in_flight(store) == 0
+
+
+def test_a_moves_pause_is_the_moves_to_lift(store, shop):
+    from runtime.input_pause import input_pauses
+    from runtime.shards import Placement, record_placement
+    from runtime.states import PlacementState
+
+    pause_input(store, shop)
+    with store.write() as conn:  # what a move's stop does on its source
+        record_placement(conn, Placement(account_id=shop, shard="default", state=PlacementState.MOVING))
+    assert [(p.scope, p.by_move) for p in input_pauses(store)] == [(shop, True)]
+    with pytest.raises(KefuError) as refused:
+        resume_input(store, shop)
+    assert refused.value.code == "KEFU_INPUT_PAUSE_HELD_BY_MOVE"
+    assert count(store, "SELECT count(*) FROM input_pause") == 1  # still paused: nothing is taken in
+    with store.write() as conn:  # the move resumes it once the account is served here again
+        record_placement(conn, Placement(account_id=shop, shard="default", generation=2))
+    resume_input(store, shop)
+    assert input_pauses(store) == []

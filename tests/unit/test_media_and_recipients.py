@@ -194,3 +194,17 @@ def test_attachments_are_registered_in_order_before_the_text_or_not_at_all(store
         without_folder, ToolCall(id="c3", name="im_send_message", arguments='{"text": "图", "attachments": ["a.png"]}')
     )
     assert refused.is_error and "KEFU_MEDIA_INVALID" in refused.content
+
+
+@pytest.mark.parametrize(
+    ("sent_as", "goes_out_as"),
+    [("C:\\fakepath\\chart.png", "chart.png"), ("../../chart.png", "chart.png"), ("ch\r\nart.png", "chart.png")],
+)
+def test_a_file_goes_out_under_its_own_name_only(sent_as, goes_out_as):
+    assert describe(PNG, sent_as)[1] == goes_out_as
+
+
+@pytest.mark.parametrize("name", ["", "../", "\x00\x01", "a/.."])
+def test_a_file_without_a_usable_name_is_refused(name):
+    with pytest.raises(KefuError, match="KEFU_MEDIA_INVALID"):
+        describe(PNG, name)

@@ -57,6 +57,7 @@ from worker.context import WorkerRuntime
 
 HERE = Path(__file__).parent
 LIVE_POLL_S = 0.5
+FORM_MAX_BYTES = 64 * 1024  # a form's fields (a message is at most 4,000 characters); a file comes on top
 STREAM_FOR_S = 25  # a stream ends after this and the browser reconnects: no stream outlives a shutdown long
 
 
@@ -94,10 +95,11 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             customer=_customer(runtime, customer_id), lines=transcript(store, customer_id, sessions_dir=sessions).lines
         )
 
-    async def act(request: Request, role: Role) -> tuple[Operator, FormData]:
-        form = await request.form()
-        check_csrf(request, form.get("csrf"))
+    async def act(request: Request, role: Role, max_bytes: int = FORM_MAX_BYTES) -> tuple[Operator, FormData]:
+        """Who acts (from the cookie alone: nobody's form is read before that), then the form."""
         operator = require(await run_in_threadpool(signed_in, request, store), role)
+        form = await read_form(request, max_bytes)
+        check_csrf(request, form.get("csrf"))
         return operator, form
 
     # -- pages --------------------------------------------------------------------------------
@@ -106,20 +108,19 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         return page(request, "login.html", None, error=None)
 
     async def login(request: Request) -> Response:
-        form = await request.form()
+        form = await read_form(request)
         check_csrf(request, form.get("csrf"))
         name, password = str(form.get("name", "")), str(form.get("password", ""))
-        keys = (f"name:{name}", f"address:{request.client.host if request.client else '-'}")
-        throttle.check(*keys)
+        attempt = throttle.begin(name, request.client.host if request.client else "-")
         operator = await run_in_threadpool(authenticate, store, name, password)
         if operator is None:
-            throttle.failed(*keys)
             return page(request, "login.html", None, error="unknown operator or wrong password")
+        throttle.succeeded(attempt)
         sign_in(request, operator)
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:
-        form = await request.form()
+        form = await read_form(request)
         check_csrf(request, form.get("csrf"))
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
@@ -206,13 +207,14 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
 
     async def send(request: Request) -> Response:
         """Text, a file, or a file then its text (one request each, sent in that order)."""
-        operator, form = await act(request, Role.OPERATOR)
+        operator, form = await act(request, Role.OPERATOR, max_file + FORM_MAX_BYTES)
         customer_id = int(request.path_params["customer_id"])
         request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip() or None
         parts = []
         upload = form.get("file")
         if isinstance(upload, UploadFile) and upload.filename:
-            data = await upload.read(max_file + 1)
+            data = await upload.read()  # at most the form's length, checked before it was read
+            await form.close()
             check_media_size(upload.filename, len(data), max_file)
             file_id, name, by = f"{request_id}.file", upload.filename, operator.name
             parts.append(
@@ -332,7 +334,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    registry = registry_for(store, runtime.settings.shard)
+    registry = registry_for(store, runtime.settings)
     secret = session_secret(runtime.settings.data_dir)
     middleware = [Middleware(SessionMiddleware, secret_key=secret, same_site="strict", session_cookie="kefu_console")]
     return Starlette(
@@ -340,6 +342,17 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         middleware=middleware,
         exception_handlers={HTTPException: refused, KefuError: refused, ValidationError: refused},
     )
+
+
+async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormData:
+    """The form, refused unread when its declared length is over `max_bytes` (the server never
+    reads past a declared length), with at most one file: an oversized upload never reaches disk."""
+    length = request.headers.get("content-length", "")
+    if not (length.isascii() and length.isdigit()):
+        raise HTTPException(411, "KEFU_LENGTH_REQUIRED: send the form with its Content-Length")
+    if int(length) > max_bytes:
+        raise HTTPException(413, f"KEFU_REQUEST_TOO_LARGE: the form is {length} bytes; the limit is {max_bytes}")
+    return await request.form(max_files=1, max_fields=16)
 
 
 def _customer(runtime: WorkerRuntime, customer_id: int) -> Customer:

@@ -8,7 +8,7 @@ import hmac
 import os
 import secrets
 import time
-from collections import defaultdict, deque
+from collections import deque
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
@@ -65,32 +65,37 @@ def signed_in(request: Request, store: DeliveryStore) -> Operator | None:
 
 
 class SignInThrottle:
-    """After `limit` failed sign-ins for one name, or from one address, within `window_s`,
-    refuse sign-ins there until the oldest failure is older than the window (this process's
-    memory: a restart forgets, which scrypt's cost per guess still makes slow)."""
+    """After `limit` failed sign-ins as one name from one address within `window_s`, that pair
+    waits until its oldest failure leaves the window. Another address is not held up, so a
+    guesser elsewhere cannot lock an operator out (behind a proxy, let uvicorn see the client's
+    address: `--forwarded-allow-ips`). Every attempt counts as failed until it succeeds, so
+    concurrent guesses cannot slip past the limit. This process's memory, bounded: a restart
+    forgets, which scrypt's cost per guess still makes slow."""
+
+    MAX_KEYS = 10_000
 
     def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
         self.limit, self.window_s = limit, window_s
-        self.failures: dict[str, deque[float]] = defaultdict(deque)
+        self.failures: dict[str, deque[float]] = {}
 
-    def _recent(self, key: str, now: float) -> deque[float]:
-        failures = self.failures[key]
+    def begin(self, name: str, address: str) -> str:
+        """Refuse (429) while the pair is throttled; else count the attempt, and return its key."""
+        key, now = f"{address}\0{name[:64]}", time.monotonic()
+        failures = self.failures.get(key, deque())
         while failures and failures[0] <= now - self.window_s:
             failures.popleft()
-        return failures
+        if len(failures) >= self.limit:
+            wait = int(failures[0] + self.window_s - now) + 1
+            raise HTTPException(429, f"KEFU_SIGN_IN_THROTTLED: too many failed sign-ins; try again in {wait} s")
+        failures.append(now)
+        self.failures.pop(key, None)
+        self.failures[key] = failures  # newest last: the oldest keys go first when there are too many
+        while len(self.failures) > self.MAX_KEYS:
+            del self.failures[next(iter(self.failures))]
+        return key
 
-    def check(self, *keys: str) -> None:
-        now = time.monotonic()
-        for key in keys:
-            failures = self._recent(key, now)
-            if len(failures) >= self.limit:
-                wait = int(failures[0] + self.window_s - now) + 1
-                raise HTTPException(429, f"KEFU_SIGN_IN_THROTTLED: too many failed sign-ins; try again in {wait} s")
-
-    def failed(self, *keys: str) -> None:
-        now = time.monotonic()
-        for key in keys:
-            self._recent(key, now).append(now)
+    def succeeded(self, key: str) -> None:
+        self.failures.pop(key, None)
 
 
 def csrf_token(request: Request) -> str:

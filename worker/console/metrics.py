@@ -9,15 +9,18 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from config import Settings
 from runtime.alerts import backlog
 from runtime.states import OutboxState
 from runtime.status import REPLY_LATENCY_BOUNDS, operations
 from runtime.store import DeliveryStore
+from worker.broker import queue_depths
+from worker.celery_app import FAMILIES, queue_name
 
 
 class StoreCollector(Collector):
-    def __init__(self, store: DeliveryStore, shard: str) -> None:
-        self.store, self.shard = store, shard
+    def __init__(self, store: DeliveryStore, settings: Settings) -> None:
+        self.store, self.settings, self.shard = store, settings, settings.shard
 
     def collect(self) -> Iterator[Metric]:
         now = operations(self.store)
@@ -64,9 +67,17 @@ class StoreCollector(Collector):
         )
         alerts.add_metric(shard, backlog(self.store).undelivered)
         yield alerts
+        queued = GaugeMetricFamily(
+            "kefu_queue_depth", "Messages waiting in each of the shard's broker queues", labels=["shard", "queue"]
+        )
+        names = [queue_name(family, self.shard) for family in FAMILIES]
+        for queue, depth in queue_depths(self.settings, names).items():
+            if depth >= 0:  # -1: a broker that cannot be asked (AMQP) or is down: no sample, not a zero
+                queued.add_metric([self.shard, queue], depth)
+        yield queued
 
 
-def registry_for(store: DeliveryStore, shard: str) -> CollectorRegistry:
+def registry_for(store: DeliveryStore, settings: Settings) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, shard))
+    registry.register(StoreCollector(store, settings))
     return registry
