@@ -113,9 +113,17 @@ class AlertSettings(_Section):
     """Notices for humans (a handoff, a send ended failed or result-unknown, a failed listener)
     show in the console; with a webhook they are also POSTed there, at least once each."""
 
-    webhook_url: str | None = Field(None, pattern=r"^https?://")
+    webhook_url: SecretStr | None = None  # chat webhooks carry their token in the URL: never printed
     webhook_timeout_s: float = Field(5.0, gt=0, le=60)
     interval_s: float = Field(5.0, ge=0.5, le=3600)  # how often beat delivers what was raised
+    include_simulated: bool = False  # also POST the alerts of simulated accounts (to try the webhook)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.match(r"https?://", value.get_secret_value()):
+            raise ValueError("KEFU_ALERTS__WEBHOOK_URL must start with http:// or https://")
+        return value
 
 
 class ListenerSettings(_Section):

@@ -45,8 +45,9 @@ def is_current(conn: Connection, customer_id: int, epoch: int) -> bool:
     return not state.paused and state.epoch == epoch
 
 
-def pause_handling(store: DeliveryStore, customer_id: int, reason: str) -> HandlingState:
-    """Pause automatic handling. Idempotent: pausing a paused customer changes nothing."""
+def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
+    """Pause automatic handling. Idempotent: pausing a paused customer changes nothing.
+    `handoff`: the agent asks for a human (an alert, runtime.alerts); else an operator took over."""
     with store.write() as conn:
         state = _state(conn, customer_id)
         if state.paused:
@@ -54,9 +55,9 @@ def pause_handling(store: DeliveryStore, customer_id: int, reason: str) -> Handl
         conn.execute(
             sql(
                 "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
-                " handling_reason = :r WHERE id = :c"
+                " handling_reason = :r, handed_off = :h WHERE id = :c"
             ),
-            {"c": customer_id, "r": reason},
+            {"c": customer_id, "r": reason, "h": handoff},
         )
         suppress_waiting(conn, customer_id)
         revoke_unsent_auto(conn, customer_id, "KEFU_HANDLING_PAUSED")

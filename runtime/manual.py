@@ -52,6 +52,32 @@ class ManualSend(BaseModel):
         return self
 
 
+def message_parts(
+    request_id: str,
+    customer_id: int,
+    text: str | None,
+    file: tuple[bytes, str] | None = None,
+    operator: str | None = None,
+) -> list[ManualSend]:
+    """An operator's message as the requests it goes out in: its file first (`<id>.file`), then
+    its text (`<id>`). Neither is a ManualSend that does not validate."""
+    parts = []
+    if file is not None:
+        data, name = file
+        parts.append(
+            ManualSend(
+                request_id=f"{request_id}.file",
+                customer_id=customer_id,
+                file_name=name,
+                file_data=data,
+                operator=operator,
+            )
+        )
+    if text is not None or file is None:
+        parts.append(ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator))
+    return parts
+
+
 def _check_request_id(value: str) -> str:
     if not _REQUEST_ID.fullmatch(value):
         raise KefuError(

@@ -15,7 +15,7 @@ and a step run twice, or after a crash, finds the work done or does it once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -287,6 +287,19 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
 
 
 # --- sending -------------------------------------------------------------------------------
+
+
+def deliver_in_order(services: Services, request_ids: Sequence[str]) -> Iterator[tuple[str, Step]]:
+    """An operator's message now (its parts in order, e.g. a file then its text), each part's
+    step as it is attempted. A part's follow-up attempt of the next part is left out (it is
+    attempted next, here); a part that has to wait its turn gets an attempt for the workers."""
+    for index, request_id in enumerate(request_ids):
+        step = deliver(services, request_id)
+        later = set(request_ids[index + 1 :])
+        follow_ups = [w for w in step.follow_ups if not (isinstance(w, Attempt) and w.request_id in later)]
+        if step.outcome in ("waiting-for-earlier", "in-progress"):  # a worker sends it in its turn
+            follow_ups.append(Attempt(request_id))
+        yield request_id, Step(step.outcome, tuple(follow_ups))
 
 
 def deliver(services: Services, request_id: str, retries: int = 0, begun: AttemptGrant | None = None) -> Step:

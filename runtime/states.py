@@ -102,3 +102,11 @@ class MoveStep(StrEnum):
     ROLLING_BACK_TARGET = "rolling-back-target"  # the target discards what it imported
     ROLLING_BACK_SOURCE = "rolling-back-source"  # the source serves the account again
     ROLLED_BACK = "rolled-back"
+
+
+class AlertState(StrEnum):
+    """alert.state (runtime.alerts): raised, then delivered, or refused for good by its sink."""
+
+    RAISED = "raised"
+    DELIVERED = "delivered"
+    REFUSED = "refused"  # the sink answered that it will never take it (e.g. HTTP 400)

@@ -1,80 +1,73 @@
-"""Where alerts go besides the console: the log (default) or a webhook (KEFU_ALERTS__WEBHOOK_URL).
+"""Where alerts go besides the console: the worker log (default) or a webhook
+(KEFU_ALERTS__WEBHOOK_URL); runtime.alerts delivers them through one of these.
 
-Beat delivers the shard's undelivered alerts oldest first and stops at the first failure, so a
-webhook that is down gets them again, in order, on the next round. Delivery is at least once:
-a crash between the POST and its record sends that alert again, with the same `key` (also the
-`Idempotency-Key` header) for the receiver to drop it. A response body is never read into a
+A webhook gets each alert as JSON, at least once: a crash between the POST and its record sends
+it again with the same `key` (also the `Idempotency-Key` header) for the receiver to drop it. A
+2xx delivers it; a 4xx other than 408 or 429 refuses it for good (tried again, it would only
+hold up the rest); anything else is tried again next round. Alerts of simulated accounts go to
+the log unless KEFU_ALERTS__INCLUDE_SIMULATED is set. A response body is never read into a
 diagnostic.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 import httpx
 
 from config import AlertSettings
-from runtime.alerts import Alert, mark_delivered, mark_undelivered, undelivered
-from runtime.store import DeliveryStore
+from runtime.alerts import Alert, AlertSink, SinkAnswer
 
 log = logging.getLogger("kefu.alerts")
 
 
-class AlertSink(Protocol):
-    def send(self, shard: str, alert: Alert) -> str | None:
-        """None when the alert is delivered, else why not (a code and safe facts)."""
-
-
 class LogSink:
-    def send(self, shard: str, alert: Alert) -> str | None:
+    def send(self, alert: Alert) -> SinkAnswer:
         log.warning(
-            "alert %s:%d %s account=%s customer=%s request=%s code=%s",
-            shard,
-            alert.id,
+            "alert %s %s%s: account %s, customer %s, request %s, code %s",
+            alert.key,
             alert.kind,
+            " (simulated)" if alert.simulated else "",
             alert.account_id,
             alert.customer_id,
             alert.request_id,
             alert.code,
         )
-        return None
+        return SinkAnswer(outcome="delivered")
 
 
 class WebhookSink:
-    """POSTs each alert as JSON; any 2xx answer delivers it."""
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        shard: str,
+        include_simulated: bool,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url, self.shard, self.include_simulated = url, shard, include_simulated
+        self.client = httpx.Client(timeout=timeout_s, transport=transport)
+        self.log = LogSink()
 
-    def __init__(self, url: str, timeout_s: float) -> None:
-        self.url = url
-        self.client = httpx.Client(timeout=timeout_s)
-
-    def send(self, shard: str, alert: Alert) -> str | None:
-        key = f"{shard}:{alert.id}"
-        body = {"key": key, "shard": shard, **alert.model_dump(mode="json", exclude={"attempts"})}
+    def send(self, alert: Alert) -> SinkAnswer:
+        if alert.simulated and not self.include_simulated:
+            return self.log.send(alert)
+        body = {"shard": self.shard, **alert.model_dump(mode="json", exclude={"attempts"})}
         try:
-            response = self.client.post(self.url, json=body, headers={"Idempotency-Key": key})
+            response = self.client.post(self.url, json=body, headers={"Idempotency-Key": alert.key})
         except httpx.HTTPError as error:
-            return f"KEFU_ALERT_WEBHOOK_UNREACHABLE: {type(error).__name__}"
+            return SinkAnswer(outcome="retry", failure=f"KEFU_ALERT_WEBHOOK_UNREACHABLE: {type(error).__name__}")
         if response.is_success:
-            return None
-        return f"KEFU_ALERT_WEBHOOK_HTTP: {response.status_code} {response.reason_phrase}"
+            return SinkAnswer(outcome="delivered")
+        failure = f"KEFU_ALERT_WEBHOOK_HTTP: {response.status_code} {response.reason_phrase}"
+        refused = response.is_client_error and response.status_code not in (408, 429)
+        if refused:
+            log.warning("alert %s refused by the webhook (%s); not sent again", alert.key, failure)
+        return SinkAnswer(outcome="refused" if refused else "retry", failure=failure)
 
 
-def build_alert_sink(settings: AlertSettings) -> AlertSink:
-    if settings.webhook_url:
-        return WebhookSink(settings.webhook_url, settings.webhook_timeout_s)
-    return LogSink()
-
-
-def deliver_alerts(store: DeliveryStore, sink: AlertSink, shard: str) -> int:
-    """Deliver what is due, oldest first; the number delivered."""
-    delivered = 0
-    for alert in undelivered(store):
-        failure = sink.send(shard, alert)
-        if failure is not None:
-            mark_undelivered(store, alert.id, failure)
-            log.warning("alert %s:%d not delivered (%s); tried again next round", shard, alert.id, failure)
-            break
-        mark_delivered(store, alert.id)
-        delivered += 1
-    return delivered
+def build_alert_sink(settings: AlertSettings, shard: str) -> AlertSink:
+    if settings.webhook_url is None:
+        return LogSink()
+    url = settings.webhook_url.get_secret_value()
+    return WebhookSink(url, settings.webhook_timeout_s, shard, settings.include_simulated)

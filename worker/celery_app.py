@@ -35,7 +35,12 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     return {
         "reconcile": {"task": pipeline.reconcile.name, "schedule": settings.reconcile.interval_s},
         "checkpoint": {"task": pipeline.checkpoint.name, "schedule": settings.checkpoint.interval_ms / 1000},
-        "alerts": {"task": pipeline.alerts.name, "schedule": settings.alerts.interval_s},
+        # A round left waiting longer than its interval is superseded by the next one.
+        "alerts": {
+            "task": pipeline.alerts.name,
+            "schedule": settings.alerts.interval_s,
+            "options": {"expires": settings.alerts.interval_s},
+        },
         "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
         "read-status": {
             "task": pipeline.read_status.name,

@@ -19,6 +19,7 @@ from config import Settings
 from runtime.accounts import require_account
 from runtime.agent.memory import MemoryEngine
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.alerts import AlertSink
 from runtime.credentials import load_credentials
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
@@ -31,7 +32,7 @@ from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.wangwang import WangwangCredentials, WangwangTransport
-from worker.alert_sinks import AlertSink, build_alert_sink
+from worker.alert_sinks import build_alert_sink
 from worker.checkpoint_sinks import CheckpointSink, build_sink
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class WorkerRuntime:
 
     @cached_property
     def alert_sink(self) -> AlertSink:
-        return build_alert_sink(self.settings.alerts)
+        return build_alert_sink(self.settings.alerts, self.settings.shard)
 
     @cached_property
     def attachments(self) -> AttachmentPolicy | None:

@@ -249,7 +249,7 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = parse_arguments(call, ImHandoffArgs)
     if isinstance(args, ToolOutcome):
         return args
-    pause_handling(binding.store, binding.customer.id, reason=f"handoff: {args.reason}")  # type: ignore[arg-type]
+    pause_handling(binding.store, binding.customer.id, f"handoff: {args.reason}", handoff=True)  # type: ignore[arg-type]
     return ToolOutcome(
         "Handed off: automatic handling of this customer is paused for a human operator.", ends_turn=True
     )

@@ -169,6 +169,12 @@ def load_state(store: MemoryStore, scope: str) -> RecallState:
     return RecallState.model_validate_json(saved) if saved else RecallState()
 
 
+def folders_recalled(store: MemoryStore, scope: str) -> list[tuple[Folder, bool]]:
+    """The scope's folders, each with whether it is in the recall block now (for operators)."""
+    block = set(load_state(store, scope).block)
+    return [(folder, folder.id in block) for folder in store.folders(scope)]
+
+
 def select(
     index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
 ) -> tuple[list[str], RecallState]:

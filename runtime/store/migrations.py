@@ -460,6 +460,7 @@ V16 = Migration(
 )
 
 _NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+_SIMULATED = "coalesce((SELECT simulated FROM account WHERE id = NEW.account_id), 0)"
 
 V17 = Migration(
     17,
@@ -467,17 +468,26 @@ V17 = Migration(
     (
         """CREATE TABLE alert (
             id INTEGER PRIMARY KEY,
+            key TEXT NOT NULL DEFAULT (lower(hex(randomblob(12)))),
             kind TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'raised',
             account_id TEXT,
             customer_id INTEGER,
             request_id TEXT,
             code TEXT,
+            simulated INTEGER NOT NULL DEFAULT 0,
             raised_at INTEGER NOT NULL,
-            delivered_at INTEGER,
             attempts INTEGER NOT NULL DEFAULT 0,
-            last_failure TEXT
+            last_failure TEXT,
+            settled_at INTEGER
         )""",
-        "CREATE INDEX alert_undelivered ON alert (id) WHERE delivered_at IS NULL",
+        "CREATE INDEX alert_raised ON alert (id) WHERE state = 'raised'",
+        "CREATE INDEX alert_settled ON alert (settled_at) WHERE state != 'raised'",
+        # One alert per request and kind: a send that goes unknown again after a receipt query
+        # sent it back to pending is the same news.
+        "CREATE UNIQUE INDEX alert_once_per_request ON alert (request_id, kind) WHERE request_id IS NOT NULL",
+        # Who paused a customer: the agent handing off (an alert) or an operator taking over.
+        "ALTER TABLE customer ADD COLUMN handed_off INTEGER NOT NULL DEFAULT 0",
         # Triggers, so that no code path that changes these states can forget the alert, and it
         # commits with the change. Only UPDATEs raise one: moving an account to another shard
         # INSERTs its rows there, which must not raise its old alerts again.
@@ -485,23 +495,21 @@ V17 = Migration(
             WHEN NEW.state IN ('failed', 'result-unknown') AND OLD.state IS NOT NEW.state
              AND NEW.error_code IS NOT 'KEFU_OPERATOR_NOT_DELIVERED'
         BEGIN
-            INSERT INTO alert (kind, account_id, customer_id, request_id, code, raised_at)
+            INSERT OR IGNORE INTO alert (kind, account_id, customer_id, request_id, code, simulated, raised_at)
             VALUES (CASE NEW.state WHEN 'failed' THEN 'send-failed' ELSE 'send-unknown' END,
-                    NEW.account_id, NEW.customer_id, NEW.request_id, NEW.error_code, {_NOW_MS});
+                    NEW.account_id, NEW.customer_id, NEW.request_id, NEW.error_code, {_SIMULATED}, {_NOW_MS});
         END""",
-        # A handoff is the agent's (`im_handoff`, which the rules agent also calls); an operator
-        # taking a conversation over is already there.
         f"""CREATE TRIGGER alert_on_handoff AFTER UPDATE OF handling_paused ON customer
-            WHEN NEW.handling_paused AND NOT OLD.handling_paused AND NEW.handling_reason LIKE 'handoff:%'
+            WHEN NEW.handling_paused AND NOT OLD.handling_paused AND NEW.handed_off
         BEGIN
-            INSERT INTO alert (kind, account_id, customer_id, code, raised_at)
-            VALUES ('handoff', NEW.account_id, NEW.id, 'handoff', {_NOW_MS});
+            INSERT INTO alert (kind, account_id, customer_id, code, simulated, raised_at)
+            VALUES ('handoff', NEW.account_id, NEW.id, 'handoff', {_SIMULATED}, {_NOW_MS});
         END""",
         f"""CREATE TRIGGER alert_on_listener_failed AFTER UPDATE OF listener_state ON account
             WHEN NEW.listener_state = 'failed' AND OLD.listener_state IS NOT 'failed'
         BEGIN
-            INSERT INTO alert (kind, account_id, code, raised_at)
-            VALUES ('listener-failed', NEW.id, NEW.last_error, {_NOW_MS});
+            INSERT INTO alert (kind, account_id, code, simulated, raised_at)
+            VALUES ('listener-failed', NEW.id, NEW.last_error, NEW.simulated, {_NOW_MS});
         END""",
     ),
 )

@@ -78,6 +78,7 @@ class Customer(SQLModel):
     handling_paused: bool = False
     handling_epoch: int = 0  # +1 on every pause: auto work admitted under an older epoch is stale
     handling_reason: str | None = None
+    handed_off: bool = False  # paused by the agent asking for a human, not by an operator
     session_id: str | None = None
     last_activity_at: int
 

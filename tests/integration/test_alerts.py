@@ -60,7 +60,8 @@ def webhook() -> Iterator[Webhook]:
 
 
 def test_a_handoff_reaches_the_webhook_once_even_after_it_failed(tmp_path, broker_url, webhook, platform, transport):
-    settings = load_settings(data_dir=tmp_path / "var", broker_url=broker_url, alerts={"webhook_url": webhook.url})
+    alerts = {"webhook_url": webhook.url, "include_simulated": True}  # the simulator's account: a try-out
+    settings = load_settings(data_dir=tmp_path / "var", broker_url=broker_url, alerts=alerts)
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     create_account(store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
     create_route(store, RouteSpec(id="all-direct", account_id="shop", conversation_type="direct"), op_id="op-all")
@@ -68,25 +69,26 @@ def test_a_handoff_reaches_the_webhook_once_even_after_it_failed(tmp_path, broke
     with start_worker(app, pool="solo", perform_ping_check=True, shutdown_timeout=30):
         said = platform.buyer_says("shop", "b1", "张三", "可以寄到国外吗")  # no FAQ answers it: a handoff
         app.send_task("kefu.ingest.page", args=[transport.page_of("shop", [said]).model_dump(mode="json")])
-        wait_for(lambda: backlog(store).undelivered == 1, 30, "the handoff's alert")
+        wait_for(lambda: backlog(store).raised == 1, 30, "the handoff's alert")
         app.send_task("kefu.receipts.alerts")  # as beat does
         wait_for(lambda: len(webhook.posts) == 1, 30, "the first delivery")
         wait_for(lambda: backlog(store).last_failure is not None, 10, "the failure recorded")
         assert backlog(store).last_failure == "KEFU_ALERT_WEBHOOK_HTTP: 503 Service Unavailable"
         app.send_task("kefu.receipts.alerts")  # beat's next round
-        wait_for(lambda: backlog(store).undelivered == 0, 30, "the alert delivered")
+        wait_for(lambda: backlog(store).raised == 0, 30, "the alert delivered")
         app.send_task("kefu.receipts.alerts")  # nothing left: no POST
         app.send_task("kefu.ingest.ping").get(timeout=30)  # a later task ran: the round before it is done
     [(_, key, sent), (status, again, body)] = webhook.posts
-    assert status == 204 and key == again == "default:1" and body == sent
+    assert status == 204 and key == again == body["key"] and body == sent  # the same alert, under the same key
     with store.read() as conn:
         customer = conn.exec_driver_sql("SELECT id FROM customer").scalar_one()
-    assert {k: body[k] for k in ("kind", "shard", "account_id", "customer_id", "code")} == {
+    assert {k: body[k] for k in ("kind", "shard", "account_id", "customer_id", "code", "simulated")} == {
         "kind": "handoff",
         "shard": "default",
         "account_id": "shop",
         "customer_id": customer,
         "code": "handoff",
+        "simulated": True,
     }
     assert "国外" not in json.dumps(body, ensure_ascii=False)  # ids and codes only, never what was said
     assert platform.received("shop") == []  # handed off: no automatic reply

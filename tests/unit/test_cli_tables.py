@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from rich.cells import cell_len
 
 from worker.cli.common import console, print_table
 
@@ -29,7 +30,7 @@ def test_a_wide_table_becomes_records_with_every_value_whole(at_80):
     columns = ["id", "platform", "identity", "workspace", "revision", "connection_intent", "listener_state"]
     rows = [[ACCOUNT, "dingtalk", "robot-code-0123456789", "default", "3", "connected", "failed"]]
     lines = printed("accounts", columns, rows)
-    assert max(len(line) for line in lines) <= 80
+    assert max(cell_len(line) for line in lines) <= 80  # terminal cells: a CJK character takes two
     assert "  id                 " + ACCOUNT in lines and "  listener_state     failed" in lines
 
 
@@ -41,4 +42,4 @@ def test_a_table_that_fits_stays_a_table_and_only_the_preview_wraps(at_80):
     assert lines[1].startswith("┏")  # a table
     assert any(conversation in line and "2026-12-02 20:02:57" in line for line in lines)
     assert len([line for line in lines if line.startswith("│")]) > 2  # the preview wrapped onto more lines
-    assert all(len(line) <= 80 for line in lines)
+    assert all(cell_len(line) <= 80 for line in lines)

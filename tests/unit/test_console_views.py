@@ -210,3 +210,22 @@ def test_a_pages_lines_keep_their_order_past_ten_and_pages_of_history_meet(store
     for bad in ("².m1", "x", "12."):
         with pytest.raises(KefuError, match="KEFU_INVALID_INPUT"):
             transcript(store, customer, before=bad)
+
+
+def test_a_damaged_memory_store_says_so_beside_the_conversation_and_the_page_still_shows(
+    settings, store, shop, transport, platform
+):
+    from starlette.testclient import TestClient
+
+    from worker.console import create_app
+    from worker.context import WorkerRuntime
+
+    customer = say(store, transport, platform, "b1", "张三", "在吗")
+    add_operator(store, "victor", Role.VIEWER, "viewer-pass-1")
+    settings.memory_path.write_bytes(b"this is not a SQLite file at all, " * 100)
+    with TestClient(create_app(WorkerRuntime(settings))) as client:
+        token = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+        client.post("/login", data={"csrf": token, "name": "victor", "password": "viewer-pass-1"})
+        page = client.get(f"/c/{customer}")
+    assert page.status_code == 200 and "在吗" in page.text
+    assert "the memory store cannot be read now (KEFU_MEMORY" in page.text

@@ -439,3 +439,22 @@ def test_discarding_an_import_restores_the_target_as_it_was(source: Shard, targe
         conn.exec_driver_sql("UPDATE account_placement SET state = 'active'")
     assert not discard_import(*target.dirs, "move-2")
     assert conversations(target.store) == conversations(source.store)
+
+
+def test_a_moved_slice_raises_none_of_its_alerts_again(source: Shard, target: Shard) -> None:
+    from runtime.handling import pause_handling
+    from runtime.manual import ManualSend, send_manual
+    from runtime.outbox import AttemptSkipped, begin_attempt, record_failure
+    from runtime.ports import SendFailure
+
+    fresh = ingest_page(source.store, page("shop", 99, "buyer-z")).customer_ids[0]  # nothing of it on its way
+    send_manual(source.store, ManualSend(request_id="op-1", customer_id=fresh, text="在的"))
+    grant = begin_attempt(source.store, "op-1", "w", 60)
+    assert not isinstance(grant, AttemptSkipped)
+    record_failure(source.store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
+    pause_handling(source.store, source.customer, "handoff: x", handoff=True)
+    assert {"send-unknown", "handoff"} <= {kind for (kind,) in rows(source.store, "SELECT kind FROM alert")}
+    import_slice(*target.dirs, moved_slice(source), "move-1", "shard-b", secret_of(source))
+    assert rows(target.store, "SELECT state FROM outbox_request WHERE request_id = 'op-1'") == [("result-unknown",)]
+    assert rows(target.store, "SELECT handed_off FROM customer WHERE id = ?", c=source.customer) == [(1,)]
+    assert rows(target.store, "SELECT count(*) FROM alert") == [(0,)]  # raised where they happened, once

@@ -7,10 +7,18 @@ import re
 from pathlib import Path
 
 import runtime
-from runtime.states import AttemptState, BatchState, ListenerState, MessageState, OutboxState, PlacementState
+from runtime.states import (
+    AlertState,
+    AttemptState,
+    BatchState,
+    ListenerState,
+    MessageState,
+    OutboxState,
+    PlacementState,
+)
 
 ROOT = Path(runtime.__file__).parent
-ROW_STATES = {*MessageState, *BatchState, *OutboxState, *AttemptState, *PlacementState}
+ROW_STATES = {*MessageState, *BatchState, *OutboxState, *AttemptState, *PlacementState, *AlertState}
 # `state = 'x'`, `state IN ('x', 'y')`, `THEN 'x'` inside a CASE that sets a state column
 COMPARED = re.compile(r"\b(listener_state|state)\s*(?:=|!=|<>|IN|NOT IN)\s*\(?((?:'[a-z-]+'(?:,\s*)?)+)\)?")
 SET_BY_CASE = re.compile(r"\bstate\s*=\s*CASE\b(.*?)\bEND\b", re.S)

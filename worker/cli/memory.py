@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from runtime.agent.memory import scope_of
-from runtime.memory.recall import load_state
+from runtime.memory.recall import folders_recalled, load_state
 from runtime.memory.report import report as memory_report
 from runtime.memory.report import selfcheck as memory_selfcheck
 from runtime.memory.store import MemoryStore
@@ -51,11 +51,11 @@ def show(
         print(json.dumps(dumped, ensure_ascii=False))
         return
     for scope in scopes:
-        folders = store.folders(scope)
-        block = set(load_state(store, scope).block)
+        recalled = folders_recalled(store, scope)
+        folders = [f for f, _ in recalled]
         rows = []
-        for f in folders:
-            state = " (review)" if f.review else " (in recall block)" if f.id in block else ""
+        for f, in_block in recalled:
+            state = " (review)" if f.review else " (in recall block)" if in_block else ""
             rows.append(
                 [
                     f.id,

@@ -57,22 +57,17 @@ def _deliver(request_ids: list[str]) -> bool:
 
     runtime = runtime_for(app)
     all_sent = True
-    later = list(request_ids)
-    for request_id in request_ids:
-        later.remove(request_id)
-        with operator_errors():
-            query_manual(runtime.store, request_id)
-            step = pipeline.deliver(runtime, request_id)
+    with operator_errors():
+        for request_id in request_ids:
+            query_manual(runtime.store, request_id)  # an unknown id is the operator's error, named
+        steps = list(pipeline.deliver_in_order(runtime, request_ids))
+    for request_id, step in steps:
         follow_ups = list(step.follow_ups)
         if pipeline.Settle(request_id) in follow_ups:  # one receipt query before asking the operator
             follow_ups.remove(pipeline.Settle(request_id))
             follow_ups += pipeline.settle(runtime, request_id).follow_ups
-        if step.outcome in ("waiting-for-earlier", "in-progress"):  # a worker sends it in its turn
-            follow_ups.append(pipeline.Attempt(request_id))
         note = ""
         for work in follow_ups:
-            if isinstance(work, pipeline.Attempt) and work.request_id in later:
-                continue  # attempted next, here
             queued = enqueue(work)
             note = queued if isinstance(work, pipeline.Attempt) and work.request_id == request_id else note
         request = query_manual(runtime.store, request_id)
@@ -129,18 +124,12 @@ def send(
     file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
 ) -> None:
     """Send an operator's message now (also while automatic handling is paused)."""
-    from runtime.manual import ManualSend, send_manual_parts
+    from runtime.manual import message_parts, send_manual_parts
 
     settings = current_settings()
     store = open_store()
     request_id = request_id or _new_request_id()
     with operator_errors():
-        parts = [ManualSend(request_id=request_id, customer_id=customer_id, text=text)]
-        if file is not None:
-            data, name = read_media_file(file, settings.media_max_bytes)
-            file_part = ManualSend(
-                request_id=f"{request_id}.file", customer_id=customer_id, file_name=name, file_data=data
-            )
-            parts.insert(0, file_part)
-        registered = send_manual_parts(store, parts)
+        attached = read_media_file(file, settings.media_max_bytes) if file is not None else None
+        registered = send_manual_parts(store, message_parts(request_id, customer_id, text, attached))
     raise typer.Exit(0 if _deliver([r.request_id for r in registered]) else 1)

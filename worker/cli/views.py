@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
 from runtime.store import DeliveryStore
-from runtime.transcript import TranscriptLine
 from worker.cli.common import (
     check_shard_name,
     cli,
@@ -21,6 +20,9 @@ from worker.cli.common import (
     print_table,
     shop_time,
 )
+
+if TYPE_CHECKING:
+    from runtime.transcript import TranscriptLine
 
 
 def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:

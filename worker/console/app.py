@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -40,12 +42,12 @@ from runtime.customers import ack_customer_read, display_name, list_customers
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
 from runtime.input_pause import input_pauses, pause_input
-from runtime.manual import ManualSend, retry_manual, send_manual_parts
+from runtime.manual import message_parts, retry_manual, send_manual_parts
 from runtime.media import check_media_size
-from runtime.memory.recall import load_state
+from runtime.memory.recall import folders_recalled
 from runtime.memory.store import Folder, MemoryStore
 from runtime.operators import Operator, Role, authenticate, record_action
-from runtime.outbox import confirm_result, list_requests, load_request
+from runtime.outbox import confirm_result, list_requests
 from runtime.states import OutboxState
 from runtime.status import notices
 from runtime.store.sql import sql
@@ -78,17 +80,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             context["notices"] = notices(store)
         return templates.TemplateResponse(request, template, context)
 
-    memory: list[MemoryStore] = []  # opened once the engine has made its file
-
-    def memory_notes(customer_id: int) -> list[tuple[Folder, bool]]:
-        """What the memory engine archived about this buyer, and whether it is in the recall block."""
-        if not memory:
-            if not runtime.settings.memory_path.exists():
-                return []
-            memory.append(MemoryStore(runtime.settings.memory_path))
-        scope = scope_of(customer_id)
-        block = set(load_state(memory[0], scope).block)
-        return [(folder, folder.id in block) for folder in memory[0].folders(scope)]
+    memory = _MemoryReader(runtime.settings.memory_path)
 
     def live_fragment(customer_id: int) -> str:
         return templates.get_template("_live.html").render(
@@ -161,7 +153,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             customer=customer,
             name=display_name(store, customer_id) or customer.conversation_id,
             lines=transcript(store, customer_id, sessions_dir=sessions).lines,
-            memory=memory_notes(customer_id),
+            memory=memory.notes(customer_id),
             request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
         )
 
@@ -210,18 +202,13 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         operator, form = await act(request, Role.OPERATOR, max_file + FORM_MAX_BYTES)
         customer_id = int(request.path_params["customer_id"])
         request_id, text = str(form.get("request_id", "")), str(form.get("text", "")).strip() or None
-        parts = []
+        attached = None
         upload = form.get("file")
         if isinstance(upload, UploadFile) and upload.filename:
-            data = await upload.read()  # at most the form's length, checked before it was read
+            attached = await upload.read(), upload.filename  # at most the form's length, checked before it was read
             await form.close()
-            check_media_size(upload.filename, len(data), max_file)
-            file_id, name, by = f"{request_id}.file", upload.filename, operator.name
-            parts.append(
-                ManualSend(request_id=file_id, customer_id=customer_id, file_name=name, file_data=data, operator=by)
-            )
-        if text is not None or not parts:
-            parts.append(ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator.name))
+            check_media_size(upload.filename, len(attached[0]), max_file)
+        parts = message_parts(request_id, customer_id, text, attached, operator.name)
         registered = await run_in_threadpool(send_manual_parts, store, parts)
         for part in registered:
             await run_in_threadpool(record_action, store, operator.name, "send", customer_id, part.request_id)
@@ -281,7 +268,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
             checkpoints=checkpoint_views(store),
             pauses=input_pauses(store),
             alerts=backlog(store),
-            alert_sink="a webhook" if runtime.settings.alerts.webhook_url else "the worker log",
+            alert_sink="a webhook" if runtime.settings.alerts.webhook_url is not None else "the worker log",
         )
 
     async def input_pause(request: Request) -> Response:
@@ -375,14 +362,31 @@ def _deliver(
     runtime: WorkerRuntime, request_ids: list[str], dispatch: Callable[[pipeline.FollowUp], object] | None
 ) -> None:
     """Attempt registered manual sends now, in order, as the CLI's `kefu send` does; what
-    follows (a receipt query, a part not attempted here) goes to the workers."""
-    for index, request_id in enumerate(request_ids):
-        with runtime.store.read() as conn:
-            request = load_request(conn, request_id)
-        if request is None or request.state != "pending":
-            continue  # a resubmitted form: the first one attempted it
-        step = pipeline.deliver(runtime, request_id)
-        later = request_ids[index + 1 :]
+    follows (a receipt query, a part that waits its turn) goes to the workers. A resubmitted
+    form finds them settled: nothing is sent again."""
+    for _, step in pipeline.deliver_in_order(runtime, request_ids):
         for work in step.follow_ups:
-            if dispatch is not None and not (isinstance(work, pipeline.Attempt) and work.request_id in later):
+            if dispatch is not None:
                 dispatch(work)
+
+
+class _MemoryReader:
+    """What the memory engine archived about a buyer, for the conversation page: a side panel,
+    so a memory store that is missing, damaged or busy says so there, never fails the page."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.opening = path, threading.Lock()
+        self.store: MemoryStore | None = None
+
+    def notes(self, customer_id: int) -> list[tuple[Folder, bool]] | str:
+        try:
+            with self.opening:
+                if self.store is None:
+                    if not self.path.exists():
+                        return []
+                    self.store = MemoryStore(self.path)
+            return folders_recalled(self.store, scope_of(customer_id))
+        except KefuError as error:
+            return error.code
+        except sqlite3.Error as error:
+            return f"KEFU_MEMORY_STORE_BUSY: {type(error).__name__}"

@@ -65,7 +65,7 @@ class StoreCollector(Collector):
         alerts = GaugeMetricFamily(
             "kefu_alerts_undelivered", "Alerts raised and not yet delivered to their sink", labels=["shard"]
         )
-        alerts.add_metric(shard, backlog(self.store).undelivered)
+        alerts.add_metric(shard, backlog(self.store).raised)
         yield alerts
         queued = GaugeMetricFamily(
             "kefu_queue_depth", "Messages waiting in each of the shard's broker queues", labels=["shard", "queue"]

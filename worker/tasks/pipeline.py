@@ -11,8 +11,8 @@ from typing import Any
 from celery import Task
 
 from runtime import pipeline
+from runtime.alerts import deliver_alerts
 from runtime.store import now_ms
-from worker.alert_sinks import deliver_alerts
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
 from worker.context import runtime_for
@@ -96,9 +96,9 @@ def checkpoint(self: Task) -> int:
 
 @kefu_task("kefu.receipts.alerts")
 def alerts(self: Task) -> int:
-    """Beat: deliver the alerts raised since the last round (worker.alert_sinks)."""
+    """Beat: deliver the alerts raised since the last round (runtime.alerts, worker.alert_sinks)."""
     runtime = runtime_for(self.app)
-    return deliver_alerts(runtime.store, runtime.alert_sink, runtime.settings.shard)
+    return deliver_alerts(runtime.store, runtime.alert_sink)
 
 
 @kefu_task("kefu.ingest.ping", ignore_result=False)
