@@ -25,7 +25,7 @@ from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
 from runtime.errors import KefuError
 from runtime.inbox import advance_cursor, mark_ingested
-from runtime.input_pause import held_unless_paused, release_held
+from runtime.input_pause import PAUSED_OR_HELD_COLUMNS, held_unless_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.store import DeliveryStore, now_ms
@@ -91,6 +91,9 @@ def _body(message: InboundMessage) -> str:
     return json.dumps(content.model_dump(exclude={"type"}), ensure_ascii=False)
 
 
+_ACCOUNT_AND_PAUSE = f"SELECT *, {PAUSED_OR_HELD_COLUMNS} FROM account WHERE id = :a"
+
+
 def ingest_page(
     store: DeliveryStore, page: InboundPage, origin: str = "live", admit_batch_size: int | None = None
 ) -> IngestResult:
@@ -100,7 +103,8 @@ def ingest_page(
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.write() as conn:
         db = conn.dbapi
-        account = _row(db.execute("SELECT * FROM account WHERE id = ?", key[:1]))  # validated if admission runs
+        named = {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id}
+        account = _row(db.execute(_ACCOUNT_AND_PAUSE, named))  # validated if admission runs
         if account is None or account["deleted_at"] is not None:
             raise KefuError(
                 "KEFU_ACCOUNT_UNKNOWN",
@@ -111,7 +115,8 @@ def ingest_page(
             live = page.groups if origin == "live" else []
             found = [customer_id for group in live if (customer_id := _customer_of(db, page, group))]
             return IngestResult(page.page_op_id, replayed=True, customer_ids=found)
-        held = held_unless_paused(db, page)  # inside the transaction: a pause is never half-applied
+        # Inside the transaction: a pause is never half-applied.
+        held = held_unless_paused(page.account_id, bool(account.pop("input_paused")), bool(account.pop("page_held")))
         result = IngestResult(page.page_op_id, replayed=False)
         touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
         for group in page.groups:

@@ -47,21 +47,19 @@ def is_paused(conn: Connection, account_id: str) -> bool:
     return conn.execute(sql(_PAUSED), {"a": account_id}).first() is not None
 
 
-_PAUSED_OR_HELD = (
-    f"SELECT EXISTS ({_PAUSED}), EXISTS (SELECT 1 FROM held_page"
-    " WHERE account_id = :a AND stream_id = :s AND page_op_id = :p)"
+# Read with the page's account (runtime.ingest): a transaction's statement fewer per page.
+PAUSED_OR_HELD_COLUMNS = (
+    f"EXISTS ({_PAUSED}) AS input_paused, EXISTS (SELECT 1 FROM held_page"
+    " WHERE account_id = :a AND stream_id = :s AND page_op_id = :p) AS page_held"
 )
 
 
-def held_unless_paused(db: sqlite3.Connection, page: InboundPage) -> bool:
-    """For ingestion's raw transaction: raises InputPaused while input is paused; else whether
-    the page was held by an earlier pause (its ingestion releases it)."""
-    paused, held = db.execute(
-        _PAUSED_OR_HELD, {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id}
-    ).fetchone()
-    if paused:
-        raise InputPaused(page.account_id)
-    return bool(held)
+def held_unless_paused(account_id: str, input_paused: bool, page_held: bool) -> bool:
+    """For ingestion's transaction, from PAUSED_OR_HELD_COLUMNS: raises InputPaused while input
+    is paused; else whether the page was held by an earlier pause (its ingestion releases it)."""
+    if input_paused:
+        raise InputPaused(account_id)
+    return page_held
 
 
 def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseState:

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -81,15 +81,40 @@ def load_request(conn: Connection, request_id: str) -> OutboxRequest | None:
     return OutboxRequest.model_validate(dict(row)) if row else None
 
 
-def find_same_text(conn: Connection, customer_id: int, batch_id: str, body: str) -> str | None:
-    """An earlier auto request with this exact text for the same admitted batch, if any."""
-    return conn.execute(
-        sql(
-            "SELECT request_id FROM outbox_request WHERE customer_id = :c AND batch_id = :b AND body = :t"
-            " AND origin = 'auto' ORDER BY created_at LIMIT 1"
-        ),
-        {"c": customer_id, "b": batch_id, "t": body},
-    ).scalar_one_or_none()
+class ReplyCheck(NamedTuple):
+    """What an automatic reply's registration reads, in one statement, before it registers:
+    whether to register it at all, and all that beginning its first attempt in the same
+    transaction needs to know (begin_in's own reads, for a request that has none yet)."""
+
+    current: bool  # work admitted under the batch's epoch may still act (runtime.handling.is_current)
+    earlier: str | None  # an auto request with this exact text for the same batch
+    placement: str | None  # the account's placement state here
+    account_live: bool
+    route_current: bool  # the batch's route, at the batch's generation, still enabled
+    queue_busy: bool  # a request of the customer registered before is still pending or sending
+
+
+_REPLY_CHECK = sql(
+    "SELECT NOT c.handling_paused AND c.handling_epoch = :e,"
+    " (SELECT request_id FROM outbox_request WHERE customer_id = :c AND batch_id = :b AND body = :t"
+    "  AND origin = 'auto' ORDER BY created_at LIMIT 1),"
+    " (SELECT state FROM account_placement WHERE account_id = c.account_id),"
+    " a.connection_intent = 'connected' AND a.authorization = 'ready',"
+    " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0),"
+    " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending'))"
+    " FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"
+)
+
+
+def reply_check(
+    conn: Connection, customer_id: int, epoch: int, batch_id: str, route: tuple[str, int], body: str
+) -> ReplyCheck:
+    """`route`: the batch's (route id, route generation)."""
+    row = conn.execute(
+        _REPLY_CHECK, {"c": customer_id, "e": epoch, "b": batch_id, "route": route[0], "g": route[1], "t": body}
+    ).one()
+    current, earlier, placement, live, route_current, busy = row
+    return ReplyCheck(bool(current), earlier, placement, bool(live), bool(route_current), bool(busy))
 
 
 def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
@@ -110,6 +135,13 @@ def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     if generation != request.route_generation or not enabled:
         return "route-changed"
     return None
+
+
+def _stale_as_checked(checked: ReplyCheck) -> str | None:
+    """`_auto_send_is_stale` from a ReplyCheck (its handling was current, or nothing was registered)."""
+    if not checked.current or not checked.account_live:
+        return "revoked"
+    return None if checked.route_current else "route-changed"
 
 
 _NEXT_PENDING = sql(
@@ -179,19 +211,29 @@ def begin_in(
     lease_s: float,
     shard_token: int | None,
     can_send: Callable[[str], object] = lambda account_id: None,
+    checked: ReplyCheck | None = None,
 ) -> AttemptGrant | AttemptSkipped:
     """`begin_attempt` inside the caller's durable write transaction: also how a reply's
     registration begins its first attempt, when the worker sends it at once (a transaction
-    per reply fewer, runtime.pipeline.turn)."""
+    per reply fewer, runtime.pipeline.turn). `checked`: what that registration read in this
+    transaction before it stored the request (two reads fewer)."""
     request_id, at = request.request_id, now_ms()
     if request.state in SETTLED:
         return AttemptSkipped("settled")
     if request.state == OutboxState.RESULT_UNKNOWN:
         return AttemptSkipped("result-unknown")
     can_send(request.account_id)
-    placement, last_no, last_state, last_started, earlier = conn.execute(
-        _BEGIN_CHECKS, {"a": request.account_id, "r": request_id, "c": request.customer_id}
-    ).one()
+    never_attempted = request.state == OutboxState.PENDING and request.updated_at == request.created_at
+    if checked is not None and never_attempted and request.origin == "auto" and request.follows is None:
+        # Read before this request was stored: "busy" counts any request of the customer, so a
+        # stored one found again (not new after all) waits, as an earlier one would.
+        row: tuple[Any, ...] = (checked.placement, None, None, None, checked.queue_busy)
+    else:
+        checked = None
+        row = tuple(
+            conn.execute(_BEGIN_CHECKS, {"a": request.account_id, "r": request_id, "c": request.customer_id}).one()
+        )
+    placement, last_no, last_state, last_started, earlier = row
     if placement in _HANDED_OFF:
         return AttemptSkipped("moving")
     if last_state == AttemptState.STARTED:
@@ -205,7 +247,10 @@ def begin_in(
         # An earlier part of this reply failed or its result is unknown: stop here.
         _set_state(conn, request_id, "skipped", "KEFU_EARLIER_PART_NOT_SENT")
         return AttemptSkipped("skipped")
-    if request.origin == "auto" and (stale := _auto_send_is_stale(conn, request)):
+    stale = None
+    if request.origin == "auto":
+        stale = _stale_as_checked(checked) if checked else _auto_send_is_stale(conn, request)
+    if stale:
         _set_state(conn, request_id, stale, None)
         return AttemptSkipped(stale)  # type: ignore[arg-type]
     attempt_no = (last_no or 0) + 1

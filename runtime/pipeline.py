@@ -41,6 +41,7 @@ from runtime.leases import LeaseBusy, LeaseLost, new_owner
 from runtime.outbox import (
     AttemptGrant,
     AttemptSkipped,
+    ReplyCheck,
     begin_attempt,
     begin_in,
     load_request,
@@ -248,13 +249,14 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
     settings, store = services.settings, services.store
     begun: dict[str, AttemptGrant] = {}
 
-    def begin_here(conn: Connection, request: OutboxRequest) -> None:
+    def begin_here(conn: Connection, request: OutboxRequest, checked: ReplyCheck) -> None:
         try:
             services.transport_of(request.account_id)
         except Exception:  # no transport, or its account unreadable in this transaction: the attempt tells
             return
         owner, lease_s = new_owner(), settings.outbox.attempt_lease_s
-        grant = begin_in(conn, request, owner, lease_s, store.guard.token if store.guard else None)
+        token = store.guard.token if store.guard else None
+        grant = begin_in(conn, request, owner, lease_s, token, checked=checked)
         if isinstance(grant, AttemptGrant):
             begun[request.request_id] = grant
 

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runtime.admission import commit_batch
 from runtime.agent.memory import SessionMemory
 from runtime.errors import KefuError, validation_problems
-from runtime.handling import is_current, pause_handling
+from runtime.handling import pause_handling
 from runtime.history import query_history
 from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
-from runtime.outbox import find_same_text, register_outbound
+from runtime.outbox import ReplyCheck, register_outbound, reply_check
 from runtime.ports import ToolCall, ToolSpec
 from runtime.read_receipts import undelivered_reads
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
@@ -75,7 +75,7 @@ class TurnBinding:
     batch_logged: bool = False
     # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
     # reply's registration then begins its first attempt in the same, durable, transaction.
-    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None
+    begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None
 
     def commit_logged(self, conn: Connection) -> None:
         """Inside a write of the turn: commit the batch the log holds, if not done yet."""
@@ -176,20 +176,21 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     customer, batch = binding.customer, binding.batch
     try:
         with binding.write(durable=binding.begin_attempt is not None) as conn:
-            if not is_current(conn, customer.id, batch.handling_epoch):  # type: ignore[arg-type]
+            route = (batch.route_id, batch.route_generation)
+            check = reply_check(conn, customer.id, batch.handling_epoch, batch.id, route, args.text)  # type: ignore[arg-type]
+            if not check.current:
                 return ToolOutcome(
                     "Error: automatic handling of this customer is paused (KEFU_HANDLING_PAUSED); nothing was sent.",
                     True,
                 )
-            earlier = find_same_text(conn, customer.id, batch.id, args.text)  # type: ignore[arg-type]
-            if earlier is not None:
+            if check.earlier is not None:
                 return ToolOutcome(
-                    f"Already sent this exact text for this batch: request {earlier}; not sent again.",
-                    request_id=earlier,
+                    f"Already sent this exact text for this batch: request {check.earlier}; not sent again.",
+                    request_id=check.earlier,
                 )
             requests, refused = _register_reply(binding, conn, call, args)
             if refused is None and binding.begin_attempt is not None:
-                binding.begin_attempt(conn, requests[0])  # the later parts wait for the first
+                binding.begin_attempt(conn, requests[0], check)  # the later parts wait for the first
             binding.checked = (call.id, undelivered_reads(conn, customer.id))  # type: ignore[arg-type]
     except LeaseLost:
         raise  # not the model's business: this turn stops, the lease's new holder carries on

@@ -33,7 +33,7 @@ from runtime.agent.view import model_view
 from runtime.handling import is_current
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
-from runtime.outbox import replied_for
+from runtime.outbox import ReplyCheck, replied_for
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, render_batch
@@ -273,7 +273,7 @@ def run_turn(
     attachments: AttachmentPolicy | None = None,
     memory_engine: MemoryEngine | None = None,
     fence: Fence | None = None,
-    begin_attempt: Callable[[Connection, OutboxRequest], None] | None = None,
+    begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
     every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first

@@ -410,3 +410,34 @@ def test_a_human_taking_over_while_a_turn_waits_ends_it_without_a_call(services)
     pause_handling(services.store, customer_id, "operator")
     assert turn(services, customer_id)[0].outcome in ("interrupted", "revoked")
     assert len(services.provider.seen) == 1
+
+
+def test_a_reply_begun_at_registration_still_waits_for_an_earlier_send_of_its_customer(services):
+    from runtime.manual import ManualSend, send_manual
+
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    send_manual(services.store, ManualSend(request_id="op-1", customer_id=customer_id, text="稍等"))  # not sent yet
+    emitted: list[pipeline.FollowUp] = []
+    assert pipeline.turn(services, customer_id, emitted.append, sends_here=True) == Step("complete")
+    [reply] = emitted
+    assert reply.begun is None  # replies reach a customer in registration order
+    with services.store.read() as conn:
+        assert load_request(conn, reply.request_id).state == "pending"
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+
+
+def test_a_reply_whose_route_changed_since_admission_is_not_begun_at_registration(services):
+    from runtime.routes import RouteChanges, current_revision, update_route
+
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)  # the batch is admitted under the route's generation 1
+    revision = current_revision(services.store, "all-direct")
+    update_route(services.store, "all-direct", revision, RouteChanges(enabled=False), op_id="op-off")
+    emitted: list[pipeline.FollowUp] = []
+    pipeline.turn(services, customer_id, emitted.append, sends_here=True)
+    with services.store.read() as conn:
+        states = conn.exec_driver_sql("SELECT state FROM outbox_request").scalars().all()
+        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+    assert states == ["route-changed"]  # registered (the log holds the call), never begun, never sent
+    assert services.transport.sent == []
