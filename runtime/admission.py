@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from runtime.accounts import account_is_live, load_account
 from runtime.input_pause import is_paused
+from runtime.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
 from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import Account, AdmissionBatch, Customer, Route
+from runtime.store.tables import Account, AdmissionBatch, BuyerRead, Customer, Route
 
 
 def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
@@ -84,14 +85,23 @@ def _columns(alias: str, model: type[Customer | AdmissionBatch | Account]) -> st
 
 
 _TURN_ROWS = sql(
-    f"SELECT {_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)} FROM customer c"
+    f"SELECT {_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)},"
+    f" {UNDELIVERED_READS_JSON} FROM customer c"
     " LEFT JOIN admission_batch b ON b.customer_id = c.id AND b.state IN ('claimed', 'committed')"
     " LEFT JOIN account a ON a.id = c.account_id WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
 )
 
 
-def turn_rows(conn: Connection, customer_id: int) -> tuple[Customer, AdmissionBatch | None, Account | None] | None:
-    """What a turn starts from, in one read: the customer, its open batch and its account."""
+class TurnRows(NamedTuple):
+    """What a turn starts from, in one read."""
+
+    customer: Customer
+    batch: AdmissionBatch | None  # the open batch
+    account: Account | None
+    reads: list[BuyerRead]  # what the buyer read that the session has not been told yet
+
+
+def turn_rows(conn: Connection, customer_id: int) -> TurnRows | None:
     row = conn.execute(_TURN_ROWS, {"c": customer_id}).first()
     if row is None:
         return None
@@ -99,7 +109,7 @@ def turn_rows(conn: Connection, customer_id: int) -> tuple[Customer, AdmissionBa
     for model in (Customer, AdmissionBatch, Account):
         values, at = row[at : at + len(model.model_fields)], at + len(model.model_fields)
         parts.append(model.model_validate(dict(zip(model.model_fields, values, strict=True))) if values[0] else None)
-    return parts[0], parts[1], parts[2]  # type: ignore[return-value]
+    return TurnRows(parts[0], parts[1], parts[2], reads_from_json(row[at]))  # type: ignore[arg-type]
 
 
 _NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer comes from the full evaluation

@@ -25,11 +25,13 @@ from runtime.classification import role_sql
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
+from runtime.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
+from runtime.recipients import RECIPIENT_COLUMNS, RecipientFacts
 from runtime.states import SETTLED, AttemptState, OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import OutboundIntent, OutboxRequest
+from runtime.store.tables import BuyerRead, OutboundIntent, OutboxRequest
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ class ReplyCheck(NamedTuple):
     account_live: bool
     route_current: bool  # the batch's route, at the batch's generation, still enabled
     queue_busy: bool  # a request of the customer registered before is still pending or sending
+    # What the buyer read that the session was not told yet: the turn's next step's check (no
+    # write of this transaction changes it).
+    buyer_reads: list[BuyerRead]
+    recipient: RecipientFacts  # who a direct reply goes to (runtime.recipients.recipient_of)
 
 
 _REPLY_CHECK = sql(
@@ -101,8 +107,9 @@ _REPLY_CHECK = sql(
     " (SELECT state FROM account_placement WHERE account_id = c.account_id),"
     " a.connection_intent = 'connected' AND a.authorization = 'ready',"
     " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0),"
-    " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending'))"
-    " FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"
+    " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')),"
+    f" {UNDELIVERED_READS_JSON}, {RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id"
+    " WHERE c.id = :c"
 )
 
 
@@ -113,8 +120,9 @@ def reply_check(
     row = conn.execute(
         _REPLY_CHECK, {"c": customer_id, "e": epoch, "b": batch_id, "route": route[0], "g": route[1], "t": body}
     ).one()
-    current, earlier, placement, live, route_current, busy = row
-    return ReplyCheck(bool(current), earlier, placement, bool(live), bool(route_current), bool(busy))
+    current, earlier, placement, live, route_current, busy, reads, *recipient = row
+    flags = bool(live), bool(route_current), bool(busy)
+    return ReplyCheck(bool(current), earlier, placement, *flags, reads_from_json(reads), tuple(recipient))
 
 
 def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:

@@ -25,22 +25,31 @@ class RecipientUnavailable(KefuError):
         )
 
 
+# What `recipient_of` decides from, as columns over a customer `c` joined with its account `a`.
+RECIPIENT_COLUMNS = (
+    "c.conversation_type, c.conversation_id, c.direct_peer_id, a.platform,"
+    " (SELECT sender_id FROM inbound_message m WHERE m.customer_id = c.id AND m.sender_role = 'external'"
+    "  ORDER BY m.id DESC LIMIT 1)"
+)
+RecipientFacts = tuple[str, str, str | None, str, str | None]  # RECIPIENT_COLUMNS, as read
+
+
 def direct_recipient(conn: Connection, customer_id: int) -> str | None:
     """The recipient of a reply to this customer; None for a group (it is addressed by conversation).
 
     Raises RecipientUnavailable for a Wangwang direct conversation with no buyer identity yet.
     """
     row = conn.execute(
-        sql(
-            "SELECT c.conversation_type, c.conversation_id, c.direct_peer_id, a.platform,"
-            " (SELECT sender_id FROM inbound_message m WHERE m.customer_id = c.id AND m.sender_role = 'external'"
-            "  ORDER BY m.id DESC LIMIT 1) FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"
-        ),
+        sql(f"SELECT {RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"),
         {"c": customer_id},
     ).first()
     if row is None:
         raise CustomerUnknown(customer_id)
-    conversation_type, conversation_id, peer, platform, last_external = row
+    return recipient_of(tuple(row))
+
+
+def recipient_of(facts: RecipientFacts) -> str | None:
+    conversation_type, conversation_id, peer, platform, last_external = facts
     if conversation_type != "direct":
         return None
     recipient: str | None = last_external or peer

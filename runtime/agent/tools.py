@@ -22,8 +22,7 @@ from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import ReplyCheck, register_outbound, reply_check
 from runtime.ports import ToolCall, ToolSpec
-from runtime.read_receipts import undelivered_reads
-from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, direct_recipient
+from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, recipient_of
 from runtime.store import DeliveryStore
 from runtime.store.connection import Connection
 from runtime.store.tables import AdmissionBatch, BuyerRead, Customer, OutboundIntent, OutboxRequest
@@ -123,7 +122,7 @@ def _stage_attachments(binding: TurnBinding, conn: Connection, names: list[str])
 
 
 def _register_reply(
-    binding: TurnBinding, conn: Connection, call: ToolCall, args: ImSendMessageArgs
+    binding: TurnBinding, conn: Connection, call: ToolCall, args: ImSendMessageArgs, check: ReplyCheck
 ) -> tuple[list[OutboxRequest], RecipientUnavailable | None]:
     """Register the attachments in order, then the text, each following the one before.
 
@@ -148,7 +147,7 @@ def _register_reply(
         handling_epoch=batch.handling_epoch,
     )
     try:
-        recipient = direct_recipient(conn, customer.id)
+        recipient = recipient_of(check.recipient)
     except RecipientUnavailable as error:
         return [register_outbound(conn, text, refused=error.code)], error
     media = _stage_attachments(binding, conn, args.attachments) if args.attachments else []
@@ -188,10 +187,10 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
                     f"Already sent this exact text for this batch: request {check.earlier}; not sent again.",
                     request_id=check.earlier,
                 )
-            requests, refused = _register_reply(binding, conn, call, args)
+            requests, refused = _register_reply(binding, conn, call, args, check)
             if refused is None and binding.begin_attempt is not None:
                 binding.begin_attempt(conn, requests[0], check)  # the later parts wait for the first
-            binding.checked = (call.id, undelivered_reads(conn, customer.id))  # type: ignore[arg-type]
+            binding.checked = (call.id, check.buyer_reads)
     except LeaseLost:
         raise  # not the model's business: this turn stops, the lease's new holder carries on
     except KefuError as error:  # a bad attachment: nothing of this call was registered

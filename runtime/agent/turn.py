@@ -280,15 +280,16 @@ def run_turn(
     one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy).
     `begin_attempt`: see TurnBinding."""
     with fenced(store, fence) as conn:
-        customer, batch, account = turn_rows(conn, customer_id) or (None, None, None)
-        if batch is None or customer is None:
+        rows = turn_rows(conn, customer_id)
+        if rows is None or rows.batch is None:
             return None
+        customer, batch, account = rows.customer, rows.batch, rows.account
         lines = batch_messages(conn, batch.id)
         if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
         known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)
-        checked: _StepCheck | None = (True, undelivered_reads(conn, customer_id))  # the first step's, as read
+        checked: _StepCheck | None = (True, rows.reads)  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id) if memory_engine else None
