@@ -138,18 +138,16 @@ def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     if row is None:
         return None
     paused, epoch, generation, enabled, account_live = row
-    if paused or epoch != request.handling_epoch or not account_live:
-        return "revoked"
-    if generation != request.route_generation or not enabled:
-        return "route-changed"
-    return None
+    current = not paused and epoch == request.handling_epoch
+    return _stale(current, bool(account_live), generation == request.route_generation and bool(enabled))
 
 
-def _stale_as_checked(checked: ReplyCheck) -> str | None:
-    """`_auto_send_is_stale` from a ReplyCheck (its handling was current, or nothing was registered)."""
-    if not checked.current or not checked.account_live:
+def _stale(current: bool, account_live: bool, route_current: bool) -> str | None:
+    """Why an automatic send may no longer go out: a human took over or the account cannot
+    send (`revoked`), or its route changed since the batch was admitted (`route-changed`)."""
+    if not current or not account_live:
         return "revoked"
-    return None if checked.route_current else "route-changed"
+    return None if route_current else "route-changed"
 
 
 _NEXT_PENDING = sql(
@@ -257,7 +255,11 @@ def begin_in(
         return AttemptSkipped("skipped")
     stale = None
     if request.origin == "auto":
-        stale = _stale_as_checked(checked) if checked else _auto_send_is_stale(conn, request)
+        stale = (
+            _stale(checked.current, checked.account_live, checked.route_current)
+            if checked
+            else _auto_send_is_stale(conn, request)
+        )
     if stale:
         _set_state(conn, request_id, stale, None)
         return AttemptSkipped(stale)  # type: ignore[arg-type]

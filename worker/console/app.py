@@ -68,6 +68,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     query, a later attempt) to the workers; None leaves it to their reconciler."""
     store, zone, sessions = runtime.store, runtime.settings.zone, runtime.settings.sessions_dir
     max_file = runtime.settings.media_max_bytes
+    hand_on = dispatch or (lambda work: None)  # no workers to hand to: their reconciler finds the work
     throttle = SignInThrottle()
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["when"] = lambda ms: (
@@ -212,7 +213,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         registered = await run_in_threadpool(send_manual_parts, store, parts)
         for part in registered:
             await run_in_threadpool(record_action, store, operator.name, "send", customer_id, part.request_id)
-        await run_in_threadpool(_deliver, runtime, [part.request_id for part in registered], dispatch)
+        await run_in_threadpool(_deliver, runtime, [part.request_id for part in registered], hand_on)
         return back(customer_id)
 
     async def confirm(request: Request) -> Response:
@@ -228,7 +229,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         previous, new_id = request.path_params["request_id"], str(form.get("request_id", ""))
         retried = await run_in_threadpool(retry_manual, store, new_id, previous, operator.name)
         await run_in_threadpool(record_action, store, operator.name, "retry", retried.customer_id, new_id, previous)
-        await run_in_threadpool(_deliver, runtime, [new_id], dispatch)
+        await run_in_threadpool(_deliver, runtime, [new_id], hand_on)
         return back(retried.customer_id)
 
     async def mark_read(request: Request) -> Response:
@@ -286,8 +287,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         resumed = await run_in_threadpool(pipeline.resume, store, account)
         await run_in_threadpool(record_action, store, operator.name, "resume-input", None, None, account or "host")
         for work in resumed.follow_ups:
-            if dispatch is not None:
-                await run_in_threadpool(dispatch, work)
+            await run_in_threadpool(hand_on, work)
         return RedirectResponse("/ops", status_code=303)
 
     async def refused(request: Request, error: Exception) -> Response:
@@ -358,16 +358,13 @@ def _problem(error: Exception) -> str:
     return f"KEFU_INVALID_INPUT: {error}"
 
 
-def _deliver(
-    runtime: WorkerRuntime, request_ids: list[str], dispatch: Callable[[pipeline.FollowUp], object] | None
-) -> None:
+def _deliver(runtime: WorkerRuntime, request_ids: list[str], hand_on: Callable[[pipeline.FollowUp], object]) -> None:
     """Attempt registered manual sends now, in order, as the CLI's `kefu send` does; what
     follows (a receipt query, a part that waits its turn) goes to the workers. A resubmitted
     form finds them settled: nothing is sent again."""
     for _, step in pipeline.deliver_in_order(runtime, request_ids):
         for work in step.follow_ups:
-            if dispatch is not None:
-                dispatch(work)
+            hand_on(work)
 
 
 class _MemoryReader:
