@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from runtime.errors import KefuError
 from runtime.states import PlacementState
 from runtime.store.connection import Connection
+from runtime.store.fence import ShardLeaseLost as ShardLeaseLost  # raised by the store; part of the shard API
 from runtime.store.sql import sql
 
 _CELL = struct.Struct("<qq")  # token, deadline (CLOCK_MONOTONIC ns); 0 deadline: lost
@@ -36,15 +37,6 @@ def customer_id_base(shard: str) -> int:
     ranges: `default` has the first (the ids kefu always gave), every other name one of 8,999
     more by hash (a move refuses the rare account whose ids collide)."""
     return 0 if shard == "default" else (zlib.crc32(shard.encode()) % 8999 + 1) * ID_RANGE
-
-
-class ShardLeaseLost(KefuError):
-    def __init__(self, shard: str, why: str) -> None:
-        super().__init__(
-            "KEFU_SHARD_LEASE_LOST",
-            f"this process no longer holds shard {shard!r}'s lease ({why}); it wrote nothing after that",
-            "nothing to do: the holder of the new grant serves the shard; this process stops",
-        )
 
 
 class ShardHeldElsewhere(KefuError):

@@ -19,6 +19,8 @@ from sqlalchemy import ClauseElement, TextClause
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 
+from runtime.store import fence
+
 Params = Mapping[str, Any] | Sequence[Any]
 Row = tuple[Any, ...]
 
@@ -53,6 +55,8 @@ class Connection:
         try:
             return Result(self.dbapi.execute(text, bound))
         except sqlite3.Error as error:
+            if fence.refused(error):  # before any caller mistakes it for a constraint of its own
+                raise fence.lost(self.dbapi) from None
             raise as_sqlalchemy_error(text, error) from error
 
     exec_driver_sql = execute

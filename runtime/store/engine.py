@@ -16,6 +16,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from config import DeliverySettings
 from runtime.errors import KefuError
+from runtime.store import fence
 from runtime.store.connection import Connection, as_sqlalchemy_error
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
@@ -29,6 +30,8 @@ class _Connection(sqlite3.Connection):
     so `immediate()` can check it, and whether its commits are on disk on their own."""
 
     kefu_guard: ShardGuard | None = None
+    kefu_proved = 0  # the grant whose fence this connection's triggers check (runtime.store.fence)
+    kefu_proving = 0  # the grant the open transaction proved: `kefu_proved` once it commits
     kefu_synchronous = "FULL"  # NORMAL in WAL mode: a commit is on disk at the next FULL one or checkpoint
     kefu_generation = 0  # the store's close() count when it was opened: an older one is closed
     kefu_busy_timeout_ms = 2000  # the store's busy timeout, as configured (`_begin_write` lifts it a moment)
@@ -83,7 +86,9 @@ def _begin_write(db: sqlite3.Connection) -> None:
 
 def _begin(db: sqlite3.Connection, write: bool) -> None:
     """BEGIN (IMMEDIATE for a write, `_begin_write`). A write on a guarded store's connection
-    checks the shard lease first (runtime.shards), and is rolled back if it is refused."""
+    checks the shard lease's local deadline first, and is rolled back if it is refused. The
+    store's fence is read (and claimed) only by the first write of a grant on the connection;
+    after that, SQLite checks it on every row written (runtime.store.fence)."""
     if write:
         _begin_write(db)
     else:
@@ -91,10 +96,34 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
     guard = getattr(db, "kefu_guard", None) if write else None
     if guard is not None:
         try:
-            guard.check(db.execute)
+            token = guard.require()
+            if token != getattr(db, "kefu_proved", 0):
+                guard.check(db.execute)
+                fence.prove(db.execute, token)
+                db.kefu_proving = token  # type: ignore[attr-defined]
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+
+def _commit(db: sqlite3.Connection) -> None:
+    """COMMIT; a grant proved by the transaction is the connection's from now on."""
+    proving = getattr(db, "kefu_proving", 0)  # 0 on any connection but a guarded store's
+    if proving:
+        db.kefu_proving = 0  # type: ignore[attr-defined]
+    db.execute("COMMIT")
+    if proving:
+        db.kefu_proved = proving  # type: ignore[attr-defined]
+
+
+def _rollback(db: sqlite3.Connection, error: BaseException) -> BaseException | None:
+    """ROLLBACK after `error` (SQLite may have rolled back already, e.g. on a full disk); what
+    to raise instead of it: a fence trigger's refusal is the lease lost."""
+    if getattr(db, "kefu_proving", 0):
+        db.kefu_proving = 0  # type: ignore[attr-defined]
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+    return fence.lost(db) if fence.refused(error) else None
 
 
 @contextmanager
@@ -105,10 +134,12 @@ def immediate(db: sqlite3.Connection, durable: bool = False) -> Iterator[sqlite3
         _begin(db, write=True)
         try:
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as error:
+            instead = _rollback(db, error)
+            if instead is not None:
+                raise instead from None
             raise
-        db.execute("COMMIT")
+        _commit(db)
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -218,6 +249,7 @@ class DeliveryStore:
         ]
         if self.guard is not None and self._fenced:
             dbapi.kefu_guard = self.guard
+            wanted.append(("temp_store", "MEMORY", 2))  # the fence's proved token (runtime.store.fence)
         dbapi.kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         dbapi.kefu_busy_timeout_ms = s.busy_timeout_ms
         if s.cache_size_kib is not None:
@@ -235,6 +267,11 @@ class DeliveryStore:
                     f"{self.path}: PRAGMA {name} is {actual[0]!r}, expected {expected!r}",
                     "check that the file system supports this mode (WAL needs shared memory)",
                 )
+        if dbapi.kefu_guard is not None:
+            try:
+                fence.install(dbapi)
+            except sqlite3.Error as error:
+                raise as_sqlalchemy_error("fence triggers", error) from error
 
     @contextmanager
     def _checkout(self) -> Iterator[_Connection]:
@@ -281,12 +318,13 @@ class DeliveryStore:
                 raise as_sqlalchemy_error("BEGIN", error) from error
             try:
                 yield Connection(dbapi)
-            except BaseException:
-                if dbapi.in_transaction:  # SQLite may have rolled back already (e.g. a full disk)
-                    dbapi.execute("ROLLBACK")
+            except BaseException as error:
+                instead = _rollback(dbapi, error)
+                if instead is not None:
+                    raise instead from None
                 raise
             try:
-                dbapi.execute("COMMIT")
+                _commit(dbapi)
             except sqlite3.Error as error:
                 raise as_sqlalchemy_error("COMMIT", error) from error
 

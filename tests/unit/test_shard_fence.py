@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from config import Settings
 from runtime import leases
@@ -271,6 +272,85 @@ def test_an_unguarded_store_writes_and_claims_nothing(open_store):
     with guarded.write():
         pass
     assert fence_rows(guarded) == ([(1, 3, "a")], [(3, "a")])
+
+
+def _update(store: DeliveryStore) -> None:
+    with store.write() as conn:
+        conn.exec_driver_sql("UPDATE account SET identity = 'stale' WHERE id = 'shop'")
+
+
+def _swallowed(store: DeliveryStore) -> None:
+    """A caller that takes an IntegrityError for a constraint of its own (an import's slice)."""
+    with store.write() as conn:
+        try:
+            conn.exec_driver_sql("UPDATE account SET identity = 'caught' WHERE id = 'shop'")
+        except IntegrityError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "write",
+    [_record, _ingest, _immediate, _update, _swallowed],
+    ids=["record_received", "ingest_page", "immediate", "write", "caller-catches-integrity"],
+)
+def test_a_connection_that_proved_its_grant_is_refused_by_sqlite_once_a_newer_one_claims(open_store, write):
+    """After its first write, a connection no longer reads the fence: the rows it writes are
+    checked by SQLite. Those of a grant that passed on are refused all the same."""
+    stale_guard = held(1, owner="a")
+    stale = open_store(stale_guard)
+    add_account(stale)
+    write(stale)  # every kind of write proves grant 1 on this thread's connection
+    statements: list[str] = []
+    stale.trace(statements.append)
+    _update(stale)
+    stale.trace(None)
+    assert not any("shard_fence" in s for s in statements)  # no read: the triggers check
+    new = open_store(held(2, owner="b"))
+    with new.write():  # claims
+        pass
+    before = snapshot(new)
+
+    with pytest.raises(ShardLeaseLost):
+        write(stale)
+    assert stale_guard.lost
+    assert snapshot(new) == before
+    with stale.raw() as db:
+        assert not db.in_transaction
+
+
+def test_each_table_but_the_fence_has_its_triggers(open_store):
+    store = open_store(held(1))
+    with store.raw() as db:
+        tables = {
+            name
+            for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        triggers = {name for (name,) in db.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'")}
+    assert {"shard_fence", "shard_grant", "outbox_attempt", "lease", "inbound_message"} <= tables
+    expected = {
+        f"kefu_fence_{kind}_{t}"
+        for t in tables - {"shard_fence", "shard_grant"}
+        for kind in ("insert", "update", "delete")
+    }
+    assert triggers == expected
+
+
+def test_a_claim_rolled_back_is_made_again_by_the_next_write(open_store):
+    store = open_store(held(1, owner="a"))
+    add_account(store)  # grant 1 claimed and proved
+    guard = store.guard
+    assert guard is not None
+    guard.hold(3, time.monotonic_ns() + MINUTE_NS)  # the process was granted the lease again
+    with pytest.raises(RuntimeError):
+        with store.write() as conn:
+            conn.exec_driver_sql("UPDATE account SET identity = 'lost' WHERE id = 'shop'")
+            raise RuntimeError("the caller failed")
+    assert fence_rows(store)[0] == [(1, 1, "a")]  # the claim went with the rollback
+    _update(store)
+    assert fence_rows(store) == ([(1, 3, "a")], [(1, "a"), (3, "a")])
+    assert identity(store) == "stale"
 
 
 # --- customer ids ---------------------------------------------------------------------------
