@@ -347,24 +347,31 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     state = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
     index = RecallIndex.build(memory.store, memory.scope)
     picks, state = select(index, query, state, settings.first_gen_max, settings.rotation_slots)
-    if not picks:
-        return []
-    entries += [BlockEntry(folder_id, turn) for folder_id in picks]
-    kept, dropped = _within_limits(entries, index.folders, memory, turn)
+    before = [e.folder_id for e in entries]
+    added = [folder_id for folder_id in picks if folder_id not in before]
+    if not added:  # nothing new: the block stands as it is (what it holds still matches)
+        save_state(memory.store, memory.scope, state.model_copy(update={"block": before}))
+        return picks
+    # What still matches stays, as this turn's: only older blocks that no longer match make room.
+    entries = [e for e in entries if e.folder_id not in picks] + [BlockEntry(f, turn) for f in picks]
+    # Chinese text runs about one token a character: the window share is counted in characters.
+    char_limit = min(settings.max_chars, memory.window_tokens * settings.max_window_percent // 100)
+    kept, dropped = fit_block(entries, index.folders, settings.max_blocks, char_limit, turn)
     _append_block(log, memory, kept)
     save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
-    memory.store.record(memory.scope, "recall", added=picks, dropped=dropped, round=state.round)
+    memory.store.record(memory.scope, "recall", added=added, dropped=dropped, round=state.round)
     return picks
 
 
-def _within_limits(
-    entries: list[BlockEntry], folders: Mapping[str, Folder | IndexedFolder], memory: SessionMemory, turn: str
+def fit_block(
+    entries: list[BlockEntry],
+    folders: Mapping[str, Folder | IndexedFolder],
+    max_blocks: int,
+    char_limit: int,
+    turn: str,
 ) -> tuple[list[BlockEntry], list[str]]:
     """Drop lowest-priority blocks (σ) until the block fits its limits; this turn's picks go
-    last and the final block always stays."""
-    settings = memory.settings.recall
-    # Chinese text runs about one token a character: the window share is counted in characters.
-    char_limit = min(settings.max_chars, memory.window_tokens * settings.max_window_percent // 100)
+    last, the weakest match first, and the final block always stays."""
     kept = [e for e in entries if e.folder_id in folders]
     dropped = [e.folder_id for e in entries if e.folder_id not in folders]
 
@@ -372,8 +379,8 @@ def _within_limits(
         return sum(folders[e.folder_id].chars for e in kept)
 
     this_turn = [e for e in kept if e.turn == turn]
-    for entry in _lowest_priority_first(kept, folders, protect=turn) + _lowest_priority_first(this_turn, folders):
-        if len(kept) <= 1 or (len(kept) <= settings.max_blocks and size() <= char_limit):
+    for entry in _lowest_priority_first(kept, folders, protect=turn) + this_turn[::-1]:  # picks: strongest first
+        if len(kept) <= 1 or (len(kept) <= max_blocks and size() <= char_limit):
             break
         kept.remove(entry)
         dropped.append(entry.folder_id)

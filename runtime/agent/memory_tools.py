@@ -31,7 +31,7 @@ RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
 class MemoryRecallArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     keywords: str | None = Field(None, max_length=500, description="names, order numbers, products; space separated")
-    limit: int = Field(3, ge=1, le=8)
+    limit: int = Field(3, ge=1, le=20)
     offset: int = Field(0, ge=0, le=10_000)
     time_from: str | None = Field(None, alias="timeFrom", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")
     time_to: str | None = Field(None, alias="timeTo", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import KefuError, invalid_fields
+from runtime.memory.categories import CATEGORY_MARKERS, CATEGORY_WORDS
 from runtime.memory.store import MemoryStore, Score
 
 MAX_UPDATES = 100
@@ -26,13 +27,6 @@ KEYWORDS_MIN, KEYWORDS_MAX = 3, 8
 EVENT_MAX = 60
 EVENT_SIMILAR = 0.72
 EMPTY_EVENT = {"空", "无", "不约束", "无事件", "none", "null", "n/a", "na", "-"}
-CATEGORY_WORDS = ("喜好", "偏好", "习惯", "约定", "承诺", "决定", "规则", "要求", "禁忌")
-# Deterministic markers in the archived text -> the category keyword to add.
-CATEGORY_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("喜好", ("喜欢", "偏好", "讨厌", "爱吃", "不爱", "口味", "prefer", "favorite")),
-    ("约定", ("约定", "说好", "以后都", "以后", "不要", "必须", "下次", "promise")),
-    ("决定", ("决定", "定了", "就这么办", "decided")),
-)
 
 
 class JudgeCallInvalid(KefuError):

@@ -1,21 +1,27 @@
 """Recall: which scored folders a buyer's message brings back (SPEC 5, FAIR-DRI).
 
 Candidates come from lexical matching over each folder's full archived text (BM25 with the
-CJK-aware tokenizer), with the model's keywords, the title and the event label as extra
-signal; keywords match both ways (a folder keyword inside the message, a message token inside
-a multi-word keyword). Unscored folders never recall.
+recall tokenizer: CJK bigrams, stemmed Latin words without function words, dates), with the
+model's keywords, the title and the event label as extra signal, each matched token by token
+and weighted by how rare the token is. Unscored folders never recall.
 
-Selection is deterministic: priority σ = (alpha desc, created asc, id asc). Candidates are the
-folders scoring at least 35% of the best match. Each round has a quota k (default 10). First,
-a rare-term lane (source §1.3) takes up to k − r folders holding a query term found in at most
-τ = max(8, ⌈0.002 N⌉) folders (an order number, a name), most relevant first, so an exact
-reference is never crowded out by σ. r = 2 rotation slots are kept for low-alpha matches (alpha < 0.6), taken
-in σ order after a per-scope lane cursor that persists, so a low-alpha memory that keeps
-matching comes back within ⌈L / r⌉ rounds whatever number of high-alpha matches flood in. The
-other k − r slots take high-alpha matches in σ order, so up to k − r matched high-alpha
-memories appear in the same round. Unused slots of one lane go to the other. Folders already
-in the recall block are not picked again. There is no randomness: the same store, state and
-query give the same picks.
+Selection is deterministic and relevance comes first within every lane. Candidates are the
+folders scoring at least 35% of the best match. Each round has a quota k (default 10):
+
+- rare: up to k − r folders holding a query term found in at most τ = max(8, ⌈0.002 N⌉)
+  folders (an order number, a name: source §1.3), so an exact reference is never crowded out;
+- high: matches of alpha ≥ 0.6, the strongest first (σ = (alpha desc, created asc, id asc)
+  breaks ties), so every matched high-alpha memory up to the quota appears in the same round;
+- low: r slots kept for matches of lower alpha. One of them (with r ≥ 2) probes the strongest
+  such match; the other r − 1 rotate in σ order after a per-scope cursor that persists, so a
+  low-alpha memory that keeps matching comes back within ⌈L / (r − 1)⌉ rounds (L rounds with
+  r = 1, which only rotates), whatever number of stronger matches flood in. Slots a lane
+  leaves unused go to the low lane's probe.
+
+The picks come out strongest first. A folder already in the recall block is picked like any
+other (the block keeps what is still relevant; the caller adds only what is new), so what a
+round finds does not depend on what earlier rounds found. No randomness: the same store,
+state and query give the same picks.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import bisect
 import heapq
 import math
 from array import array
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -32,17 +39,23 @@ from runtime.memory.tokenize import tokens
 
 HIGH_ALPHA = 0.6
 K1, B = 1.2, 0.75
-KEYWORD_BONUS = 2.0
-TITLE_EVENT_BONUS = 0.5
+KEYWORD_WEIGHT = 0.5  # of a keyword token's idf: the folder is about that term
+TITLE_EVENT_WEIGHT = 0.25  # of a title or event token's idf
 RELEVANCE_FLOOR = 0.35
 RARE_MIN_POSTING, RARE_RATIO = 8, 0.002  # source §1.3's rare-term lane
 # Closed synonym classes (source §1.3 categoryMatch): a question naming a class ("我的偏好是什么")
 # finds the high-alpha memories whose keywords name it in other words ("喜好").
 CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
-    "preference": ("喜好", "偏好", "喜欢", "爱好", "口味", "习惯", "讨厌"),
-    "agreement": ("约定", "说好", "承诺", "答应", "保证"),
-    "decision": ("决定", "定了", "决策"),
-    "rule": ("规则", "要求", "必须", "禁忌"),
+    "preference": (
+        *("喜好", "偏好", "喜欢", "爱好", "口味", "习惯", "讨厌"),
+        *("preference", "prefer", "favorite", "favourite", "hate", "habit", "taste", "hobby"),
+    ),
+    "agreement": ("约定", "说好", "承诺", "答应", "保证", "agreement", "agree", "promise", "deal"),
+    "decision": ("决定", "定了", "决策", "decision", "decide"),
+    "rule": ("规则", "要求", "必须", "禁忌", "rule", "requirement", "require", "must"),
+}
+_CATEGORY_TOKENS = {
+    name: frozenset(t for word in words for t in tokens(word)) for name, words in CATEGORY_CLASSES.items()
 }
 
 
@@ -65,13 +78,13 @@ class RecallIndex:
         scale = K1 * B / (average or 1)
         self.norms = {f.id: K1 * (1 - B) + scale * f.length for f in folders}
         self.sigmas = {f.id: (-f.alpha, f.created_at, f.id) for f in folders}  # σ, see sigma()
-        self.keyword_folders = self._unpack(keywords)  # model keyword -> folders carrying it
+        self.keyword_folders = self._unpack(keywords)  # token of a model keyword -> folders carrying it
         self.extra_folders = self._unpack(extras)  # title or event token -> folders
         self.category_folders = {  # class -> high-alpha folders whose keywords name it
             name: sorted(
                 {i for word in words for i in self.keyword_folders.get(word, ()) if -self.sigmas[i][0] >= HIGH_ALPHA}
             )
-            for name, words in CATEGORY_CLASSES.items()
+            for name, words in _CATEGORY_TOKENS.items()
         }
 
     def _unpack(self, packed: dict[str, bytes]) -> dict[str, list[str]]:
@@ -100,28 +113,31 @@ class RecallIndex:
             self._postings[term] = found
         return found
 
-    def scores(self, query: str) -> dict[str, float]:
-        """Folders matching the query, with their lexical score."""
-        terms = set(tokens(query))
-        lowered = query.lower()
+    def _idf(self, held_by: int) -> float:
         n = len(self.folders)
+        return math.log(1 + (n - held_by + 0.5) / (held_by + 0.5))
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Folders matching the query, with their lexical score: BM25 over the text, plus each
+        query token among a folder's keywords, title or event, weighted by its rarity there."""
+        terms = set(tokens(query))
         found: dict[str, float] = {}
+        get, norms = found.get, self.norms  # the hot loop: tens of thousands of postings at 10⁴ folders
         for term in terms:
             posting = self.posting(term)
-            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
+            weight = self._idf(len(posting)) * (K1 + 1)
             for folder_id, tf in posting.items():
-                found[folder_id] = found.get(folder_id, 0.0) + idf * tf * (K1 + 1) / (tf + self.norms[folder_id])
-        for keyword, folder_ids in self.keyword_folders.items():
-            if keyword in lowered or (" " in keyword and any(len(t) > 1 and t in keyword for t in terms)):
-                for folder_id in folder_ids:
-                    found[folder_id] = found.get(folder_id, 0.0) + KEYWORD_BONUS
-        for term in terms:
-            for folder_id in self.extra_folders.get(term, ()):
-                found[folder_id] = found.get(folder_id, 0.0) + TITLE_EVENT_BONUS
-        for name, words in CATEGORY_CLASSES.items():
-            if any(word in lowered for word in words):
+                found[folder_id] = get(folder_id, 0.0) + weight * tf / (tf + norms[folder_id])
+            for signal, weight in ((self.keyword_folders, KEYWORD_WEIGHT), (self.extra_folders, TITLE_EVENT_WEIGHT)):
+                holders = signal.get(term, ())
+                bonus = weight * self._idf(len(holders))
+                for folder_id in holders:
+                    found[folder_id] = get(folder_id, 0.0) + bonus
+        for name, words in _CATEGORY_TOKENS.items():  # as if the class were one more keyword
+            if terms & words:
+                bonus = KEYWORD_WEIGHT * self._idf(len(self.category_folders[name]))
                 for folder_id in self.category_folders[name]:
-                    found[folder_id] = found.get(folder_id, 0.0) + KEYWORD_BONUS
+                    found[folder_id] = found.get(folder_id, 0.0) + bonus
         return found
 
     def candidates(self, query: str, found: dict[str, float] | None = None) -> list[str]:
@@ -134,21 +150,25 @@ class RecallIndex:
 
     def rare_matches(self, query: str, found: dict[str, float] | None = None) -> list[str]:
         """Folders holding a rare query term (an order number, a name: in at most
-        τ = max(8, ⌈0.002 N⌉) folders), most relevant first, then σ."""
+        τ = max(8, ⌈0.002 N⌉) folders), most relevant first, then σ. The tokenizer leaves
+        function words out, so only content words can be rare."""
         tau = max(RARE_MIN_POSTING, math.ceil(RARE_RATIO * len(self.folders)))
         rare = {i for t in set(tokens(query)) if len(p := self.posting(t)) <= tau for i in p}
         if not rare:
             return []
         found = self.scores(query) if found is None else found
-        return sorted(rare, key=lambda i: (-found[i], self.sigmas[i]))
+        return sorted(rare, key=self.strongest_first(found))
+
+    def strongest_first(self, found: dict[str, float]) -> Callable[[str], tuple[float, tuple[float, int, str]]]:
+        """Sort key: the stronger match first, σ between equals."""
+        return lambda i: (-found.get(i, 0.0), self.sigmas[i])
 
     def ranked(self, query: str) -> list[str]:
-        """Every candidate in a stable order: rare-term matches by relevance, then the rest by σ
-        (what `memory_recall` pages through)."""
+        """Every candidate and rare-term match, strongest first (what `memory_recall` pages
+        through: stable for a given store and query)."""
         found = self.scores(query)
-        rare = self.rare_matches(query, found)
-        taken = set(rare)
-        return rare + sorted((i for i in self.candidates(query, found) if i not in taken), key=self.sigmas.__getitem__)
+        matched = set(self.candidates(query, found)) | set(self.rare_matches(query, found))
+        return sorted(matched, key=self.strongest_first(found))
 
 
 class RecallState(BaseModel):
@@ -178,24 +198,29 @@ def folders_recalled(store: MemoryStore, scope: str) -> list[tuple[Folder, bool]
 def select(
     index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
 ) -> tuple[list[str], RecallState]:
-    """This round's picks (rare-term lane, then high σ, then rotation) and the new state."""
-    in_block = set(state.block)
+    """This round's picks, strongest first (lanes: see the module), and the new state, whose
+    block holds the earlier block and the picks not already in it."""
     keys = index.sigmas
     found = index.scores(query)
-    rare = [i for i in index.rare_matches(query, found) if i not in in_block][: k - r]
-    taken = in_block | set(rare)
-    k -= len(rare)
-    matched = [keys[i] for i in index.candidates(query, found) if i not in taken]
-    high = heapq.nsmallest(k, (key for key in matched if -key[0] >= HIGH_ALPHA))
-    low = sorted(key for key in matched if -key[0] < HIGH_ALPHA)
+    rare = index.rare_matches(query, found)[: k - r]
+    taken = set(rare)
+    budget = k - len(rare)
+    # (−score, σ) of each other candidate: the stronger first, σ between equals
+    ranked = [(-found[i], keys[i]) for i in index.candidates(query, found) if i not in taken]
+    high = heapq.nsmallest(budget, (key for key in ranked if -key[1][0] >= HIGH_ALPHA))
+    low = [key for key in ranked if -key[1][0] < HIGH_ALPHA]
+    high_picks = high[: budget - min(r, len(low), budget)]
+    low_budget = min(budget - len(high_picks), len(low))
+    rotating = min(r - 1 if r >= 2 else r, low_budget)  # r = 1: its one slot rotates
+    probe = heapq.nsmallest(low_budget - rotating, low)
+    probed = {key[1][2] for key in probe}
+    by_sigma = sorted(key[1] for key in low if key[1][2] not in probed)
     cursor = state.low_cursor
-    start = bisect.bisect_right(low, cursor) if cursor is not None else 0
-    after = low[start : start + k]
-    rotation = after + low[: min(start, k - len(after))]  # after the cursor, then wrapping around
-    low_slots = min(r, len(rotation), k)  # k: what the rare lane left
-    high_picks = high[: k - low_slots]
-    low_picks = rotation[: k - len(high_picks)]
-    cursor = low_picks[-1] if low_picks else cursor
-    picks = rare + [key[2] for key in high_picks] + [key[2] for key in low_picks]
-    new_state = RecallState(round=state.round + 1, low_cursor=cursor, block=[*state.block, *picks])
-    return picks, new_state
+    start = bisect.bisect_right(by_sigma, cursor) if cursor is not None else 0
+    rotation = (by_sigma[start:] + by_sigma[:start])[:rotating]  # after the cursor, then wrapping around
+    cursor = rotation[-1] if rotation else cursor
+    chosen = [*((-found[i], keys[i]) for i in rare), *high_picks, *probe, *((-found[s[2]], s) for s in rotation)]
+    picks = [key[1][2] for key in sorted(chosen)]
+    in_block = set(state.block)
+    block = [*state.block, *(i for i in picks if i not in in_block)]
+    return picks, RecallState(round=state.round + 1, low_cursor=cursor, block=block)

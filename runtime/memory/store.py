@@ -24,11 +24,13 @@ import zstandard
 from pydantic import BaseModel
 
 from runtime.errors import KefuError
+from runtime.memory.categories import CATEGORY_WORDS
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
 
-SCHEMA_VERSION = 1
+HEURISTIC = "heuristic"  # the score source of runtime.memory.heuristic
+SCHEMA_VERSION = 2  # 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_plan (
     plan_id TEXT PRIMARY KEY,
@@ -208,8 +210,11 @@ class MemoryStore:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise MemoryStoreTooNew(self.path, version)
-            if version < SCHEMA_VERSION:  # a new file: no write lock for every reader that opens it
+            if version == 0:  # a new file: no write lock for every reader that opens it
                 db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            elif version < SCHEMA_VERSION:  # indexed by an older tokenizer: index the texts again
+                self.rebuild_index()
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as error:
             raise MemoryStoreUnreadable(self.path, error) from None
 
@@ -348,13 +353,15 @@ class MemoryStore:
         decompress = zstandard.ZstdDecompressor().decompress
         with self._write() as db:
             rows = db.execute(
-                "SELECT f.rowid, f.id, f.scope, t.body FROM folder f JOIN folder_text t ON t.folder_id = f.id"
-                " WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
+                "SELECT f.rowid, f.id, f.scope, t.body, f.title, f.event FROM folder f"
+                " JOIN folder_text t ON t.folder_id = f.id WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
                 (scope, scope),
             ).fetchall()
             db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
             by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
-            for rowid, folder_id, folder_scope, body in rows:
+            for rowid, folder_id, folder_scope, body, title, event in rows:
+                extra = sorted(set(tokens(f"{title} {event or ''}")))
+                db.execute("UPDATE folder SET extra_terms = ? WHERE rowid = ?", (json.dumps(extra), rowid))
                 terms = self._write_index_entry(db, folder_id, decompress(body).decode(), compressor)
                 by_scope.setdefault(folder_scope, []).append((rowid, terms))
             for folder_scope, entries in by_scope.items():
@@ -559,10 +566,14 @@ def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
     rare and off the recall path; reading them back is one unmarshal)."""
     keywords: dict[str, array[int]] = {}
     extras: dict[str, array[int]] = {}
-    rows = db.execute("SELECT rowid, keywords, extra_terms FROM folder WHERE scope = ? AND scored = 1", (scope,))
-    for rowid, words, extra in rows:
-        for word in json.loads(words):
-            keywords.setdefault(word, array("I")).append(rowid)
+    rows = db.execute(
+        "SELECT rowid, keywords, extra_terms, score_source FROM folder WHERE scope = ? AND scored = 1", (scope,)
+    )
+    for rowid, words, extra, source in rows:
+        if source == HEURISTIC:  # its keywords are the text's own words: only a category keyword adds to it
+            words = json.dumps([w for w in json.loads(words) if w in CATEGORY_WORDS])
+        for token in {t for word in json.loads(words) for t in tokens(word)}:  # matched token by token
+            keywords.setdefault(token, array("I")).append(rowid)
         for token in json.loads(extra):
             extras.setdefault(token, array("I")).append(rowid)
     packed = [marshal.dumps({k: v.tobytes() for k, v in m.items()}) for m in (keywords, extras)]

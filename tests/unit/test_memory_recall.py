@@ -1,6 +1,7 @@
 """Recall: unscored folders never recall, lexical matching over full text, deterministic
-FAIR-DRI picks (100 replays identical), the high-alpha same-round guarantee, and the bounded
-latency of a low-alpha memory under a flood of high-alpha matches."""
+FAIR-DRI picks (100 replays identical), the high-alpha same-round guarantee, the bounded
+latency of a low-alpha memory under a flood of high-alpha matches, and relevance first within
+every lane."""
 
 from __future__ import annotations
 
@@ -57,12 +58,14 @@ def test_a_matched_high_alpha_memory_appears_in_the_same_round_and_low_alpha_is_
 
     state = RecallState()
     seen_low: set[str] = set()
-    for round_no in range(3):  # the block is cleared each round: the flood keeps matching
-        picks, state = select(index, "退货", state.model_copy(update={"block": []}))
+    for round_no in range(5):
+        picks, state = select(index, "退货", state)
         if round_no == 0:
             assert set(high[:7]) <= set(picks) and len(picks) == 10  # the top high-alpha ones at once
+        assert len(set(picks) & set(low)) == 2  # r = 2 slots kept whatever the flood
         seen_low |= set(picks) & set(low)
-    # 6 low-alpha matches and 2 rotation slots: every one within ⌈6 / 2⌉ = 3 rounds.
+    # 6 low-alpha matches: one probe slot (the strongest) and one rotating slot for the other
+    # five: every one within ⌈5 / (r − 1)⌉ = 5 rounds.
     assert seen_low == set(low)
 
 
@@ -75,14 +78,36 @@ def test_a_weak_match_is_not_a_candidate(tmp_path):
     assert index.candidates("运费险赔付的退货政策") == [policy]  # under 35% of the best is noise
 
 
-def test_folders_in_the_block_are_not_picked_again(tmp_path):
+def test_a_folder_in_the_block_is_picked_again_while_it_matches_and_is_held_once(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
-    ids = archive(store, ["地址改到杭州", "地址改到北京"], "p1")
+    ids = archive(store, ["地址改到杭州", "地址改到北京", "发票抬头"], "p1")
     score(store, ids, 0.7, ["地址", "改址", "城市"])
     index = RecallIndex.build(store, "c1")
-    first, state = select(index, "地址", RecallState())
-    again, state = select(index, "地址", state)
-    assert sorted(first) == sorted(ids) and again == [] and state.round == 2
+    first, state = select(index, "杭州地址", RecallState())
+    again, state = select(index, "杭州地址", state)  # what a round finds does not depend on the block
+    assert again == first and first[0] == ids[0] and ids[2] not in first
+    assert state.block == first and state.round == 2
+    invoice, state = select(index, "发票", state)
+    assert invoice == [ids[2]] and state.block == [*first, ids[2]]
+
+
+def test_picks_come_strongest_first_whatever_their_alpha_or_age(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    texts = [
+        "we talked about the weather and a painting class",
+        "Caroline said the painting class was fun",
+        "Caroline finished a sunrise painting for the painting class at the lake",
+    ]
+    old, middle, strongest = archive(store, texts, "p1")
+    score(store, [old], 0.9, ["weather", "class", "talk"])
+    score(store, [middle], 0.7, ["class", "fun", "said"])
+    score(store, [strongest], 0.2, ["sunrise", "lake", "finish"])
+    index, query = RecallIndex.build(store, "c1"), "When did Caroline paint a sunrise for her class?"
+    picks, _ = select(index, query, RecallState())
+    found = index.scores(query)
+    assert picks[0] == strongest  # low alpha, created last: the probe slot, first in the picks
+    assert [found[i] for i in picks] == sorted(found[i] for i in picks)[::-1]
+    assert set(picks) == {old, middle, strongest}  # "painting" is "paint", "class" matches in all
 
 
 def test_keywords_match_both_ways(tmp_path):
@@ -122,10 +147,13 @@ def test_the_rotation_wraps_around_without_repeating_a_folder(tmp_path):
     low = archive(store, [f"退货闲聊{n}" for n in range(9)], "p-low")  # 9 > τ = 8: 闲聊 is not rare
     score(store, low, 0.1, ["闲聊", "记录", "其他"])
     index = RecallIndex.build(store, "c1")
-    first, state = select(index, "退货", RecallState())  # 8 high + 2 rotation slots: the cursor stops midway
-    assert set(first) == set(high) | set(low[:2])
-    second, _ = select(index, "闲聊", state.model_copy(update={"block": []}))  # only the low ones match
-    assert second == low[2:] + low[:2]  # after the cursor, then wrapping around, each once
+    state, rotated = RecallState(), []
+    for _ in range(5):  # k = 10, r = 3: 7 high, the probe (equal matches: σ's first) and 2 rotating
+        picks, state = select(index, "退货", state, k=10, r=3)
+        assert set(high[:7]) <= set(picks) and low[0] in picks and len(picks) == 10
+        rotated += [i for i in picks if i in low[1:]]
+    assert sorted(rotated[:8]) == sorted(low[1:])  # each of the other eight once in four rounds
+    assert rotated[8:] == low[1:3]  # then around again from the start
 
 
 def test_a_rare_term_is_recalled_at_once_whatever_its_alpha(tmp_path):
@@ -147,3 +175,51 @@ def test_a_question_naming_a_category_finds_high_alpha_memories_of_that_class(tm
     index = RecallIndex.build(store, "c1")
     assert set(index.scores("还记得我的偏好吗")) == {liked}  # 偏好 and 喜好 are one class
     assert index.scores("我们约定过什么") == {}
+
+
+def test_function_words_are_never_rare_and_a_content_word_is(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    chat = archive(store, [f"how does his day go, which one {n}" for n in range(3)], "p-chat")
+    [violin] = archive(store, ["the violin lessons started"], "p-violin")
+    score(store, [*chat, violin], 0.2, ["chat", "talk", "misc"])
+    index = RecallIndex.build(store, "c1")
+    assert index.rare_matches("which does his") == []  # in ≤ τ folders, but function words
+    assert index.rare_matches("Which instrument does his violin teacher use?") == [violin]
+
+
+def test_a_keyword_matches_by_token_not_inside_another_word(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    [cat, other] = archive(store, ["our pet stays home", "a long story"], "p1")
+    score(store, [cat], 0.5, ["cat", "pet", "home"])
+    score(store, [other], 0.5, ["at", "it", "story"])
+    index = RecallIndex.build(store, "c1")
+    assert cat in index.scores("Where is the cat?")
+    assert set(index.scores("What is the category of education?")) == set()  # no "cat" or "at" inside words
+
+
+def test_a_date_asked_in_words_meets_the_time_label_of_its_folder(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    may, june = archive(
+        store,
+        [
+            "[2023-05-08 14:00] [counterpart Melanie] we went out",
+            "[2023-06-02 10:00] [counterpart Melanie] we went out",
+        ],
+        "p1",
+    )
+    score(store, [may, june], 0.2, ["out", "went", "day"])
+    index = RecallIndex.build(store, "c1")
+    assert select(index, "What did Melanie do on 8 May 2023?", RecallState())[0][0] == may
+    assert select(index, "What happened in June?", RecallState())[0] == [june]
+
+
+def test_the_heuristics_keywords_count_only_where_they_add_to_the_text(tmp_path):
+    from runtime.memory.heuristic import score_pending
+
+    store = MemoryStore(tmp_path / "m.sqlite")
+    [liked, order] = archive(store, ["我喜欢纯棉的面料", "订单A10240发货了吗"], "p1")
+    assert score_pending(store, "c1").updated == [liked, order]
+    assert "喜好" in store.folder(liked).keywords and "订单" in store.folder(order).keywords  # shown as given
+    index = RecallIndex.build(store, "c1")
+    assert index.keyword_folders == {"喜好": [liked]}  # the category keyword only: the rest is the text's own
+    assert liked in index.scores("我的喜好是什么")

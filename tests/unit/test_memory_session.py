@@ -189,6 +189,26 @@ def test_a_later_question_recalls_a_scored_memory_into_the_system_prompt(
     assert load_state(memory.store, scope).block == picked
 
 
+def test_a_memory_asked_about_again_stays_in_the_block_once_and_no_new_recall_is_logged(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
+    memory = engine(settings, window=50_000)  # room for both rounds' picks
+    customer, _ = converse(store, settings, transport, platform, engine(settings), EARLY)
+    _, first = say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
+    log = session(settings, first)
+    picked = [e.folder_id for e in block_entries(log)]
+    recalls = sum(e.type == "memory/recall" for e in log.events)
+    assert picked
+    _, again = say_and_turn(store, settings, transport, platform, memory, "之前说的快递，改发顺丰要补运费吗？")
+    log = session(settings, again)
+    assert [e.folder_id for e in block_entries(log)] == picked  # kept, each once
+    assert sum(e.type == "memory/recall" for e in log.events) == recalls  # nothing new: no new block text
+    _, other = say_and_turn(store, settings, transport, platform, memory, "发票确认收货后怎么申请？")
+    held = [e.folder_id for e in block_entries(session(settings, other))]
+    assert len(held) == len(set(held)) and set(picked) <= set(held)  # earlier picks kept while room remains
+    assert load_state(memory.store, scope_of(customer)).block == held
+
+
 def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
     store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
 ) -> None:

@@ -3,6 +3,7 @@ and archived text round-trips through zstandard."""
 
 from __future__ import annotations
 
+import marshal
 import sqlite3
 
 import pytest
@@ -35,3 +36,42 @@ def test_a_failure_midway_leaves_nothing(tmp_path):
         store.commit_archive("customer-1", "plan-b", broken)
     assert store.folders("customer-1") == []
     assert len(store.commit_archive("customer-1", "plan-b", folders)) == len(folders)  # the retry succeeds
+
+
+def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp_path):
+    from runtime.memory.judge import judge
+    from runtime.memory.recall import RecallIndex
+
+    path = tmp_path / "memory.sqlite"
+    store = MemoryStore(path)
+    messages = [ArchivedMessage(role="user", text="Melanie painted a sunrise over the lake", at_ms=1)]
+    [folder] = store.commit_archive("c1", "plan-a", plan_folders(messages))
+    assert judge(
+        store,
+        "c1",
+        {"updates": [{"id": folder.id, "alpha": 0.5, "beta": 0, "keywords": ["Sunrise Lake", "art", "paint"]}]},
+    ).updated
+    store.close()
+    with sqlite3.connect(path) as db:  # as schema 1 left it: other terms, keywords as whole strings
+        db.execute(
+            "UPDATE scope_postings SET data = ?, keywords = ?, extras = ?",
+            (marshal.dumps({"painted": b""}), marshal.dumps({}), marshal.dumps({})),
+        )
+        db.execute("PRAGMA user_version = 1")
+    reopened = MemoryStore(path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    index = RecallIndex.build(reopened, "c1")
+    assert folder.id in index.scores("Did she paint?")  # the stem: the new tokenizer's postings
+    assert index.keyword_folders["lake"] == [folder.id]  # keywords by token
+
+
+def test_an_unknown_newer_schema_is_refused(tmp_path):
+    from runtime.memory.store import MemoryStoreTooNew
+
+    path = tmp_path / "memory.sqlite"
+    MemoryStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(MemoryStoreTooNew):
+        MemoryStore(path)
