@@ -119,11 +119,14 @@ def ingest_page(
         held = held_unless_paused(page.account_id, bool(account.pop("input_paused")), bool(account.pop("page_held")))
         result = IngestResult(page.page_op_id, replayed=False)
         touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
+        rows: list[tuple[Any, ...]] = []
         for group in page.groups:
-            upserted, written = _commit_group(db, page, group, origin, store.customer_id_base)
-            result.rows_written += written
+            upserted, group_rows = _upsert_group(db, page, group, origin, store.customer_id_base)
+            rows += group_rows
             if origin == "live":
                 touched[upserted.row["id"]] = upserted
+        # The page's messages in one statement: each group's echoes were settled above first.
+        result.rows_written = max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
         result.customer_ids = list(touched)
         _commit_page(db, page, held)
         if admit_batch_size is not None and touched:
@@ -155,11 +158,12 @@ class _Upserted:
         return Known(Customer.model_validate(self.row), self.open_batch_id, account, input_paused=False)
 
 
-def _commit_group(
+def _upsert_group(
     db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str, customer_base: int
-) -> tuple[_Upserted, int]:
-    """Inside the page's transaction: (the customer as upserted, rows written). Messages stored
-    before (a replay, a page an earlier version committed partway) dedupe."""
+) -> tuple[_Upserted, list[tuple[Any, ...]]]:
+    """Inside the page's transaction: the customer as upserted, and the group's message rows to
+    insert (messages stored before, by a replay or a page an earlier version committed partway,
+    dedupe there)."""
     at = now_ms()
     last_peer = next((m.direct_peer_id for m in reversed(group.messages) if m.direct_peer_id), None)
     upsert = db.execute(
@@ -206,7 +210,7 @@ def _commit_group(
         )
         for m in group.messages
     ]
-    return _Upserted(row, open_batch_id), max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
+    return _Upserted(row, open_batch_id), rows
 
 
 def _commit_page(db: sqlite3.Connection, page: InboundPage, held: bool) -> None:

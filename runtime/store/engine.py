@@ -99,7 +99,7 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
             token = guard.require()
             if token != getattr(db, "kefu_proved", 0):
                 guard.check(db.execute)
-                fence.prove(db.execute, token)
+                fence.prove(db, token)
                 db.kefu_proving = token  # type: ignore[attr-defined]
         except BaseException:
             db.execute("ROLLBACK")
@@ -249,7 +249,7 @@ class DeliveryStore:
         ]
         if self.guard is not None and self._fenced:
             dbapi.kefu_guard = self.guard
-            wanted.append(("temp_store", "MEMORY", 2))  # the fence's proved token (runtime.store.fence)
+            wanted.append(("temp_store", "MEMORY", 2))  # the fence's triggers (runtime.store.fence)
         dbapi.kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         dbapi.kefu_busy_timeout_ms = s.busy_timeout_ms
         if s.cache_size_kib is not None:

@@ -7,9 +7,12 @@ statement per transaction, most of a buyer message's fencing. Instead each guard
 carries TEMP triggers on every table: a row written while the store's fence names another grant
 than the one the connection last proved aborts its statement with `REFUSED`, which the store
 turns into `ShardLeaseLost` (and the guard into "lost", for the whole process). The connection
-proves a grant once, with the read (and the first write's claim) in `ShardGuard.check`; until
-then its proved token is 0, which no fence holds, so nothing slips through before the proof.
-TEMP objects live in the connection alone: other processes' files and schemas are untouched.
+proves a grant once, with the read (and the first write's claim) in `ShardGuard.check`, and its
+triggers are then made again with that grant's token written into them (one lookup per row
+written; a token held in a table would take two); until then they hold token 0, which no fence
+holds, so nothing slips through before the proof. TEMP objects live in the connection alone:
+other processes' files and schemas are untouched, and a rolled-back proof takes its triggers
+with it.
 """
 
 from __future__ import annotations
@@ -21,8 +24,13 @@ from runtime.errors import KefuError
 
 REFUSED = "KEFU_SHARD_FENCE_REFUSED"
 UNFENCED = ("shard_fence", "shard_grant")  # the fence itself: written by the claim that proves a grant
+# A page's messages: a trigger per row costs about a fifth of ingest. Every transaction that
+# inserts or updates them also writes a fenced row (the page's receipt, the batch, the customer,
+# the lease, the request: tests/unit/test_shard_fence.py checks it on the pipeline's paths),
+# and a refusal anywhere in a transaction rolls all of it back.
+UNFENCED_WRITES = {("INSERT", "inbound_message"), ("UPDATE", "inbound_message")}
 
-_PROVE = "UPDATE temp.kefu_fence SET token = ? WHERE id = 1"
+_KINDS = ("INSERT", "UPDATE", "DELETE")
 
 
 class ShardLeaseLost(KefuError):
@@ -35,34 +43,41 @@ class ShardLeaseLost(KefuError):
 
 
 def install(db: sqlite3.Connection) -> None:
-    """The connection's proved token (none yet) and a trigger per table and kind of write."""
-    tables = [
+    """Triggers for every table and kind of write, under token 0 (no grant proved yet)."""
+    db.kefu_fence_tables = [  # type: ignore[attr-defined]
         name
         for (name,) in db.execute(
             "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         )
         if name not in UNFENCED
     ]
-    held = (
-        "WHEN (SELECT token FROM main.shard_fence WHERE id = 1) IS NOT (SELECT token FROM temp.kefu_fence WHERE id = 1)"
-    )
-    script = [
-        "CREATE TEMP TABLE kefu_fence (id INTEGER PRIMARY KEY, token INTEGER NOT NULL)",
-        "INSERT INTO temp.kefu_fence VALUES (1, 0)",
-        *(
-            f'CREATE TEMP TRIGGER "kefu_fence_{kind.lower()}_{table}" BEFORE {kind} ON main."{table}" {held}'
-            f" BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END"
-            for table in tables
-            for kind in ("INSERT", "UPDATE", "DELETE")
-        ),
-    ]
-    db.executescript(";\n".join(script) + ";")
+    _create(db.execute, db.kefu_fence_tables, 0)  # type: ignore[attr-defined]
 
 
-def prove(execute: Any, token: int) -> None:
+def prove(db: sqlite3.Connection, token: int) -> None:
     """Inside the write transaction that read the fence and found (or made) it ours: rows this
     connection writes from now on are checked against `token`. Rolled back with the transaction."""
-    execute(_PROVE, (token,))
+    tables: list[str] = getattr(db, "kefu_fence_tables", [])
+    for table, kind in _fenced(tables):
+        db.execute(f'DROP TRIGGER temp."{_name(kind, table)}"')
+    _create(db.execute, tables, token)
+
+
+def _name(kind: str, table: str) -> str:
+    return f"kefu_fence_{kind.lower()}_{table}"
+
+
+def _fenced(tables: list[str]) -> list[tuple[str, str]]:
+    return [(table, kind) for table in tables for kind in _KINDS if (kind, table) not in UNFENCED_WRITES]
+
+
+def _create(execute: Any, tables: list[str], token: int) -> None:
+    for table, kind in _fenced(tables):
+        execute(
+            f'CREATE TEMP TRIGGER "{_name(kind, table)}" BEFORE {kind} ON main."{table}"'
+            f" WHEN (SELECT token FROM main.shard_fence WHERE id = 1) IS NOT {int(token)}"
+            f" BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END"
+        )
 
 
 def refused(error: BaseException) -> bool:

@@ -15,10 +15,15 @@ from sqlalchemy.exc import IntegrityError
 from config import Settings
 from runtime import leases
 from runtime.accounts import AccountSpec, create_account
+from runtime.admission import evaluate
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.turn import run_turn
+from runtime.handling import pause_handling
 from runtime.inbox import record_received
 from runtime.ingest import ingest_page
 from runtime.leases import before_file_write
 from runtime.pages import InboundPage, parse_page
+from runtime.routes import RouteSpec, create_route
 from runtime.session_log import SessionLog
 from runtime.shards import ID_RANGE, ShardGuard, ShardLeaseLost, customer_id_base
 from runtime.store import DeliveryStore, immediate
@@ -334,7 +339,35 @@ def test_each_table_but_the_fence_has_its_triggers(open_store):
         for t in tables - {"shard_fence", "shard_grant"}
         for kind in ("insert", "update", "delete")
     }
-    assert triggers == expected
+    # A page's messages are fenced by the rows written beside them (the next test).
+    assert triggers == expected - {"kefu_fence_insert_inbound_message", "kefu_fence_update_inbound_message"}
+
+
+@pytest.mark.parametrize("step", ["admit", "pause", "turn"])
+def test_each_step_that_writes_a_pages_messages_is_refused_for_a_stale_holder(open_store, settings: Settings, step):
+    """Inserts and updates of inbound messages carry no trigger of their own: every step that
+    makes them writes a fenced row in the same transaction, so a stale holder's step still
+    changes nothing (ingest: the parametrized test above)."""
+    stale = open_store(held(1, owner="a"))
+    add_account(stale)
+    create_route(stale, RouteSpec(id="all", account_id="shop", conversation_type="direct"), op_id="r")
+    ingest_page(stale, page())  # pending, not yet admitted
+    customer = customer_ids(stale)["conv-1"]
+    if step == "turn":
+        assert evaluate(stale, customer, 1000).batch_id is not None
+    new = open_store(held(2, owner="b"))
+    with new.write():  # claims
+        pass
+    before = snapshot(new)
+    with pytest.raises(ShardLeaseLost):
+        if step == "admit":
+            evaluate(stale, customer, 1000)
+        elif step == "pause":
+            pause_handling(stale, customer, "an operator takes over")
+        else:
+            provider = RulesProvider(load_knowledge(None))
+            run_turn(stale, provider, customer, settings.sessions_dir, settings.zone, settings.agent)
+    assert snapshot(new) == before
 
 
 def test_a_claim_rolled_back_is_made_again_by_the_next_write(open_store):
