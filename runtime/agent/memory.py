@@ -344,9 +344,12 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
         return []
     settings = memory.settings.recall
     entries = block_entries(log)
-    state = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
-    index = RecallIndex.build(memory.store, memory.scope)
-    picks, state = select(index, query, state, settings.first_gen_max, settings.rotation_slots)
+    earlier = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
+    index = RecallIndex.build(memory.store, memory.scope, settings.min_alpha)
+    picks, state = select(index, query, earlier, settings.first_gen_max, settings.rotation_slots)
+    picks, over_budget = within_budget(picks, index.folders, settings.round_budget_chars)
+    if over_budget:  # the rotation's pick may be among those left out: it keeps its place
+        state = state.model_copy(update={"low_cursor": earlier.low_cursor})
     before = [e.folder_id for e in entries]
     added = [folder_id for folder_id in picks if folder_id not in before]
     if not added:  # nothing new: the block stands as it is (what it holds still matches)
@@ -359,8 +362,28 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     kept, dropped = fit_block(entries, index.folders, settings.max_blocks, char_limit, turn)
     _append_block(log, memory, kept)
     save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
-    memory.store.record(memory.scope, "recall", added=added, dropped=dropped, round=state.round)
+    memory.store.record(
+        memory.scope, "recall", added=added, dropped=dropped, round=state.round, budget_dropped=over_budget
+    )
     return picks
+
+
+def within_budget(
+    picks: list[str], folders: Mapping[str, Folder | IndexedFolder], budget_chars: int
+) -> tuple[list[str], int]:
+    """The strongest picks whose text fits the round's budget (the first always: a round that
+    finds something adds it), and how many were left out. 0: no budget."""
+    if budget_chars <= 0:
+        return picks, 0
+    kept: list[str] = []
+    used = 0
+    for folder_id in picks:
+        size = folders[folder_id].chars
+        if kept and used + size > budget_chars:
+            break
+        kept.append(folder_id)
+        used += size
+    return kept, len(picks) - len(kept)
 
 
 def fit_block(
@@ -458,7 +481,15 @@ def judge_task(memory: SessionMemory | None) -> str:
     """The scoring task section for a model that scores: pending and review folders."""
     if memory is None or not memory.model_scores or not memory.settings.enabled:
         return ""
-    waiting = [f for f in memory.store.folders(memory.scope) if not f.scored or f.review]
+    folders = memory.store.folders(memory.scope)
+    # Newest first (source §1.2): what was just archived is what the model still has in mind;
+    # the heuristic takes a backlog the model leaves (HEURISTIC_AFTER_S). With reviews waiting
+    # too, new memories take at most 60% of the items.
+    pending = sorted((f for f in folders if not f.scored), key=lambda f: (f.created_at, f.seq), reverse=True)
+    review = [f for f in folders if f.scored and f.review]
+    items = memory.settings.judge_task_items
+    share = max(1, items * 6 // 10) if review else items
+    waiting = pending[:share] + review
     if not waiting:
         return ""
     lines = [JUDGE_HEADER]

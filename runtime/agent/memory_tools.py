@@ -26,6 +26,11 @@ from runtime.ports import ToolCall, ToolSpec
 from runtime.store import now_ms
 
 RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
+# Searches in a row whose keywords match nothing (source §1.3.2): a hint at the 3rd, and the
+# tool is off for the rest of the turn at the 6th. A time or event filter that emptied the
+# result is no such miss (the words matched; the model is told to widen or ask).
+MISS_HINT_AT, MISS_STOP_AT = 3, 6
+MissType = Literal["keyword", "time", "event"]
 
 
 class MemoryRecallArgs(BaseModel):
@@ -97,6 +102,11 @@ def _within_time(
 
 
 def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
+    return lookup(memory, args)[0]
+
+
+def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, MissType | None]:
+    """The search, and what kind of miss it was when it found nothing."""
     times = time_query(args.time_from, args.time_to, memory.zone, now_ms(), args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
@@ -105,30 +115,33 @@ def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
         return ToolOutcome(
             f"Event 「{event.label}」 is ambiguous: it may be {listed}. Retry with one of them, "
             "or ask the customer which one they mean."
-        )
+        ), None
     if event.state == "unknown":
         return ToolOutcome(
             f"No memory carries an event like 「{event.label}」. Retry without `event` (or 空), "
             "with keywords or a time range, or ask the customer for the event's name."
-        )
+        ), None
     keywords = (args.keywords or "").strip()
     if not keywords and not times.windows and event.state != "exact":
-        return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True)
-    index = RecallIndex.build(memory.store, memory.scope)
+        return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True), None
+    index = RecallIndex.build(memory.store, memory.scope, memory.settings.recall.min_alpha)
     candidates = index.ranked(keywords) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
+    miss: MissType | None = "keyword" if keywords and not candidates else None
     if event.state == "exact":
-        candidates = [i for i in candidates if index.folders[i].event == event.label]
+        matched, candidates = candidates, [i for i in candidates if index.folders[i].event == event.label]
         notes.append(f"event constrained to 「{event.label}」")
-    candidates = _within_time(candidates, times.windows, index, memory.zone, notes)
+        miss = miss or ("event" if matched and not candidates else None)
+    matched, candidates = candidates, _within_time(candidates, times.windows, index, memory.zone, notes)
+    miss = miss or ("time" if matched and not candidates else None)
     page = candidates[args.offset : args.offset + args.limit]
     head = "; ".join(notes)
     if not page:
         found = "No archived memory matches" + (" on this page" if args.offset else "")
-        return ToolOutcome(f"{found}." + (f" ({head})" if head else ""))
+        return ToolOutcome(f"{found}." + (f" ({head})" if head else "")), None if args.offset else miss
     body = "\n".join(_describe(memory, index.folders[i]) for i in page)
     rest = len(candidates) - args.offset - len(page)
     more = f"\n({rest} more: offset={args.offset + len(page)})" if rest > 0 else "\n(no more results)"
-    return ToolOutcome((f"({head})\n" if head else "") + body + more)
+    return ToolOutcome((f"({head})\n" if head else "") + body + more), None
 
 
 class MemoryJudgeArgs(BaseModel):
@@ -214,8 +227,41 @@ def _bound(model: type[Args], run: Callable[[SessionMemory, Args], ToolOutcome])
     return tool
 
 
+def _recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
+    """`memory_recall` as the turn calls it, counting the turn's keyword misses in a row."""
+    if binding.memory is None:
+        return ToolOutcome("Error: the memory engine is off (KEFU_MEMORY__ENABLED=false)", True)
+    if binding.recall_misses >= MISS_STOP_AT:
+        return ToolOutcome(_STOPPED, True)
+    args = parse_arguments(call, MemoryRecallArgs)
+    if isinstance(args, ToolOutcome):
+        return args
+    outcome, miss = lookup(binding.memory, args)
+    if miss is not None and miss != "keyword":  # the words matched: no strike
+        return ToolOutcome(f"{outcome.content} {_WIDEN[miss]}")
+    binding.recall_misses = binding.recall_misses + 1 if miss == "keyword" else 0
+    if binding.recall_misses >= MISS_STOP_AT:
+        return ToolOutcome(f"{outcome.content} {_STOPPED}", True)
+    if binding.recall_misses == MISS_HINT_AT:
+        return ToolOutcome(
+            f"{outcome.content} That is {MISS_HINT_AT} searches in a row without a match: try other words, a time "
+            "range (timeFrom/timeTo) or an event, or ask the customer what they mean."
+        )
+    return outcome
+
+
+_WIDEN = {
+    "time": "The words matched outside that time: widen the range, or ask the customer when it was.",
+    "event": "The words matched, but not in that event: retry without it, or ask the customer.",
+}
+_STOPPED = (
+    f"Error: memory_recall matched nothing {MISS_STOP_AT} times in a row; it is off until the customer's next "
+    "message. Answer with what you know, or ask the customer."
+)
+
+
 MEMORY_TOOLS: Tools = {
-    MEMORY_RECALL.name: (MEMORY_RECALL, _bound(MemoryRecallArgs, memory_recall)),
+    MEMORY_RECALL.name: (MEMORY_RECALL, _recall),
     MEMORY_JUDGE.name: (MEMORY_JUDGE, _bound(MemoryJudgeArgs, memory_judge)),
     MEMORY_IMAGE.name: (MEMORY_IMAGE, _bound(MemoryImageArgs, memory_image)),
 }

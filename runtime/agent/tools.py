@@ -75,6 +75,8 @@ class TurnBinding:
     # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
     # reply's registration then begins its first attempt in the same, durable, transaction.
     begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None
+    # `memory_recall` searches of this turn in a row that matched nothing (runtime.agent.memory_tools).
+    recall_misses: int = 0
 
     def commit_logged(self, conn: Connection) -> None:
         """Inside a write of the turn: commit the batch the log holds, if not done yet."""

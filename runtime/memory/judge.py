@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import KefuError, invalid_fields
 from runtime.memory.categories import CATEGORY_MARKERS, CATEGORY_WORDS
-from runtime.memory.store import MemoryStore, Score
+from runtime.memory.store import HEURISTIC, MemoryStore, Score
 
 MAX_UPDATES = 100
 ALPHA_MIN, ALPHA_MAX, ALPHA_WARN = 0.01, 1.0, 0.8
@@ -112,7 +112,28 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
         scores.append(score)
         result.updated.append(update.id)
     store.save_scores(scope, scores, kept=result.kept)
+    if source != HEURISTIC:
+        result.warnings += quality_warnings(scores)
     return result
+
+
+def quality_warnings(scores: list[Score]) -> list[str]:
+    """Signs of a batch judged by rote (source §1.2): the same keywords on every memory, one α
+    or one β for all, no reasons. Scores stand as given; the model reads these with the result."""
+    if len(scores) < 3:
+        return []
+    warnings = []
+    words = [word for score in scores for word in score.keywords]
+    repeated = 1 - len(set(words)) / len(words) if words else 0.0
+    if repeated > 0.5:
+        warnings.append(f"quality: {repeated:.0%} of the keywords repeat across memories; give each its own words")
+    for name, values in (("α", {s.alpha for s in scores}), ("β", {s.beta for s in scores})):
+        if len(values) == 1:
+            warnings.append(f"quality: every memory of the batch got the same {name}; score each on its own")
+    missing = sum(1 for score in scores if not score.reason)
+    if missing * 10 > len(scores) * 9:
+        warnings.append(f"quality: {missing} of {len(scores)} memories have no reason; say why in a few words")
+    return warnings
 
 
 def _clamp_alpha(value: float) -> float:

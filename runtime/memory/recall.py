@@ -97,10 +97,13 @@ class RecallIndex:
         return unpacked
 
     @classmethod
-    def build(cls, store: MemoryStore, scope: str) -> RecallIndex:
+    def build(cls, store: MemoryStore, scope: str, min_alpha: float = 0.0) -> RecallIndex:
         """From the stored snapshots: texts are tokenised once, when they are archived, and
-        keywords indexed when they are judged."""
-        return cls(store.index_folders(scope), store.postings(scope))
+        keywords indexed when they are judged. Folders below `min_alpha` are left out."""
+        folders = store.index_folders(scope)
+        if min_alpha > 0:
+            folders = [f for f in folders if f.alpha >= min_alpha]
+        return cls(folders, store.postings(scope))
 
     def posting(self, term: str) -> dict[str, int]:
         """Scored folders holding the term -> its count there."""

@@ -96,3 +96,58 @@ def test_the_heuristic_scores_every_pending_folder_within_the_rules(memory):
     assert all(3 <= len(f.keywords) <= 8 and f.score_source == "heuristic" and f.scored for f in folders)
     assert "喜好" in folders[0].keywords and "顺丰" in folders[0].keywords
     assert score_pending(store, "c1").updated == []  # nothing pending any more
+
+
+def test_a_batch_judged_by_rote_gets_quality_warnings_and_a_careful_one_none(memory):
+    store, ids = memory
+    rote = [{"id": i, "alpha": 0.5, "beta": 1, "keywords": ["客服", "对话", "记录"]} for i in ids]
+    warnings = judge(store, "c1", {"updates": rote}).warnings
+    assert [w.split(";")[0] for w in warnings if w.startswith("quality")] == [
+        "quality: 75% of the keywords repeat across memories",
+        "quality: every memory of the batch got the same α",
+        "quality: every memory of the batch got the same β",
+        "quality: 4 of 4 memories have no reason",
+    ]
+    careful = [
+        {
+            "id": ids[0],
+            "alpha": 0.8,
+            "beta": 3,
+            "keywords": ["顺丰", "快递", "偏好"],
+            "reason": "a standing preference",
+        },
+        {"id": ids[1], "alpha": 0.6, "beta": 5, "keywords": ["订单", "地址", "上海"], "reason": "where to ship"},
+        {"id": ids[2], "alpha": 0.1, "beta": 0, "keywords": ["天气", "闲聊", "寒暄"], "reason": "small talk"},
+    ]
+    assert not [w for w in judge(store, "c1", {"updates": careful}).warnings if w.startswith("quality")]
+    messages = [ArchivedMessage(role="user", text=t, at_ms=n) for n, t in enumerate(TEXTS)]
+    store.commit_archive("c3", "p3", plan_folders(messages, target_chars=10))
+    heuristic = score_pending(store, "c3")  # β 0 for all, no reasons: by design, so no warning
+    assert len(heuristic.updated) == 4 and not [w for w in heuristic.warnings if w.startswith("quality")]
+
+
+def test_the_scoring_task_lists_the_newest_pending_first_and_leaves_room_for_reviews(tmp_path):
+    import re
+    import time
+    from zoneinfo import ZoneInfo
+
+    from config import MemorySettings
+    from runtime.agent.memory import MemoryEngine, judge_task
+
+    store = MemoryStore(tmp_path / "memory.sqlite")
+    made = []
+    for plan in range(3):  # three archives, one after the other
+        messages = [ArchivedMessage(role="user", text=f"第{plan}次归档的第{n}条", at_ms=n) for n in range(4)]
+        made += store.commit_archive("customer-1", f"p{plan}", plan_folders(messages, target_chars=5))
+        time.sleep(0.002)  # archives of different milliseconds
+    settings = MemorySettings(judge_task_items=5)
+    engine = MemoryEngine(store, settings, 100_000, ZoneInfo("Asia/Shanghai"), model_scores=True)
+    listed = re.findall(r"待评分 id=(\S+)", judge_task(engine.session(1)))
+    newest = sorted(made, key=lambda f: (f.created_at, f.seq), reverse=True)
+    assert listed == [f.id for f in newest[:5]]
+    judge(
+        store, "customer-1", {"updates": [{"id": made[0].id, "alpha": 0.5, "beta": 1, "keywords": ["一", "二", "三"]}]}
+    )
+    store.mark_review([made[0].id])
+    task = judge_task(engine.session(1))
+    assert len(re.findall(r"待评分 id=", task)) == 3 and f"复核 id={made[0].id}" in task  # 60% of 5 for new ones

@@ -223,3 +223,26 @@ def test_the_heuristics_keywords_count_only_where_they_add_to_the_text(tmp_path)
     index = RecallIndex.build(store, "c1")
     assert index.keyword_folders == {"喜好": [liked]}  # the category keyword only: the rest is the text's own
     assert liked in index.scores("我的喜好是什么")
+
+
+def test_min_alpha_leaves_lower_memories_out_of_recall(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    [low, high] = archive(store, ["退货闲聊", "退货政策"], "p1")
+    score(store, [low], 0.1, ["闲聊", "记录", "其他"])
+    score(store, [high], 0.7, ["政策", "说明", "规定"])
+    assert set(RecallIndex.build(store, "c1").scores("退货")) == {low, high}
+    gated = RecallIndex.build(store, "c1", min_alpha=0.5)
+    assert set(gated.scores("退货")) == {high} and select(gated, "退货", RecallState())[0] == [high]
+
+
+def test_a_rounds_budget_keeps_the_strongest_picks_that_fit_and_always_the_first():
+    from runtime.agent.memory import within_budget
+
+    class Sized:
+        def __init__(self, chars: int) -> None:
+            self.chars = chars
+
+    folders = {"a": Sized(500), "b": Sized(400), "c": Sized(300)}
+    assert within_budget(["a", "b", "c"], folders, 0) == (["a", "b", "c"], 0)  # no budget
+    assert within_budget(["a", "b", "c"], folders, 1000) == (["a", "b"], 1)
+    assert within_budget(["a", "b", "c"], folders, 100) == (["a"], 2)  # a round that finds something adds it

@@ -18,7 +18,7 @@ import pytest
 from config import MemorySettings
 from runtime.agent.memory import MemoryEngine
 from runtime.agent.memory_tools import MEMORY_TOOLS, match_event
-from runtime.agent.tools import TurnBinding, execute
+from runtime.agent.tools import ToolOutcome, TurnBinding, execute
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.judge import judge
 from runtime.memory.recall import load_state
@@ -160,3 +160,37 @@ def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory: Memory
         timeout=60,
     )
     assert run.returncode == 1 and "FAIL value ranges: mem-plan-1-2" in run.stdout
+
+
+def test_keyword_misses_in_a_row_hint_at_the_third_and_stop_the_tool_at_the_sixth(memory: MemoryEngine) -> None:
+    def turn() -> TurnBinding:
+        binding = TurnBinding(
+            store=None,  # type: ignore[arg-type]
+            customer=None,  # type: ignore[arg-type]
+            batch=None,  # type: ignore[arg-type]
+            session_id="s1",
+            account_revision=0,
+            zone=ZONE,
+        )
+        binding.memory = memory.session(1)
+        return binding
+
+    binding = turn()
+
+    def search(arguments: dict[str, Any]) -> ToolOutcome:
+        raw = json.dumps(arguments, ensure_ascii=False)
+        return execute(binding, ToolCall(id="c1", name="memory_recall", arguments=raw), MEMORY_TOOLS)
+
+    miss, hit = {"keywords": "潜水艇"}, {"keywords": "订单"}
+    assert [search(miss).is_error for _ in range(2)] == [False, False]
+    assert ids(search(hit).content)  # a match starts the count again
+    assert "in a row" not in search(miss).content + search(miss).content
+    assert "3 searches in a row" in search(miss).content
+    timed = search({"keywords": "羽绒被", "timeFrom": "2025-07-01", "timeTo": "2025-07-31"})
+    assert "widen the range" in timed.content and not timed.is_error  # the words matched: no strike
+    search(miss), search(miss)
+    sixth = search(miss)
+    assert sixth.is_error and "off until the customer's next message" in sixth.content
+    assert search(hit).is_error  # off for the rest of the turn, whatever the search
+    binding = turn()  # the customer's next message: a new turn
+    assert ids(search(hit).content)
