@@ -64,7 +64,7 @@ ACCOUNT = "bench-shop"
 P99_BOUND_MS = 150.0
 DRAIN_BOUND_S = 1.0  # the last answer within this of the last offer: the workers kept up
 STEP_S = 5.0
-STEP_RATES = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320)
+STEP_RATES = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120, 140, 160, 200, 240, 320)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
