@@ -21,7 +21,7 @@ from typing import Literal
 import zstandard
 from pydantic import BaseModel
 
-from runtime.memory.store import MemoryStoreUnreadable
+from runtime.memory.store import MemoryStoreUnreadable, keyword_terms
 from runtime.memory.tokenize import tokens
 
 SOURCES = {"pending", "llm", "heuristic"}
@@ -89,14 +89,14 @@ def _postings_problems(db: sqlite3.Connection, decompress: Callable[[bytes], byt
         text: dict[str, list[tuple[int, ...]]] = defaultdict(list)
         words: dict[str, list[tuple[int, ...]]] = defaultdict(list)
         rows = db.execute(
-            "SELECT f.rowid, e.terms, f.scored, f.keywords FROM folder f JOIN index_entry e ON e.folder_id = f.id"
-            " WHERE f.scope = ?",
+            "SELECT f.rowid, e.terms, f.scored, f.keywords, f.score_source FROM folder f"
+            " JOIN index_entry e ON e.folder_id = f.id WHERE f.scope = ?",
             (scope,),
         )
-        for rowid, terms, scored, folder_keywords in rows:
+        for rowid, terms, scored, folder_keywords, source in rows:
             for term, count in json.loads(decompress(terms)).items():
                 text[term].append((rowid, count))
-            for word in json.loads(folder_keywords) if scored else []:
+            for word in keyword_terms(json.loads(folder_keywords), source) if scored else []:
                 words[word].append((rowid,))
         stored = {term: _pairs(packed, 2) for term, packed in marshal.loads(data).items()}
         if stored != {term: sorted(pairs) for term, pairs in text.items()}:

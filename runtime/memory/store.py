@@ -561,6 +561,14 @@ def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int,
     )
 
 
+def keyword_terms(keywords: list[str], source: str) -> set[str]:
+    """What a folder's keywords add to recall, token by token. The heuristic's keywords are the
+    text's own words: only its category keyword adds to the text."""
+    if source == HEURISTIC:
+        keywords = [word for word in keywords if word in CATEGORY_WORDS]
+    return {token for word in keywords for token in tokens(word)}
+
+
 def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
     """Rewrite the scope's keyword and title/event postings from its scored folders (judging is
     rare and off the recall path; reading them back is one unmarshal)."""
@@ -570,9 +578,7 @@ def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
         "SELECT rowid, keywords, extra_terms, score_source FROM folder WHERE scope = ? AND scored = 1", (scope,)
     )
     for rowid, words, extra, source in rows:
-        if source == HEURISTIC:  # its keywords are the text's own words: only a category keyword adds to it
-            words = json.dumps([w for w in json.loads(words) if w in CATEGORY_WORDS])
-        for token in {t for word in json.loads(words) for t in tokens(word)}:  # matched token by token
+        for token in keyword_terms(json.loads(words), source):
             keywords.setdefault(token, array("I")).append(rowid)
         for token in json.loads(extra):
             extras.setdefault(token, array("I")).append(rowid)
