@@ -3,9 +3,10 @@ exactly one shard.
 
 The shard lease itself lives where every host can see it (Redis, or a local file with the
 embedded broker: worker.coordination); this module is what the store needs of it. A holder's
-`ShardGuard` carries its grant's fencing token and a local deadline. Every write transaction
-of a guarded store checks both (runtime.store.engine): the token against the one the store
-last saw (a newer grant there means ours passed on), the deadline against the monotonic clock
+`ShardGuard` carries its grant's fencing token and a local deadline. Every write of a guarded
+store is checked against both: the token against the one the store last saw, by SQLite on
+each row written (runtime.store.fence; a newer grant there means ours passed on), the
+deadline against the monotonic clock at each write transaction's start (runtime.store.engine)
 (a lease not renewed in time is treated as lost before it can expire in Redis, so a holder cut
 off from Redis stops writing before anyone else may start). A guard lives in shared memory, so
 a worker's prefork children see what its main process renews.

@@ -348,8 +348,9 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     index = RecallIndex.build(memory.store, memory.scope, settings.min_alpha)
     picks, state = select(index, query, earlier, settings.first_gen_max, settings.rotation_slots)
     picks, over_budget = within_budget(picks, index.folders, settings.round_budget_chars)
-    if over_budget:  # the rotation's pick may be among those left out: it keeps its place
-        state = state.model_copy(update={"low_cursor": earlier.low_cursor})
+    rotated = state.low_cursor
+    if rotated is not None and rotated != earlier.low_cursor and rotated[2] not in picks:
+        state = state.model_copy(update={"low_cursor": earlier.low_cursor})  # left out: it keeps its place
     before = [e.folder_id for e in entries]
     added = [folder_id for folder_id in picks if folder_id not in before]
     if not added:  # nothing new: the block stands as it is (what it holds still matches)

@@ -30,7 +30,7 @@ RECALL_TEXT_MAX = 2000  # characters of one folder's text in a result
 # tool is off for the rest of the turn at the 6th. A time or event filter that emptied the
 # result is no such miss (the words matched; the model is told to widen or ask).
 MISS_HINT_AT, MISS_STOP_AT = 3, 6
-MissType = Literal["keyword", "time", "event"]
+MissType = Literal["keyword", "time", "event", "other"]
 
 
 class MemoryRecallArgs(BaseModel):
@@ -106,7 +106,8 @@ def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
 
 
 def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, MissType | None]:
-    """The search, and what kind of miss it was when it found nothing."""
+    """The search, and what kind of miss it was when it found nothing (None: it found some;
+    "other": no search was made, or a page past the end)."""
     times = time_query(args.time_from, args.time_to, memory.zone, now_ms(), args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
@@ -115,15 +116,15 @@ def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, 
         return ToolOutcome(
             f"Event 「{event.label}」 is ambiguous: it may be {listed}. Retry with one of them, "
             "or ask the customer which one they mean."
-        ), None
+        ), "other"
     if event.state == "unknown":
         return ToolOutcome(
             f"No memory carries an event like 「{event.label}」. Retry without `event` (or 空), "
             "with keywords or a time range, or ask the customer for the event's name."
-        ), None
+        ), "other"
     keywords = (args.keywords or "").strip()
     if not keywords and not times.windows and event.state != "exact":
-        return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True), None
+        return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True), "other"
     index = RecallIndex.build(memory.store, memory.scope, memory.settings.recall.min_alpha)
     candidates = index.ranked(keywords) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
     miss: MissType | None = "keyword" if keywords and not candidates else None
@@ -132,12 +133,12 @@ def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, 
         notes.append(f"event constrained to 「{event.label}」")
         miss = miss or ("event" if matched and not candidates else None)
     matched, candidates = candidates, _within_time(candidates, times.windows, index, memory.zone, notes)
-    miss = miss or ("time" if matched and not candidates else None)
+    miss = miss or ("time" if keywords and matched and not candidates else None)
     page = candidates[args.offset : args.offset + args.limit]
     head = "; ".join(notes)
     if not page:
         found = "No archived memory matches" + (" on this page" if args.offset else "")
-        return ToolOutcome(f"{found}." + (f" ({head})" if head else "")), None if args.offset else miss
+        return ToolOutcome(f"{found}." + (f" ({head})" if head else "")), "other" if args.offset else miss or "other"
     body = "\n".join(_describe(memory, index.folders[i]) for i in page)
     rest = len(candidates) - args.offset - len(page)
     more = f"\n({rest} more: offset={args.offset + len(page)})" if rest > 0 else "\n(no more results)"
@@ -237,6 +238,8 @@ def _recall(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     if isinstance(args, ToolOutcome):
         return args
     outcome, miss = lookup(binding.memory, args)
+    if miss == "other":  # no search made: neither a strike nor a match
+        return outcome
     if miss is not None and miss != "keyword":  # the words matched: no strike
         return ToolOutcome(f"{outcome.content} {_WIDEN[miss]}")
     binding.recall_misses = binding.recall_misses + 1 if miss == "keyword" else 0

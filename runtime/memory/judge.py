@@ -96,8 +96,10 @@ def judge(store: MemoryStore, scope: str, call: Any, source: str = "llm") -> Jud
                 result.warnings.append(f"{note} ({update.id})")
         if alpha > ALPHA_WARN:
             result.warnings.append(f"α={alpha} is above {ALPHA_WARN} ({update.id}): review it when you next judge")
+        # The source is whose keywords the folder carries (recall counts a model's, not the heuristic's).
+        given = source if update.keywords is not None else folder.score_source
         score = Score(
-            folder_id=update.id, alpha=alpha, beta=beta, keywords=keywords, source=source, reason=update.reason
+            folder_id=update.id, alpha=alpha, beta=beta, keywords=keywords, source=given, reason=update.reason
         )
         if update.event is not None:
             label = normalize_event(update.event)

@@ -13,6 +13,7 @@ import json
 import marshal
 import sqlite3
 import threading
+import time
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -212,9 +213,8 @@ class MemoryStore:
                 raise MemoryStoreTooNew(self.path, version)
             if version == 0:  # a new file: no write lock for every reader that opens it
                 db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-            elif version < SCHEMA_VERSION:  # indexed by an older tokenizer: index the texts again
-                self.rebuild_index()
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version < SCHEMA_VERSION:
+                self._reindex_older()
         except sqlite3.DatabaseError as error:
             raise MemoryStoreUnreadable(self.path, error) from None
 
@@ -346,27 +346,47 @@ class MemoryStore:
         )
         return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})
 
+    def _reindex_older(self, wait_s: float = 300.0) -> None:
+        """A file indexed by an older tokenizer: its texts indexed again and the version stamped,
+        in one transaction. Processes opening it meanwhile wait for the one that does it (a
+        rebuild can outlast the lock's busy timeout) instead of failing."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with self._write() as db:
+                    if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                        self._rebuild(db, None)
+                        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def rebuild_index(self, scope: str | None = None) -> int:
         """Rewrite the index entries and postings of a scope (or of every scope) from the
         archived texts."""
+        with self._write() as db:
+            return self._rebuild(db, scope)
+
+    def _rebuild(self, db: sqlite3.Connection, scope: str | None) -> int:
         compressor = zstandard.ZstdCompressor(level=3)
         decompress = zstandard.ZstdDecompressor().decompress
-        with self._write() as db:
-            rows = db.execute(
-                "SELECT f.rowid, f.id, f.scope, t.body, f.title, f.event FROM folder f"
-                " JOIN folder_text t ON t.folder_id = f.id WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
-                (scope, scope),
-            ).fetchall()
-            db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
-            by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
-            for rowid, folder_id, folder_scope, body, title, event in rows:
-                extra = sorted(set(tokens(f"{title} {event or ''}")))
-                db.execute("UPDATE folder SET extra_terms = ? WHERE rowid = ?", (json.dumps(extra), rowid))
-                terms = self._write_index_entry(db, folder_id, decompress(body).decode(), compressor)
-                by_scope.setdefault(folder_scope, []).append((rowid, terms))
-            for folder_scope, entries in by_scope.items():
-                _merge_postings(db, folder_scope, entries)
-                _refresh_signals(db, folder_scope)
+        rows = db.execute(
+            "SELECT f.rowid, f.id, f.scope, t.body, f.title, f.event FROM folder f"
+            " JOIN folder_text t ON t.folder_id = f.id WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
+            (scope, scope),
+        ).fetchall()
+        db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
+        by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
+        for rowid, folder_id, folder_scope, body, title, event in rows:
+            extra = sorted(set(tokens(f"{title} {event or ''}")))
+            db.execute("UPDATE folder SET extra_terms = ? WHERE rowid = ?", (json.dumps(extra), rowid))
+            terms = self._write_index_entry(db, folder_id, decompress(body).decode(), compressor)
+            by_scope.setdefault(folder_scope, []).append((rowid, terms))
+        for folder_scope, entries in by_scope.items():
+            _merge_postings(db, folder_scope, entries)
+            _refresh_signals(db, folder_scope)
         return len(rows)
 
     def images(self, scope: str) -> list[ArchivedImage]:

@@ -102,7 +102,8 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
                 fence.prove(db, token)
                 db.kefu_proving = token  # type: ignore[attr-defined]
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
 

@@ -59,7 +59,7 @@ def prove(db: sqlite3.Connection, token: int) -> None:
     connection writes from now on are checked against `token`. Rolled back with the transaction."""
     tables: list[str] = getattr(db, "kefu_fence_tables", [])
     for table, kind in _fenced(tables):
-        db.execute(f'DROP TRIGGER temp."{_name(kind, table)}"')
+        db.execute(f'DROP TRIGGER IF EXISTS temp."{_name(kind, table)}"')
     _create(db.execute, tables, token)
 
 

@@ -223,6 +223,8 @@ def test_the_heuristics_keywords_count_only_where_they_add_to_the_text(tmp_path)
     index = RecallIndex.build(store, "c1")
     assert index.keyword_folders == {"喜好": [liked]}  # the category keyword only: the rest is the text's own
     assert liked in index.scores("我的喜好是什么")
+    judge(store, "c1", {"updates": [{"id": order, "alpha": 0.9}]})  # the model rescores, keywords as they were
+    assert RecallIndex.build(store, "c1").keyword_folders == {"喜好": [liked]}  # still the heuristic's words
 
 
 def test_min_alpha_leaves_lower_memories_out_of_recall(tmp_path):

@@ -185,6 +185,7 @@ def test_keyword_misses_in_a_row_hint_at_the_third_and_stop_the_tool_at_the_sixt
     assert [search(miss).is_error for _ in range(2)] == [False, False]
     assert ids(search(hit).content)  # a match starts the count again
     assert "in a row" not in search(miss).content + search(miss).content
+    assert search({"keywords": "订单", "limit": 99}).is_error  # no search made: neither a strike nor a reset
     assert "3 searches in a row" in search(miss).content
     timed = search({"keywords": "羽绒被", "timeFrom": "2025-07-01", "timeTo": "2025-07-31"})
     assert "widen the range" in timed.content and not timed.is_error  # the words matched: no strike
