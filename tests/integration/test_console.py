@@ -89,7 +89,7 @@ def sign_in(driver: WebDriver, console: str, name: str) -> None:
     driver.find_element(By.ID, "name").send_keys(name)
     driver.find_element(By.ID, "password").send_keys(PASSWORD)
     driver.find_element(By.ID, "sign-in").click()
-    after_submit(driver).until(lambda d: d.find_element(By.ID, "who").text.startswith(name))
+    after_submit(driver).until(lambda d: text_of(d, "who").startswith(name))
 
 
 def http_sign_in(client: httpx.Client, name: str) -> str:
@@ -133,7 +133,7 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
 
     browser.find_element(By.ID, "reason").send_keys("VIP")
     browser.find_element(By.ID, "take-over").click()
-    after_submit(browser).until(lambda d: "VIP (by alice)" in d.find_element(By.ID, "handling").text)
+    after_submit(browser).until(lambda d: "VIP (by alice)" in text_of(d, "handling"))
     browser.find_element(By.ID, "text").send_keys("您好，我是店长，马上为您安排。")
     browser.find_element(By.ID, "send").click()
     WebDriverWait(browser, 10).until(
@@ -250,6 +250,13 @@ def after_submit(driver: WebDriver) -> WebDriverWait:
     return WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,))
 
 
+def text_of(driver: WebDriver, element_id: str) -> str:
+    """An element's text read in one script, so no handle can outlive the page it came from
+    (Chrome reports a node of a replaced page as "does not belong to the document")."""
+    text = driver.execute_script(f"const e = document.getElementById({element_id!r}); return e ? e.innerText.trim() : ''")
+    return str(text)
+
+
 def held(store) -> int:
     with store.read() as conn:
         return conn.exec_driver_sql("SELECT count(*) FROM held_page").scalar_one()
@@ -261,7 +268,7 @@ def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, sto
     assert browser.find_element(By.ID, "input-state").text == "taking in pages"
     assert "shop" in browser.find_element(By.ID, "checkpoints").text
     browser.find_element(By.ID, "input-pause").click()
-    after_submit(browser).until(lambda d: "paused for the whole host" in d.find_element(By.ID, "input-state").text)
+    after_submit(browser).until(lambda d: "paused for the whole host" in text_of(d, "input-state"))
 
     said = platform.buyer_says("shop", "b1", "周八", "什么时候发货？")
     worker.send_task("kefu.ingest.page", args=[transport.page_of("shop", [said]).model_dump(mode="json")])
@@ -274,7 +281,7 @@ def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, sto
     assert refused.status_code == 403 and "KEFU_ROLE_REQUIRED" in refused.text
 
     browser.find_element(By.CSS_SELECTOR, ".input-resume").click()
-    after_submit(browser).until(lambda d: d.find_element(By.ID, "input-state").text == "taking in pages")
+    after_submit(browser).until(lambda d: text_of(d, "input-state") == "taking in pages")
     wait_for(lambda: len(platform.received("shop")) == 1, 30, "the held message answered once resumed")
     assert held(store) == 0
     with store.read() as conn:
