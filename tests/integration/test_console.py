@@ -253,7 +253,9 @@ def after_submit(driver: WebDriver) -> WebDriverWait:
 def text_of(driver: WebDriver, element_id: str) -> str:
     """An element's text read in one script, so no handle can outlive the page it came from
     (Chrome reports a node of a replaced page as "does not belong to the document")."""
-    text = driver.execute_script(f"const e = document.getElementById({element_id!r}); return e ? e.innerText.trim() : ''")
+    text = driver.execute_script(
+        f"const e = document.getElementById({element_id!r}); return e ? e.innerText.trim() : ''"
+    )
     return str(text)
 
 

@@ -63,7 +63,8 @@ def memory(tmp_path: Path) -> MemoryEngine:
     return MemoryEngine(store, MemorySettings(), 100_000, ZONE, model_scores=True, images_dir=tmp_path / "images")
 
 
-def call(memory: MemoryEngine, name: str, arguments: str | dict[str, Any]) -> str:
+def turn(memory: MemoryEngine) -> TurnBinding:
+    """A turn's binding of customer 1's memory (what the memory tools read of it)."""
     binding = TurnBinding(
         store=None,  # type: ignore[arg-type]
         customer=None,  # type: ignore[arg-type]
@@ -73,6 +74,11 @@ def call(memory: MemoryEngine, name: str, arguments: str | dict[str, Any]) -> st
         zone=ZONE,
     )
     binding.memory = memory.session(1)
+    return binding
+
+
+def call(memory: MemoryEngine, name: str, arguments: str | dict[str, Any]) -> str:
+    binding = turn(memory)
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return execute(binding, ToolCall(id="c1", name=name, arguments=raw), MEMORY_TOOLS).content
 
@@ -163,19 +169,7 @@ def test_selfcheck_passes_a_whole_store_and_fails_a_damaged_index(memory: Memory
 
 
 def test_keyword_misses_in_a_row_hint_at_the_third_and_stop_the_tool_at_the_sixth(memory: MemoryEngine) -> None:
-    def turn() -> TurnBinding:
-        binding = TurnBinding(
-            store=None,  # type: ignore[arg-type]
-            customer=None,  # type: ignore[arg-type]
-            batch=None,  # type: ignore[arg-type]
-            session_id="s1",
-            account_revision=0,
-            zone=ZONE,
-        )
-        binding.memory = memory.session(1)
-        return binding
-
-    binding = turn()
+    binding = turn(memory)
 
     def search(arguments: dict[str, Any]) -> ToolOutcome:
         raw = json.dumps(arguments, ensure_ascii=False)
@@ -193,5 +187,5 @@ def test_keyword_misses_in_a_row_hint_at_the_third_and_stop_the_tool_at_the_sixt
     sixth = search(miss)
     assert sixth.is_error and "off until the customer's next message" in sixth.content
     assert search(hit).is_error  # off for the rest of the turn, whatever the search
-    binding = turn()  # the customer's next message: a new turn
+    binding = turn(memory)  # the customer's next message: a new turn
     assert ids(search(hit).content)

@@ -152,6 +152,18 @@ def test_a_newer_grant_claims_the_store_and_the_older_one_then_writes_nothing(op
     assert identity(new) == "by-b-again"
 
 
+def assert_refused(
+    write: Callable[[DeliveryStore], None], stale: DeliveryStore, guard: ShardGuard, new: DeliveryStore, before: dict
+) -> None:
+    """The stale holder's write is refused, its guard learns it, and the store is as it was."""
+    with pytest.raises(ShardLeaseLost):
+        write(stale)
+    assert guard.lost
+    assert snapshot(new) == before
+    with stale.raw() as db:
+        assert not db.in_transaction  # rolled back, not left holding the write lock
+
+
 def _record(store: DeliveryStore) -> None:
     record_received(store, page())
 
@@ -175,12 +187,7 @@ def test_raw_writes_of_an_older_grant_are_refused_and_change_nothing(open_store,
     stale_guard = held(1, owner="a")  # not yet lost locally: only the store can tell
     stale = open_store(stale_guard)
 
-    with pytest.raises(ShardLeaseLost):
-        write(stale)
-    assert stale_guard.lost
-    assert snapshot(new) == before
-    with stale.raw() as db:
-        assert not db.in_transaction  # rolled back, not left holding the write lock
+    assert_refused(write, stale, stale_guard, new, before)
 
     write(new)  # the same write under the current grant: it was the fence that refused
     assert snapshot(new) != before
@@ -315,12 +322,7 @@ def test_a_connection_that_proved_its_grant_is_refused_by_sqlite_once_a_newer_on
         pass
     before = snapshot(new)
 
-    with pytest.raises(ShardLeaseLost):
-        write(stale)
-    assert stale_guard.lost
-    assert snapshot(new) == before
-    with stale.raw() as db:
-        assert not db.in_transaction
+    assert_refused(write, stale, stale_guard, new, before)
 
 
 def test_each_table_but_the_fence_has_its_triggers(open_store):
