@@ -43,7 +43,7 @@ from rich.table import Table
 from bench import persona_chat, service_chat
 from bench.persona_chat import Dialogue
 from config import RecallSettings
-from runtime.agent.memory import BlockEntry, fit_block
+from runtime.agent.memory import BlockEntry, next_block
 from runtime.memory import recall
 from runtime.memory.folders import ArchivedMessage, plan_folders, render
 from runtime.memory.heuristic import score_pending
@@ -126,6 +126,7 @@ class Tally:
         self.hits: Counter[tuple[str, str, int]] = Counter()
         self.kinds: Counter[tuple[str, str]] = Counter()
         self.kind_totals: Counter[str] = Counter()
+        self.lanes: Counter[str] = Counter()  # continuous state: picks per lane and the counters
         self.questions = self.folders = self.dialogues = 0
 
     def add(self, method: str, ranked: list[str], evidence: list[set[str]], kind: str) -> None:
@@ -172,14 +173,15 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                 tally.kind_totals[question.kind] += 1
                 evidence = [owners[i] for i in question.evidence]
                 fresh, _ = select(index, question.text, RecallState())
-                state = state.model_copy(update={"block": [e.folder_id for e in block]})
                 continuous, state = select(index, question.text, state)
+                tally.lanes.update({lane: n for lane, n in state.lanes.items() if n})
                 turn = f"t{number}"
-                entries = [e for e in block if e.folder_id not in continuous]
-                entries += [BlockEntry(f, turn) for f in continuous]
-                block, _ = fit_block(entries, index.folders, limits.max_blocks, limits.max_chars, turn)
-                this_round = [e.folder_id for e in block if e.turn == turn]
-                held = this_round + [e.folder_id for e in block if e.turn != turn]
+                block, dropped = next_block(block, continuous, turn, index.folders, limits.max_blocks, limits.max_chars)
+                state = state.left_block(dropped, index.folders).model_copy(
+                    update={"block": [e.folder_id for e in block]}
+                )
+                in_block = {e.folder_id for e in block}  # this round's picks first, then what else it holds
+                held = [i for i in continuous if i in in_block] + [i for i in in_block if i not in continuous]
                 for method, ranked in (
                     ("kefu fresh", fresh),
                     ("kefu continuous", continuous),
@@ -188,6 +190,7 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                     ("BM25 standard", bm25.top(question.text, 10)),
                 ):
                     tally.add(method, ranked, evidence, question.kind)
+            tally.lanes.update(state.counters.model_dump())
     return tally
 
 
@@ -205,6 +208,7 @@ def print_tally(console: Console, title: str, tally: Tally) -> None:
         f"{tally.dialogues} dialogues, {tally.folders} folders ({tally.folders / max(tally.dialogues, 1):.0f} each),"
         f" {tally.questions} questions"
     )
+    console.print("continuous lanes: " + ", ".join(f"{name} {n}" for name, n in sorted(tally.lanes.items())))
 
 
 @contextmanager

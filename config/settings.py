@@ -203,6 +203,9 @@ class RecallSettings(_Section):
     max_window_percent: int = Field(15, ge=1, le=90)
     min_alpha: float = Field(0.0, ge=0, le=1)  # folders of lower alpha never recall (0: no gate)
     round_budget_chars: int = Field(0, ge=0, le=1_000_000)  # text one round may add (0: no budget)
+    cooldown_rounds: int = Field(
+        2, ge=0, le=100
+    )  # a trimmed high-alpha memory is boosted back this late at the earliest
 
     @model_validator(mode="after")
     def _slots_within_quota(self) -> RecallSettings:

@@ -346,45 +346,43 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     entries = block_entries(log)
     earlier = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
     index = RecallIndex.build(memory.store, memory.scope, settings.min_alpha)
-    picks, state = select(index, query, earlier, settings.first_gen_max, settings.rotation_slots)
-    picks, over_budget = within_budget(picks, index.folders, settings.round_budget_chars)
-    rotated = state.low_cursor
-    if rotated is not None and rotated != earlier.low_cursor and rotated[2] not in picks:
-        state = state.model_copy(update={"low_cursor": earlier.low_cursor})  # left out: it keeps its place
+    picks, state = select(
+        index,
+        query,
+        earlier,
+        settings.first_gen_max,
+        settings.rotation_slots,
+        settings.cooldown_rounds,
+        settings.round_budget_chars,
+    )
     before = [e.folder_id for e in entries]
     added = [folder_id for folder_id in picks if folder_id not in before]
-    if not added:  # nothing new: the block stands as it is (what it holds still matches)
-        save_state(memory.store, memory.scope, state.model_copy(update={"block": before}))
-        return picks
-    # What still matches stays, as this turn's: only older blocks that no longer match make room.
-    entries = [e for e in entries if e.folder_id not in picks] + [BlockEntry(f, turn) for f in picks]
     # Chinese text runs about one token a character: the window share is counted in characters.
     char_limit = min(settings.max_chars, memory.window_tokens * settings.max_window_percent // 100)
-    kept, dropped = fit_block(entries, index.folders, settings.max_blocks, char_limit, turn)
-    _append_block(log, memory, kept)
-    save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
-    memory.store.record(
-        memory.scope, "recall", added=added, dropped=dropped, round=state.round, budget_dropped=over_budget
-    )
+    kept, dropped = next_block(entries, picks, turn, index.folders, settings.max_blocks, char_limit)
+    state = state.left_block(dropped, index.folders).model_copy(update={"block": [e.folder_id for e in kept]})
+    if [e.folder_id for e in kept] != before:  # else the block stands as it is: no new event
+        _append_block(log, memory, kept)
+    save_state(memory.store, memory.scope, state)
+    if added:
+        memory.store.record(memory.scope, "recall", added=added, dropped=dropped, round=state.round, lanes=state.lanes)
     return picks
 
 
-def within_budget(
-    picks: list[str], folders: Mapping[str, Folder | IndexedFolder], budget_chars: int
-) -> tuple[list[str], int]:
-    """The strongest picks whose text fits the round's budget (the first always: a round that
-    finds something adds it), and how many were left out. 0: no budget."""
-    if budget_chars <= 0:
-        return picks, 0
-    kept: list[str] = []
-    used = 0
-    for folder_id in picks:
-        size = folders[folder_id].chars
-        if kept and used + size > budget_chars:
-            break
-        kept.append(folder_id)
-        used += size
-    return kept, len(picks) - len(kept)
+def next_block(
+    entries: list[BlockEntry],
+    picks: list[str],
+    turn: str,
+    folders: Mapping[str, Folder | IndexedFolder],
+    max_blocks: int,
+    char_limit: int,
+) -> tuple[list[BlockEntry], list[str]]:
+    """The block after a round's picks, and the folders it lost. What still matches stays, as
+    this turn's; only older blocks that no longer match make room. Unchanged when nothing is new."""
+    if all(e.folder_id in folders for e in entries) and set(picks) <= {e.folder_id for e in entries}:
+        return entries, []
+    entries = [e for e in entries if e.folder_id not in picks] + [BlockEntry(f, turn) for f in picks]
+    return fit_block(entries, folders, max_blocks, char_limit, turn)
 
 
 def fit_block(
@@ -469,7 +467,7 @@ def rearchive(log: SessionLog, memory: SessionMemory, target: int) -> tuple[int,
     kept = [e for e in entries if e.folder_id not in removed_ids]
     memory.store.mark_review(removed_ids)
     _append_block(log, memory, kept)
-    state = load_state(memory.store, memory.scope)
+    state = load_state(memory.store, memory.scope).left_block(removed_ids, folders)
     save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
     memory.store.record(memory.scope, "rearchive", removed=removed_ids, removed_tokens=removed, target=target)
     return len(removed_ids), removed

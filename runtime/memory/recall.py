@@ -6,22 +6,33 @@ model's keywords, the title and the event label as extra signal, each matched to
 and weighted by how rare the token is. Unscored folders never recall.
 
 Selection is deterministic and relevance comes first within every lane. Candidates are the
-folders scoring at least 35% of the best match. Each round has a quota k (default 10):
+folders scoring at least 35% of the best match. Each round has a quota k (default 10), taken by
+the lanes in this order (source §1.3):
 
 - rare: up to k − r folders holding a query term found in at most τ = max(8, ⌈0.002 N⌉)
-  folders (an order number, a name: source §1.3), so an exact reference is never crowded out;
+  folders (an order number, a name), so an exact reference is never crowded out; when more
+  than k − r match, the round counts as degraded;
+- boost (queryBoost): high-alpha folders the block lost to its limits or to re-archiving (the
+  ledger, the high-alpha recycle) that the query matches again, `cooldown` rounds after they
+  left at the earliest, so a trimmed memory comes back when it is asked about without
+  thrashing in and out of the block every round;
 - high: matches of alpha ≥ 0.6, the strongest first (σ = (alpha desc, created asc, id asc)
-  breaks ties), so every matched high-alpha memory up to the quota appears in the same round;
+  breaks ties), so every matched high-alpha memory up to the quota appears in the same round.
+  The next 3 × (k − r) matches past the quota wait in the register for REGISTER_TTL rounds
+  (at most 8 × (k − r) wait; more are dropped and counted);
 - low: r slots kept for matches of lower alpha. One of them (with r ≥ 2) probes the strongest
   such match; the other r − 1 rotate in σ order after a per-scope cursor that persists, so a
   low-alpha memory that keeps matching comes back within ⌈L / (r − 1)⌉ rounds (L rounds with
-  r = 1, which only rotates), whatever number of stronger matches flood in. Slots a lane
-  leaves unused go to the low lane's probe.
+  r = 1, which only rotates), whatever number of stronger matches flood in. Slots the high
+  lanes leave unused go to the low lane's probe;
+- register: deferred high-alpha matches fill the slots this round's query leaves unused. A
+  deferral is a match of an earlier message, so it never takes a slot from a match of this one
+  (the source puts it before the high lane; kefu keeps relevance first).
 
-The picks come out strongest first. A folder already in the recall block is picked like any
-other (the block keeps what is still relevant; the caller adds only what is new), so what a
-round finds does not depend on what earlier rounds found. No randomness: the same store,
-state and query give the same picks.
+The picks come out strongest first, then cut to the round's character budget (the first always
+stays). A folder already in the recall block is picked like any other (the block keeps what is
+still relevant; the caller adds only what is new), so what a round finds does not depend on
+what earlier rounds found. No randomness: the same store, state and query give the same picks.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import bisect
 import heapq
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel
 
@@ -43,6 +54,10 @@ KEYWORD_WEIGHT = 0.5  # of a keyword token's idf: the folder is about that term
 TITLE_EVENT_WEIGHT = 0.25  # of a title or event token's idf
 RELEVANCE_FLOOR = 0.35
 RARE_MIN_POSTING, RARE_RATIO = 8, 0.002  # source §1.3's rare-term lane
+COOLDOWN_ROUNDS = 2  # a trimmed high-alpha memory is boosted again this many rounds later at the earliest
+REGISTER_TTL = 2  # rounds a deferred high-alpha match waits for a free slot
+REGISTER_LOOKAHEAD, REGISTER_CAPACITY = 3, 8  # × (k − r): deferred per round, waiting at most
+LEDGER_CAPACITY = 256  # trimmed high-alpha folders remembered for the boost lane
 # Closed synonym classes (source §1.3 categoryMatch): a question naming a class ("我的偏好是什么")
 # finds the high-alpha memories whose keywords name it in other words ("喜好").
 CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
@@ -174,12 +189,36 @@ class RecallIndex:
         return sorted(matched, key=self.strongest_first(found))
 
 
+class RecallCounters(BaseModel):
+    """Since the scope's first round: how often the lanes' guarantees bent (selfcheck reads them)."""
+
+    re_injections: int = 0  # trimmed memories the boost lane brought back
+    register_drops: int = 0  # deferred matches dropped because the register was full
+    degraded: int = 0  # rounds with more rare matches than the quota
+
+
 class RecallState(BaseModel):
-    """What recall remembers between rounds (snapshotted with the scope)."""
+    """What recall remembers between rounds (snapshotted with the scope). A state saved before a
+    field existed reads with its default."""
 
     round: int = 0
     low_cursor: tuple[float, int, str] | None = None  # σ of the last low-alpha pick
     block: list[str] = []  # folder ids in the recall block now
+    ledger: dict[str, int] = {}  # high-alpha folder trimmed from the block -> the round it left
+    deferred: dict[str, int] = {}  # deferred high-alpha match -> the last round it may fill a slot
+    lanes: dict[str, int] = {}  # the last round's picks per lane
+    counters: RecallCounters = RecallCounters()
+
+    def left_block(self, folder_ids: list[str], folders: Mapping[str, Folder | IndexedFolder]) -> RecallState:
+        """The state after the block lost these folders (to its limits or to re-archiving):
+        the high-alpha ones go to the ledger, for the boost lane."""
+        ledger = dict(self.ledger)
+        for folder_id in folder_ids:
+            if folder_id in folders and folders[folder_id].alpha >= HIGH_ALPHA:
+                ledger.pop(folder_id, None)
+                ledger[folder_id] = self.round
+        kept = dict(list(ledger.items())[-LEDGER_CAPACITY:])  # the oldest go first
+        return self.model_copy(update={"ledger": kept})
 
 
 def save_state(store: MemoryStore, scope: str, state: RecallState) -> None:
@@ -199,21 +238,35 @@ def folders_recalled(store: MemoryStore, scope: str) -> list[tuple[Folder, bool]
 
 
 def select(
-    index: RecallIndex, query: str, state: RecallState, k: int = 10, r: int = 2
+    index: RecallIndex,
+    query: str,
+    state: RecallState,
+    k: int = 10,
+    r: int = 2,
+    cooldown: int = COOLDOWN_ROUNDS,
+    budget_chars: int = 0,
 ) -> tuple[list[str], RecallState]:
     """This round's picks, strongest first (lanes: see the module), and the new state, whose
     block holds the earlier block and the picks not already in it."""
+    round_no = state.round + 1
     keys = index.sigmas
     found = index.scores(query)
-    rare = index.rare_matches(query, found)[: k - r]
-    taken = set(rare)
+    rare_matches = index.rare_matches(query, found)
+    rare = rare_matches[: k - r]
     budget = k - len(rare)
     # (−score, σ) of each other candidate: the stronger first, σ between equals
+    taken = set(rare)
     ranked = [(-found[i], keys[i]) for i in index.candidates(query, found) if i not in taken]
-    high = heapq.nsmallest(budget, (key for key in ranked if -key[1][0] >= HIGH_ALPHA))
+    high = [key for key in ranked if -key[1][0] >= HIGH_ALPHA]
     low = [key for key in ranked if -key[1][0] < HIGH_ALPHA]
-    high_picks = high[: budget - min(r, len(low), budget)]
-    low_budget = min(budget - len(high_picks), len(low))
+    high_quota = budget - min(r, len(low), budget)
+    due = {i for i, left in state.ledger.items() if round_no - left > cooldown}
+    boost = sorted(key for key in high if key[1][2] in due)[:high_quota]
+    boosted = {key[1][2] for key in boost}
+    lookahead = REGISTER_LOOKAHEAD * (k - r)
+    strongest = heapq.nsmallest(high_quota - len(boost) + lookahead, (key for key in high if key[1][2] not in boosted))
+    high_picks, deferred = strongest[: high_quota - len(boost)], strongest[high_quota - len(boost) :]
+    low_budget = min(budget - len(boost) - len(high_picks), len(low))
     rotating = min(r - 1 if r >= 2 else r, low_budget)  # r = 1: its one slot rotates
     probe = heapq.nsmallest(low_budget - rotating, low)
     probed = {key[1][2] for key in probe}
@@ -221,9 +274,62 @@ def select(
     cursor = state.low_cursor
     start = bisect.bisect_right(by_sigma, cursor) if cursor is not None else 0
     rotation = (by_sigma[start:] + by_sigma[:start])[:rotating]  # after the cursor, then wrapping around
-    cursor = rotation[-1] if rotation else cursor
-    chosen = [*((-found[i], keys[i]) for i in rare), *high_picks, *probe, *((-found[s[2]], s) for s in rotation)]
-    picks = [key[1][2] for key in sorted(chosen)]
+    lanes = {
+        "rare": [(-found[i], keys[i]) for i in rare],
+        "boost": boost,
+        "high": high_picks,
+        "probe": probe,
+        "rotation": [(-found[s[2]], s) for s in rotation],
+    }
+    picked = {key[1][2] for chosen in lanes.values() for key in chosen}
+    free = k - len(picked)
+    waiting = sorted(  # a match of this query first, then in the order they were deferred
+        [
+            (-found.get(i, 0.0), keys[i])
+            for i, until in state.deferred.items()
+            if until >= round_no and i in keys and i not in picked and -keys[i][0] >= HIGH_ALPHA
+        ],
+        key=lambda key: key[0],
+    )
+    lanes["register"] = waiting[:free]
+    picks = [key[1][2] for key in sorted(key for chosen in lanes.values() for key in chosen)]
+    picks, cut = _within_budget(picks, index, budget_chars)
+    kept = set(picks)
+    register = {key[1][2]: state.deferred[key[1][2]] for key in waiting[free:]}
+    for key in deferred:  # a match deferred again keeps its first deadline
+        register.setdefault(key[1][2], round_no + REGISTER_TTL)
+    register = {i: until for i, until in register.items() if i not in kept}
+    capacity = REGISTER_CAPACITY * (k - r)
+    drops = max(0, len(register) - capacity)
+    rotated = [s for s in rotation if s[2] in kept]
+    counters = state.counters
     in_block = set(state.block)
-    block = [*state.block, *(i for i in picks if i not in in_block)]
-    return picks, RecallState(round=state.round + 1, low_cursor=cursor, block=block)
+    return picks, RecallState(
+        round=round_no,
+        low_cursor=rotated[-1] if rotated else cursor,
+        block=[*state.block, *(i for i in picks if i not in in_block)],
+        ledger={i: left for i, left in state.ledger.items() if i not in kept},
+        deferred=dict(list(register.items())[:capacity]),  # the earliest deferred stay
+        lanes={name: sum(key[1][2] in kept for key in chosen) for name, chosen in lanes.items()} | {"budget_cut": cut},
+        counters=RecallCounters(
+            re_injections=counters.re_injections + sum(key[1][2] in kept for key in boost),
+            register_drops=counters.register_drops + drops,
+            degraded=counters.degraded + (len(rare_matches) > len(rare)),
+        ),
+    )
+
+
+def _within_budget(picks: list[str], index: RecallIndex, budget_chars: int) -> tuple[list[str], int]:
+    """The strongest picks whose text fits the round's budget (the first always: a round that
+    finds something adds it), and how many were left out. 0: no budget."""
+    if budget_chars <= 0:
+        return picks, 0
+    kept: list[str] = []
+    used = 0
+    for folder_id in picks:
+        size = index.folders[folder_id].chars
+        if kept and used + size > budget_chars:
+            break
+        kept.append(folder_id)
+        used += size
+    return kept, len(picks) - len(kept)

@@ -237,14 +237,72 @@ def test_min_alpha_leaves_lower_memories_out_of_recall(tmp_path):
     assert set(gated.scores("退货")) == {high} and select(gated, "退货", RecallState())[0] == [high]
 
 
-def test_a_rounds_budget_keeps_the_strongest_picks_that_fit_and_always_the_first():
-    from runtime.agent.memory import within_budget
+def test_a_rounds_budget_keeps_the_strongest_picks_that_fit_and_always_the_first(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    ids = archive(store, ["退货" * 3 + "嗯" * 200, "退货" * 2 + "嗯" * 300, "退货" + "嗯" * 400], "p1")
+    score(store, ids, 0.7, ["退货", "售后", "政策"])
+    index = RecallIndex.build(store, "c1")
+    assert select(index, "退货", RecallState())[0] == ids  # strongest first, no budget
+    picks, state = select(index, "退货", RecallState(), budget_chars=400)
+    assert picks == ids[:1] and state.lanes["budget_cut"] == 2 and state.block == ids[:1]
+    picks, state = select(index, "退货", RecallState(), budget_chars=10)
+    assert picks == ids[:1]  # a round that finds something adds it, whatever its size
 
-    class Sized:
-        def __init__(self, chars: int) -> None:
-            self.chars = chars
 
-    folders = {"a": Sized(500), "b": Sized(400), "c": Sized(300)}
-    assert within_budget(["a", "b", "c"], folders, 0) == (["a", "b", "c"], 0)  # no budget
-    assert within_budget(["a", "b", "c"], folders, 1000) == (["a", "b"], 1)
-    assert within_budget(["a", "b", "c"], folders, 100) == (["a"], 2)  # a round that finds something adds it
+def high_flood(store: MemoryStore, word: str, count: int, plan: str) -> list[str]:
+    """`count` high-alpha folders matching `word`, strongest first (the longer, the weaker)."""
+    ids = archive(store, [word * 3 + "嗯" * (40 + n) for n in range(count)], plan)
+    score(store, ids, 0.9, [word, "记录", "其他"])
+    return ids
+
+
+def test_a_trimmed_high_alpha_memory_is_boosted_back_only_after_its_cooldown(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    strong = high_flood(store, "退货", 20, "p1")
+    [weak] = archive(store, ["退货" + "嗯" * 60], "p2")
+    score(store, [weak], 0.9, ["售后", "记录", "其他"])
+    index = RecallIndex.build(store, "c1")
+    assert weak in index.candidates("退货")
+    assert weak not in select(index, "退货", RecallState(), k=4, r=1)[0]  # 20 stronger matches fill the quota
+    state = RecallState(round=5, block=[weak]).left_block([weak], index.folders)
+    assert state.ledger == {weak: 5}
+    for _ in range(2):  # cooling down: it competes on its strength alone
+        picks, state = select(index, "退货", state, k=4, r=1, cooldown=2)
+        assert weak not in picks and state.lanes["boost"] == 0
+    picks, state = select(index, "退货", state, k=4, r=1, cooldown=2)
+    assert weak in picks and state.lanes["boost"] == 1 and state.counters.re_injections == 1
+    assert picks[:3] == strong[:3] and state.ledger == {}  # the stronger matches still come first
+    low = archive(store, ["退货闲聊" + "嗯" * 40], "p3")
+    score(store, low, 0.1, ["闲聊", "记录", "其他"])
+    assert RecallState().left_block(low, RecallIndex.build(store, "c1").folders).ledger == {}  # high alpha only
+
+
+def test_deferred_high_alpha_matches_fill_later_free_slots_never_a_current_match_and_expire(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    returns = high_flood(store, "退货", 10, "p1")
+    [invoice] = high_flood(store, "发票", 1, "p2")
+    index = RecallIndex.build(store, "c1")
+    first, state = select(index, "退货", RecallState(), k=4, r=1)
+    assert first == returns[:4] and list(state.deferred) == returns[4:]  # lookahead 3 × (k − r) = 9
+    again, after_again = select(index, "退货", state, k=4, r=1)
+    assert again == returns[:4]  # a deferral never takes the slot of this round's match
+    picks, later = select(index, "发票", state, k=4, r=1)
+    assert picks[0] == invoice and picks[1:] == returns[4:7] and later.lanes["register"] == 3
+    assert later.deferred == {i: 3 for i in returns[7:]}  # deferred in round 1 until round 1 + REGISTER_TTL
+    expired = state.model_copy(update={"round": 3})  # deferred in round 1 for REGISTER_TTL = 2 rounds
+    assert select(index, "查询不到的话", expired, k=4, r=1)[0] == []
+
+
+def test_a_full_register_drops_and_counts_and_more_rare_matches_than_the_quota_count_as_degraded(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    for word, plan in (("退货", "p1"), ("发票", "p2"), ("尺码", "p3")):
+        high_flood(store, word, 10, plan)  # 10 > τ = 8: no rare term
+    index = RecallIndex.build(store, "c1")
+    state = RecallState()
+    for query in ("退货", "发票", "尺码"):  # each round defers 3 × (k − r) = 3, the register holds 8
+        _, state = select(index, query, state, k=2, r=1)
+    assert len(state.deferred) == 8 and state.counters.register_drops == 1
+    rare = archive(store, ["订单A77777", "订单A77777补发", "订单A77777退款"], "p4")
+    score(store, rare, 0.3, ["订单", "记录", "其他"])
+    picks, state = select(RecallIndex.build(store, "c1"), "A77777", state, k=2, r=1)
+    assert len(picks) == 2 and state.counters.degraded == 1  # 3 exact references, k − r = 1 rare slot
