@@ -225,6 +225,7 @@ class MemorySettings(_Section):
     hard_limit_percent: int = Field(95, ge=10, le=500)  # still above after 2 archives: stop archiving
     target_chunk_chars: int = Field(1200, ge=100, le=100_000)
     max_folders_per_run: int = Field(500, ge=1, le=500)
+    max_folders: int = Field(10_000, ge=1, le=1_000_000)  # per customer: an archive past it is refused whole
     small_window_tokens: int = Field(20_000, ge=0, le=10_000_000)
     allow_small_window: bool = False  # archive even when the window is under small_window_tokens
     default_window_tokens: int = Field(

@@ -31,7 +31,7 @@ from runtime.agent.view import archived_upto, chat_message
 from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
-from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, IndexedFolder, MemoryStore
+from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, FolderCapReached, IndexedFolder, MemoryStore
 from runtime.session_log import MemoryArchive, MemoryRecall, SessionEvent, SessionLog, ToolResult, TurnStart
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,15 @@ class SessionMemory(MemoryEngine):
 
 
 ArchiveReason = Literal[
-    "archived", "adopted", "below-trigger", "small-window", "false-window", "hard-limit", "no-cut", "disabled"
+    "archived",
+    "adopted",
+    "below-trigger",
+    "small-window",
+    "false-window",
+    "hard-limit",
+    "no-cut",
+    "folder-cap",
+    "disabled",
 ]
 
 
@@ -253,7 +261,14 @@ def _archive_turns(
     cut, removed, planned, files = fitting
     images = _keep_images(planned, files, memory)
     source = ArchiveSource(session_id=session_id, from_seq=upto, to_seq=cut)
-    folders = memory.store.commit_archive(memory.scope, plan_id(source), planned, source, images)
+    try:
+        folders = memory.store.commit_archive(
+            memory.scope, plan_id(source), planned, source, images, memory.settings.max_folders
+        )
+    except FolderCapReached as full:
+        _log_skip(memory, "folder-cap", full.message)
+        memory.store.record(memory.scope, "archive-refused", reason="folder-cap", planned=len(planned))
+        return ArchiveOutcome("folder-cap", trimmed=trimmed)
     _append_archive_event(log, memory, source, len(folders), used - removed)
     memory.store.record(memory.scope, "archive", folders=len(folders), removed_tokens=removed, trimmed=trimmed)
     return ArchiveOutcome("archived", len(folders), trimmed)
@@ -312,11 +327,11 @@ def _adopt_orphans(log: SessionLog, session_id: str, memory: SessionMemory, used
 _skips_logged: set[tuple[str, str]] = set()
 
 
-def _log_skip(memory: SessionMemory, reason: str) -> None:
+def _log_skip(memory: SessionMemory, reason: str, detail: str = "") -> None:
     """Warn once per scope and reason (source §1.1.1: small windows warn once per session)."""
     if (memory.scope, reason) not in _skips_logged:
         _skips_logged.add((memory.scope, reason))
-        logger.warning("memory %s: automatic archive skipped (%s)", memory.scope, reason)
+        logger.warning("memory %s: automatic archive skipped (%s) %s", memory.scope, reason, detail)
 
 
 # --- recall ----------------------------------------------------------------------------------

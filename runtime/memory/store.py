@@ -194,6 +194,17 @@ class MemoryStoreTooNew(KefuError):
         )
 
 
+class FolderCapReached(KefuError):
+    """An archive would take one customer's memory past its folder cap."""
+
+    def __init__(self, scope: str, held: int, planned: int, cap: int) -> None:
+        super().__init__(
+            "KEFU_MEMORY_FOLDER_CAP",
+            f"{scope} holds {held} folders; {planned} more would pass the cap of {cap}",
+            "raise KEFU_MEMORY__MAX_FOLDERS or erase old memory; the session is not archived meanwhile",
+        )
+
+
 class MemoryStoreUnreadable(KefuError):
     def __init__(self, path: Path, error: Exception) -> None:
         super().__init__(
@@ -245,12 +256,18 @@ class MemoryStore:
         folders: list[PlannedFolder],
         source: ArchiveSource | None = None,
         images: dict[int, list[ArchivedImage]] | None = None,
+        max_folders: int | None = None,
     ) -> list[Folder]:
         """All of the plan's folders with their index entries and images (by folder seq), or
-        none; the same plan again returns what it made."""
+        none; the same plan again returns what it made. A new plan that would take the scope
+        past `max_folders` raises FolderCapReached and writes nothing."""
         compressor = zstandard.ZstdCompressor(level=3)
         with self._write() as db:
             if db.execute("SELECT 1 FROM archive_plan WHERE plan_id = ?", (plan_id,)).fetchone() is None:
+                if max_folders is not None:
+                    (held,) = db.execute("SELECT COUNT(*) FROM folder WHERE scope = ?", (scope,)).fetchone()
+                    if held + len(folders) > max_folders:
+                        raise FolderCapReached(scope, held, len(folders), max_folders)
                 at = now_ms()
                 new_terms: list[tuple[int, Counter[str]]] = []
                 db.execute(
@@ -409,6 +426,13 @@ class MemoryStore:
                 "INSERT INTO telemetry (scope, type, at, data) VALUES (?, ?, ?, ?)",
                 (scope, type, now_ms(), json.dumps(data, ensure_ascii=False, sort_keys=True)),
             )
+
+    def telemetry(self, scope: str, type: str) -> list[dict[str, Any]]:
+        """The scope's telemetry rows of one type, oldest first."""
+        rows = self._connection().execute(
+            "SELECT data FROM telemetry WHERE scope = ? AND type = ? ORDER BY rowid", (scope, type)
+        )
+        return [json.loads(row[0]) for row in rows]
 
     def scopes(self) -> list[str]:
         return [r[0] for r in self._connection().execute("SELECT DISTINCT scope FROM folder ORDER BY scope")]

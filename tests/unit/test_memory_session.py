@@ -228,6 +228,8 @@ def test_rearchive_trims_old_recalled_blocks_first_and_marks_them_for_review(
     assert [e.folder_id for e in block_entries(log)] == newer  # this turn's picks stay
     review = [f.id for f in memory.store.folders(scope_of(customer)) if f.review]
     assert sorted(review) == sorted(older)
+    high = {f.id for f in memory.store.folders(scope_of(customer)) if f.alpha >= 0.6}
+    assert set(load_state(memory.store, scope_of(customer)).ledger) == set(older) & high  # for the boost lane
     score_scope(memory.session(customer))  # the heuristic re-reviews them
     assert not any(f.review for f in memory.store.folders(scope_of(customer)))
 
@@ -348,3 +350,27 @@ def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(
     assert outcome.reason == "archived" and 1 <= outcome.folders <= 3
     (event,) = [e for e in log.all_events if e.type == "memory/archive"]
     assert event.upto in {e.seq for e in log.all_events if e.type == "turn/start"}
+
+
+def test_an_archive_past_the_customers_folder_cap_is_refused_whole(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
+    roomy = engine(settings, window=100_000)
+    customer, result = converse(store, settings, transport, platform, roomy, EARLY)
+    log = session(settings, result)
+    log.open_for_append()
+    events_before = len(log.all_events)
+    capped = MemoryEngine(
+        roomy.store,
+        settings.memory.model_copy(update={"allow_small_window": True, "target_chunk_chars": 100, "max_folders": 2}),
+        1000,
+        settings.zone,
+        model_scores=False,
+    )
+    outcome = archive(log, session_of(result), capped.session(customer), 10)
+    assert outcome.reason == "folder-cap"
+    assert roomy.store.folders(scope_of(customer)) == [] and len(log.all_events) == events_before  # nothing half-done
+    assert roomy.store.telemetry(scope_of(customer), "archive-refused")[0]["reason"] == "folder-cap"
+    allowed = capped.settings.model_copy(update={"max_folders": 10_000})
+    opened = MemoryEngine(roomy.store, allowed, 1000, settings.zone, model_scores=False)
+    assert archive(log, session_of(result), opened.session(customer), 10).reason == "archived"
