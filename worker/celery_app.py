@@ -42,6 +42,7 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "options": {"expires": settings.alerts.interval_s},
         },
         "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
+        "memory-audit": {"task": memory.audit.name, "schedule": 86_400.0, "options": {"expires": 3600}},
         "read-status": {
             "task": pipeline.read_status.name,
             "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),

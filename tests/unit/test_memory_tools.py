@@ -22,7 +22,7 @@ from runtime.agent.tools import ToolOutcome, TurnBinding, execute
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.judge import judge
 from runtime.memory.recall import load_state
-from runtime.memory.report import selfcheck
+from runtime.memory.selfcheck import selfcheck
 from runtime.memory.store import MemoryStore
 from runtime.ports import ToolCall
 

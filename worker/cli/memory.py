@@ -1,16 +1,19 @@
-"""`kefu memory show|report|selfcheck`: the memory engine's store, read without a worker."""
+"""`kefu memory show|report|audit|selfcheck`: the memory engine's store, read without a worker."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Annotated
 
 import typer
 
 from runtime.agent.memory import scope_of
+from runtime.memory.audit import apply as apply_audit
+from runtime.memory.audit import audit as memory_audit
 from runtime.memory.recall import folders_recalled, load_state
 from runtime.memory.report import report as memory_report
-from runtime.memory.report import selfcheck as memory_selfcheck
+from runtime.memory.selfcheck import selfcheck as memory_selfcheck
 from runtime.memory.store import MemoryStore
 from worker.cli.common import cli, console, current_settings, operator_errors, print_table, shop_time
 
@@ -93,14 +96,51 @@ def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for script
 
 
 @memory_cli.command()
+def audit(
+    apply: Annotated[
+        bool, typer.Option("--apply", help="do the upkeep it finds (safe beside a running worker)")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """What needs upkeep per customer: scoring backlog, unindexed folders, stale recall state
+    ids, the folder cap, unnamed image files. Read-only unless --apply."""
+    settings = current_settings()
+    store = _store()
+    stale_ms = int(settings.memory.heuristic_after_s * 1000)
+    with operator_errors():
+        found = memory_audit(settings.memory_path, settings.memory_images_dir, settings.memory.max_folders, stale_ms)
+        if apply:
+            found = apply_audit(store, found, settings.memory_images_dir)
+    if as_json:
+        print(json.dumps(found.model_dump() | {"findings": found.findings()}, ensure_ascii=False))
+        return
+    columns = ["scope", "folders", "cap %", "pending", "stale", "review", "unindexed", "dangling"]
+    rows = [
+        [s.scope, str(s.folders), f"{s.cap_percent:.1f}", str(s.pending), str(s.stale_pending), str(s.review),
+         str(s.unindexed), str(s.dangling)]
+        for s in found.scopes
+    ]  # fmt: skip
+    print_table("memory audit", columns, rows)
+    for line in found.findings() or ["nothing needs upkeep"]:
+        console.print(line, markup=False, highlight=False)
+    for line in found.applied:
+        console.print(f"applied: {line}", markup=False, highlight=False)
+
+
+@memory_cli.command()
 def selfcheck() -> None:
-    """Check the memory store with a reader of its own; exit 1 on any FAIL."""
-    path = current_settings().memory_path
-    if not path.exists():
-        console.print(f"no memory store at {path}")
+    """Check the memory store and the session logs with a reader of its own; exit 1 on any FAIL
+    (WARN: works, but needs a look)."""
+    settings = current_settings()
+    if not settings.memory_path.exists():
+        console.print(f"no memory store at {settings.memory_path}")
         raise typer.Exit(1)
-    checks = memory_selfcheck(path)
+    stale_ms = int(settings.memory.heuristic_after_s * 1000)
+    checks = memory_selfcheck(settings.memory_path, settings.sessions_dir, stale_ms)
+    colours = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     for c in checks:
-        colour = "green" if c.status == "PASS" else "red"
-        console.print(f"[{colour}]{c.status}[/] {c.name}" + (f": {c.detail}" if c.detail else ""), soft_wrap=True)
-    raise typer.Exit(1 if any(c.status == "FAIL" for c in checks) else 0)
+        line = f"[{colours[c.status]}]{c.status}[/] {c.name}" + (f": {c.detail}" if c.detail else "")
+        console.print(line, soft_wrap=True)
+    counts = Counter(c.status for c in checks)
+    console.print(f"selfcheck: {counts['PASS']} passed, {counts['WARN']} warnings, {counts['FAIL']} failed")
+    raise typer.Exit(1 if counts["FAIL"] else 0)

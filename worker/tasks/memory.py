@@ -12,8 +12,9 @@ from celery import Task
 from runtime.agent.memory import MemoryEngine, SessionMemory
 from runtime.agent.memory_jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
 from runtime.leases import LeaseLost
+from runtime.memory.audit import audit as memory_audit
 from runtime.memory.report import report as memory_report
-from runtime.memory.report import selfcheck as memory_selfcheck
+from runtime.memory.selfcheck import selfcheck as memory_selfcheck
 from runtime.session_log import SessionLog
 from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.base import kefu_task
@@ -86,9 +87,31 @@ def report(self: Task) -> list[dict[str, Any]]:
     return rows
 
 
+@kefu_task("kefu.memory.audit")
+def audit(self: Task) -> list[str]:
+    """Beat, daily: what needs upkeep, logged for the operator (`kefu memory audit --apply` does it)."""
+    settings = runtime_for(self.app).settings
+    if not settings.memory_path.exists():
+        return []
+    stale_ms = int(settings.memory.heuristic_after_s * 1000)
+    found = memory_audit(settings.memory_path, settings.memory_images_dir, settings.memory.max_folders, stale_ms)
+    for line in found.findings():
+        log.warning("memory audit: %s", line)
+    return found.findings()
+
+
 @kefu_task("kefu.memory.selfcheck")
 def selfcheck(self: Task) -> str:
-    checks = memory_selfcheck(runtime_for(self.app).settings.memory_path)
-    for failed in (c for c in checks if c.status == "FAIL"):
-        log.error("memory selfcheck FAIL %s: %s", failed.name, failed.detail)
-    return "FAIL" if any(c.status == "FAIL" for c in checks) else "PASS"
+    settings = runtime_for(self.app).settings
+    stale_ms = int(settings.memory.heuristic_after_s * 1000)
+    checks = memory_selfcheck(settings.memory_path, settings.sessions_dir, stale_ms)
+    for c in checks:
+        if c.status != "PASS":
+            log.log(
+                logging.ERROR if c.status == "FAIL" else logging.WARNING,
+                "memory selfcheck %s %s: %s",
+                c.status,
+                c.name,
+                c.detail,
+            )
+    return next((status for status in ("FAIL", "WARN") if any(c.status == status for c in checks)), "PASS")
