@@ -233,6 +233,7 @@ class MemorySettings(_Section):
     )  # when KEFU_AGENT__CONTEXT_WINDOW_TOKENS is unset
     heuristic_after_s: float = Field(600.0, ge=0, le=30 * 86_400)  # pending this long: the heuristic scores it
     judge_task_items: int = Field(20, ge=1, le=100)  # pending folders listed for the model per request
+    max_pending: int = Field(200, ge=1, le=100_000)  # a model's backlog past this: the heuristic scores the oldest
     recall: RecallSettings = RecallSettings()
 
     @model_validator(mode="after")

@@ -92,9 +92,14 @@ def score_scope(memory: SessionMemory) -> int:
 
 def backlog(engine: MemoryEngine) -> list[str]:
     """Scopes whose pending folders the heuristic should score now: all of them when no model
-    scores, else those a model left pending longer than `heuristic_after_s`."""
-    cutoff = None if not engine.model_scores else now_ms() - int(engine.settings.heuristic_after_s * 1000)
-    return list(engine.store.pending(cutoff))
+    scores, else those a model left pending longer than `heuristic_after_s`, or with more than
+    `max_pending` waiting (backpressure: the heuristic takes the oldest, the model keeps the
+    newest, which it still has in mind)."""
+    if not engine.model_scores:
+        return list(engine.store.pending())
+    late = engine.store.pending(now_ms() - int(engine.settings.heuristic_after_s * 1000))
+    pressed = {scope for scope, waiting in engine.store.pending().items() if waiting > engine.settings.max_pending}
+    return sorted(late.keys() | pressed)
 
 
 def scope_memory(engine: MemoryEngine, scope: str) -> SessionMemory:

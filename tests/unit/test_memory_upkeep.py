@@ -143,3 +143,21 @@ def test_the_daily_audit_task_reports_through_the_worker_shell(store: MemoryStor
     findings = app.tasks["kefu.memory.audit"].apply().get()
     assert findings == [f"{SCOPE}: 1 recall state ids name no folder"]
     assert load_state(store, SCOPE).block == ["mem-gone"]  # the task only reports
+
+
+def test_a_models_backlog_past_max_pending_goes_to_the_heuristic_at_once(store: MemoryStore) -> None:
+    from zoneinfo import ZoneInfo
+
+    from config import MemorySettings
+    from runtime.agent.memory import MemoryEngine
+    from runtime.agent.memory_jobs import backlog
+
+    fresh = [PlannedFolder(seq=n, title="新", text=f"user: 新问题{n}\n", event_from=0, event_to=0) for n in (1, 2, 3)]
+    store.commit_archive(SCOPE, "plan-2", fresh)
+
+    def engine(max_pending: int) -> MemoryEngine:
+        settings = MemorySettings(max_pending=max_pending)
+        return MemoryEngine(store, settings, 100_000, ZoneInfo("Asia/Shanghai"), model_scores=True)
+
+    assert backlog(engine(200)) == []  # just archived: the model scores them
+    assert backlog(engine(2)) == [SCOPE]  # 3 waiting, more than 2
