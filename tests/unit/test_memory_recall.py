@@ -128,6 +128,7 @@ def test_the_recall_state_survives_a_restart_exactly(tmp_path):
     score(store, ids, 0.2, ["尺码", "问题", "衣服"])
     index = RecallIndex.build(store, "c1")
     _, state = select(index, "尺码", RecallState())
+    state = state.model_copy(update={"ledger": {ids[0]: 1}, "deferred": {ids[1]: 3}})  # every lane's memory
     save_state(store, "c1", state)
     restarted = MemoryStore(tmp_path / "m.sqlite")
     restored = load_state(restarted, "c1")
@@ -138,6 +139,8 @@ def test_the_recall_state_survives_a_restart_exactly(tmp_path):
         index, "尺码", state.model_copy(update=fresh)
     )
     assert load_state(restarted, "c2") == RecallState()
+    store.save_recall_state("c3", '{"round": 4, "low_cursor": null, "block": ["x"]}')  # saved before the lanes
+    assert load_state(store, "c3") == RecallState(round=4, block=["x"])
 
 
 def test_the_rotation_wraps_around_without_repeating_a_folder(tmp_path):
