@@ -233,6 +233,7 @@ SWEEP: list[dict[str, float]] = [
     {"K1": 0.9, "B": 0.4},
     {"K1": 1.5, "B": 0.9},
     {"HIGH_ALPHA": 0.8},
+    {"CATEGORY_MIN_ALPHA": 0.8},
 ]
 
 

@@ -48,7 +48,8 @@ from pydantic import BaseModel
 from runtime.memory.store import Folder, IndexedFolder, MemoryStore
 from runtime.memory.tokenize import tokens
 
-HIGH_ALPHA = 0.6
+HIGH_ALPHA = 0.6  # θ_H: the high lanes' memories
+CATEGORY_MIN_ALPHA = 0.6  # source categoryMatch.alphaMin: a common word never finds low-alpha memories
 K1, B = 1.2, 0.75
 KEYWORD_WEIGHT = 0.5  # of a keyword token's idf: the folder is about that term
 TITLE_EVENT_WEIGHT = 0.25  # of a title or event token's idf
@@ -97,7 +98,12 @@ class RecallIndex:
         self.extra_folders = self._unpack(extras)  # title or event token -> folders
         self.category_folders = {  # class -> high-alpha folders whose keywords name it
             name: sorted(
-                {i for word in words for i in self.keyword_folders.get(word, ()) if -self.sigmas[i][0] >= HIGH_ALPHA}
+                {
+                    i
+                    for word in words
+                    for i in self.keyword_folders.get(word, ())
+                    if -self.sigmas[i][0] >= CATEGORY_MIN_ALPHA
+                }
             )
             for name, words in _CATEGORY_TOKENS.items()
         }
