@@ -1,8 +1,11 @@
-"""Which sent requests answer which inbound message: the delivery store's side of an audit."""
+"""Which requests answer which inbound message: the delivery store's side of an audit and of a
+simulation's report."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+
+from pydantic import BaseModel
 
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
@@ -25,3 +28,63 @@ def requests_by_message(store: DeliveryStore, account_id: str) -> dict[tuple[str
             if request_id is not None:
                 result[(conversation_id, platform_message_id)].append(request_id)
     return dict(result)
+
+
+class ConversationOutcome(BaseModel):
+    """What became of one conversation's buyer messages, from the store alone (a simulation
+    report reads it; a reply is tied to the message by its batch, never by timing)."""
+
+    stored: set[str]  # platform message ids of its counterpart lines
+    batch_of: dict[str, str]  # platform message id -> the admission batch that took it
+    requests_of: dict[str, list[str]]  # batch id -> its automatic requests, in order
+    states: dict[str, str]  # request id -> outbox state
+    handed_off: bool  # the agent asked for a human
+    settled: bool  # nothing in flight: no batch before its turn ends, no reply waiting to go out
+
+
+def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id: str) -> ConversationOutcome:
+    with store.read() as conn:
+        found = conn.execute(
+            sql("SELECT id, handed_off FROM customer WHERE account_id = :a AND conversation_id = :c"),
+            {"a": account_id, "c": conversation_id},
+        ).first()
+        if found is None:
+            return ConversationOutcome(
+                stored=set(), batch_of={}, requests_of={}, states={}, handed_off=False, settled=True
+            )
+        customer_id, handed_off = found
+        messages = conn.execute(
+            sql(
+                "SELECT platform_message_id, batch_id FROM inbound_message"
+                " WHERE customer_id = :c AND sender_role IN ('external', 'human-native')"
+            ),
+            {"c": customer_id},
+        ).all()
+        requests = conn.execute(
+            sql(
+                "SELECT request_id, batch_id, state FROM outbox_request WHERE customer_id = :c AND origin = 'auto'"
+                " ORDER BY created_at, request_id"
+            ),
+            {"c": customer_id},
+        ).all()
+        busy = conn.execute(
+            sql(
+                "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'claimed'"
+                " UNION ALL SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
+                " UNION ALL SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
+                " LIMIT 1"
+            ),
+            {"c": customer_id},
+        ).first()
+    requests_of: dict[str, list[str]] = defaultdict(list)
+    for request_id, batch_id, _ in requests:
+        if batch_id is not None:
+            requests_of[batch_id].append(request_id)
+    return ConversationOutcome(
+        stored={message_id for message_id, _ in messages},
+        batch_of={message_id: batch_id for message_id, batch_id in messages if batch_id is not None},
+        requests_of=dict(requests_of),
+        states={request_id: state for request_id, _, state in requests},
+        handed_off=bool(handed_off),
+        settled=busy is None,
+    )

@@ -1,47 +1,86 @@
-"""`kefu demo`: three simulated buyers talk to the shop through a real worker on the embedded
-broker; the verdict line is computed from the delivery store and the platform's ledger."""
+"""`kefu demo`: one scripted simulation batch (worker.simulation) through a real worker on the
+embedded broker: three buyers and a group chat; the verdict line is computed from the delivery
+store and the platform's ledger."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
 from runtime.memory.report import report as memory_report
 from runtime.memory.store import MemoryStore
-from runtime.routes import RouteSpec, create_route
 from runtime.status import is_quiet
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
+from transports.simulator.script import Script, ScriptedConversation, Step
 from worker.audit import Audit, audit
 from worker.celery_app import make_app
 from worker.dispatch import receive_page
-from worker.process import WorkerProcess
+from worker.simulation import Simulation, ensure_sample_shop, serving
 
 ACCOUNT = "demo-shop"
-BUYERS = {"b1": "张三", "b2": "李四", "b3": "王五"}
-# (buyer, texts sent back to back before waiting for the reply)
-SCRIPT: list[tuple[str, list[str]]] = [
-    ("b1", ["你好，在吗？"]),
-    ("b2", ["这款四件套是什么材质的？"]),
-    ("b1", ["今天下单什么时候发货？", "发什么快递？"]),
-    ("b3", ["我收到的枕套有破损"]),
-    ("b2", ["有优惠券吗"]),
-    ("b3", ["那可以退货吗？"]),
-    ("b1", ["可以开发票吗"]),
-    ("b2", ["能用花呗分期吗？"]),
-    ("b3", ["好的，谢谢"]),
-    ("b2", ["好的，谢谢"]),
-    # 张三 comes back: with a small context window his oldest turns are archived into memory,
-    # and the last question recalls them into the agent's system prompt.
-    ("b1", ["订单A10086的收货地址是杭州市西湖区文三路100号，以后都发顺丰"]),
-    ("b1", ["枕套是什么面料的？"]),
-    ("b1", ["之前问的快递，改发顺丰要补多少运费？"]),
-]
+# One scripted batch (worker.simulation): three buyers in direct conversations and a group chat
+# where only the message that mentions the shop is answered; 王五 sends a photo. 张三 comes
+# back two days later: with a small context window his oldest turns are archived into memory,
+# and his last question recalls them into the agent's system prompt.
+SCRIPT = {
+    "start": "2026-03-03T09:00:00+08:00",
+    "conversations": [
+        {
+            "name": "张三",
+            "buyer": {"id": "b1", "name": "张三"},
+            "steps": [
+                {"say": "你好，在吗？"},
+                {"say": "今天下单什么时候发货？", "wait": False},  # two lines back to back
+                {"say": "发什么快递？"},
+                {"say": "可以开发票吗"},
+                {
+                    "at": "2026-03-05T20:00:00+08:00",
+                    "say": "订单A10086的收货地址是杭州市西湖区文三路100号，以后都发顺丰",
+                },
+                {"say": "枕套是什么面料的？"},
+                {"say": "之前问的快递，改发顺丰要补多少运费？"},
+            ],
+        },
+        {
+            "name": "李四",
+            "buyer": {"id": "b2", "name": "李四"},
+            "steps": [
+                {"say": "这款四件套是什么材质的？"},
+                {"say": "有优惠吗"},
+                {"say": "能用花呗分期吗？"},
+                {"say": "好的，谢谢"},
+            ],
+        },
+        {
+            "name": "王五",
+            "buyer": {"id": "b3", "name": "王五"},
+            "steps": [
+                {"say": "我收到的枕套有破损，拍了照片", "image": "pillowcase.png"},
+                {"say": "那可以退货吗？"},
+                {"say": "好的，谢谢"},
+            ],
+        },
+        {
+            "name": "团购群",
+            "buyer": {"id": "b4", "name": "赵六"},
+            "group": {"id": "g1", "title": "小满家居团购群"},
+            "steps": [
+                {"say": "这款有现货吗，大家买过吗"},  # not to the shop: no reply
+                {"say": "@小满家居 满减优惠券怎么领？", "mention": True},
+            ],
+        },
+    ],
+}
+PHOTO = bytes.fromhex(  # a 1×1 PNG: 王五's photo of the broken pillowcase
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763"
+    "a8aaec0200033401a2bb6a3b5b0000000049454e44ae426082"
+)
 
 
 def demo_dir(data_dir: Path | None) -> Path:
@@ -62,31 +101,25 @@ def run_demo(data_dir: Path, console: Console) -> Audit:
     }
     settings = demo_settings(data_dir)
     store = DeliveryStore(settings.delivery_path, settings.delivery)
-    create_account(store, AccountSpec(id=ACCOUNT, platform="simulator", identity="demo-shop-seller"))
-    create_route(store, RouteSpec(id="demo-all-direct", account_id=ACCOUNT, conversation_type="direct"), "demo-route")
+    ensure_sample_shop(store, ACCOUNT)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "pillowcase.png").write_bytes(PHOTO)
+    script = Script.model_validate(SCRIPT | {"folder": data_dir})
     platform = SimulatedPlatform(settings.simulator_path)
-    transport = SimulatorTransport(platform)
-    app = make_app(settings)
-    setup = "embedded broker · simulator transport · rules agent"
-    console.print(f"[dim]data dir {data_dir} · {setup}[/dim]", soft_wrap=True)
-    worker = WorkerProcess(env, data_dir / "worker.log", listen=True).start()
-    try:
-        worker.wait_ready(app)
-        seen_sends = 0
-        first_page = None
-        for buyer_id, texts in SCRIPT:
-            for text in texts:  # the worker's listener picks them up from the platform
-                message = platform.buyer_says(ACCOUNT, buyer_id, BUYERS[buyer_id], text)
-                first_page = first_page or transport.page_of(ACCOUNT, [message])
-                console.print(f"[bold cyan]{BUYERS[buyer_id]}[/] ▸ {text}", soft_wrap=True)
-            # The platform redelivers the first message (a late ACK): it must not be answered again.
-            assert first_page is not None  # every entry of SCRIPT says something
-            receive_page(app, first_page)
-            _wait_answered(store, platform)
-            seen_sends = _print_replies(platform, seen_sends, console)
+    simulation = Simulation(store, platform, ACCOUNT, script, run="", on_step=_printer(console))
+    console.print(
+        f"[dim]data dir {data_dir} · embedded broker · simulator transport · rules agent[/dim]", soft_wrap=True
+    )
+    with serving(settings, env, data_dir / "worker.log", Console(quiet=True)):
+        report = simulation.run_batch(concurrency=1)
+        # The platform delivers the first message again (a late ACK): it must not be answered again.
+        first = platform.buyer_messages(ACCOUNT, limit=1)
+        receive_page(make_app(settings), SimulatorTransport(platform).page_of(ACCOUNT, first))
+        _wait_quiet(store)
         _wait_scored(settings)
-    finally:
-        worker.stop()
+    for result in report.conversations:
+        if result.error:
+            console.print(f"[red]{result.name}: {result.error}[/red]")
     _print_memory(settings, console)
     here = f"KEFU_DATA_DIR={data_dir}"
     console.print(
@@ -98,6 +131,22 @@ def run_demo(data_dir: Path, console: Console) -> Audit:
         soft_wrap=True,
     )
     return audit(store, platform, ACCOUNT)
+
+
+def _printer(console: Console) -> Callable[[ScriptedConversation, Step, list[str]], None]:
+    """Each step as it happens: what the buyer said, then the shop's replies."""
+
+    def print_step(conversation: ScriptedConversation, step: Step, replies: list[str]) -> None:
+        where = f"[{conversation.group.title}] " if conversation.group else ""
+        photo = f" [dim][图片 {step.image.name}][/dim]" if step.image else ""
+        console.print(f"{where}[bold cyan]{conversation.buyer.name}[/] ▸ {step.say}{photo}", soft_wrap=True)
+        to = conversation.group.title if conversation.group else conversation.buyer.name
+        for reply in replies:
+            for i, line in enumerate(reply.splitlines()):
+                lead = f"    [green]客服 → {to}[/] ◂ " if i == 0 else "                   "
+                console.print(lead + line, soft_wrap=True)
+
+    return print_step
 
 
 def _print_memory(settings: Settings, console: Console) -> None:
@@ -116,13 +165,11 @@ def _print_memory(settings: Settings, console: Console) -> None:
         console.print(f"[dim]inspect: KEFU_DATA_DIR={settings.data_dir} kefu memory show[/dim]", soft_wrap=True)
 
 
-def _wait_answered(store: DeliveryStore, platform: SimulatedPlatform, timeout_s: float = 20) -> None:
-    """Until every buyer message so far is answered and nothing is in flight (or time is up)."""
+def _wait_quiet(store: DeliveryStore, timeout_s: float = 20) -> None:
+    """Until nothing is in flight (the redelivered page, recorded before it was published, is
+    ingested and found known), or time is up."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = audit(store, platform, ACCOUNT)
-        if result.answered == result.buyer_messages and is_quiet(store):
-            return
+    while not is_quiet(store) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -134,13 +181,3 @@ def _wait_scored(settings: Settings, timeout_s: float = 10) -> None:
     deadline = time.monotonic() + timeout_s
     while store.pending() and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def _print_replies(platform: SimulatedPlatform, seen: int, console: Console) -> int:
-    sends = platform.received(ACCOUNT)
-    for send in sends[seen:]:
-        name = BUYERS.get(send.recipient_id or "", send.recipient_id)
-        for i, line in enumerate(send.text.splitlines()):
-            lead = f"    [green]客服 → {name}[/] ◂ " if i == 0 else "                   "
-            console.print(lead + line, soft_wrap=True)
-    return len(sends)

@@ -192,7 +192,7 @@ def _recall_fairness(db: sqlite3.Connection) -> Check:
     warnings = [
         f"{name.replace('_', ' ')} {counters[name]}" for name in ("register_drops", "degraded") if counters[name]
     ]
-    info = "lanes " + ", ".join(f"{lane} {n}" for lane, n in sorted(lanes.items())) if lanes else "no recall yet"
+    info = "lanes " + ", ".join(f"{lane} {n}" for lane, n in sorted(lanes.items()) if n) if lanes else "no recall yet"
     info += f"; re-injections {counters['re_injections']}"
     return _verdict("recall fairness", warnings, info)
 

@@ -161,7 +161,7 @@ def test_the_demo_with_a_small_window_archives_scores_and_recalls_into_the_promp
     small = {"KEFU_AGENT__CONTEXT_WINDOW_TOKENS": "1000", "KEFU_MEMORY__ALLOW_SMALL_WINDOW": "true"}
     run = _kefu(tmp_path, "demo", **small)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.strip().splitlines()[-1] == "demo: 14 buyer messages, 14 answered, 0 duplicate replies, 0 lost"
+    assert run.stdout.strip().splitlines()[-1] == "demo: 16 buyer messages, 16 answered, 0 duplicate replies, 0 lost"
     demo_dir = next((tmp_path / "var").glob("demo-*"))
     shown = _kefu(tmp_path, "memory", "show", "--json", KEFU_DATA_DIR=str(demo_dir))
     assert shown.returncode == 0, shown.stderr
@@ -191,14 +191,16 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     run = _kefu(tmp_path, "demo")
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
-    assert last == "demo: 14 buyer messages, 14 answered, 0 duplicate replies, 0 lost"
+    assert last == "demo: 16 buyer messages, 16 answered, 0 duplicate replies, 0 lost"
     status = _kefu(tmp_path, "status", KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))))
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout
 
     # The operator commands, against the demo's data dir.
     demo_dir = {"KEFU_DATA_DIR": str(next((tmp_path / "var").glob("demo-*")))}
     listed = json.loads(_kefu(tmp_path, "customers", "--source", "simulation", "--json", **demo_dir).stdout)
-    assert sorted(c["conversation_id"] for c in listed) == ["sim-direct-b1", "sim-direct-b2", "sim-direct-b3"]
+    assert sorted(c["conversation_id"] for c in listed) == [
+        "sim-direct-b1", "sim-direct-b2", "sim-direct-b3", "sim-group-g1"
+    ]  # fmt: skip
     assert json.loads(_kefu(tmp_path, "customers", "--json", **demo_dir).stdout) == []  # no real customers
     sent = json.loads(_kefu(tmp_path, "outbox", "--state", "sent", "--json", **demo_dir).stdout)
     # One reply per round of the script at least (back-to-back messages may share one reply).

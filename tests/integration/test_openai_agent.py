@@ -192,5 +192,5 @@ def test_kefu_demo_answers_through_the_llm_path(tmp_path, fake):
         timeout=300,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.strip().splitlines()[-1] == "demo: 14 buyer messages, 14 answered, 0 duplicate replies, 0 lost"
+    assert run.stdout.strip().splitlines()[-1] == "demo: 16 buyer messages, 16 answered, 0 duplicate replies, 0 lost"
     assert "已收到您的消息" in run.stdout and len(fake.requests) >= 20

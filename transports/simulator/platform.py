@@ -4,6 +4,10 @@ It is the simulated platform's own ledger (a small SQLite file of its own, separ
 kefu's delivery store), shared by the demo or test process that plays buyers and the worker
 processes that send. Every send is recorded, duplicates included: it is the ground truth
 for counting duplicate replies.
+
+Buyers talk in direct conversations or in groups (where a message carries explicit mention
+evidence, as DingTalk's `isInAtList` does), with text, an image or a file; a message's time
+is the caller's (a script clock) or now.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buyer_message (
@@ -27,6 +31,12 @@ CREATE TABLE IF NOT EXISTS buyer_message (
     buyer_name TEXT NOT NULL,
     text TEXT NOT NULL,
     occurred_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS buyer_media (
+    seq INTEGER PRIMARY KEY REFERENCES buyer_message (seq),
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    data BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS received_send (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,7 +51,25 @@ CREATE TABLE IF NOT EXISTS received_send (
     media_sha256 TEXT
 );
 CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref);
+CREATE INDEX IF NOT EXISTS received_by_conversation ON received_send (conversation_id);
 """
+
+
+# Columns added after the first release of the ledger: (name, declaration).
+_ADDED_COLUMNS = {
+    "buyer_message": [
+        ("conversation_type", "TEXT NOT NULL DEFAULT 'direct'"),
+        ("group_title", "TEXT"),
+        ("mention", "INTEGER"),  # groups only: 1 the shop was mentioned, 0 it was not
+        ("media_kind", "TEXT"),  # image | file, its bytes in buyer_media
+    ]
+}
+
+
+class BuyerMedia(BaseModel):
+    kind: Literal["image", "file"]
+    name: str = Field(min_length=1, max_length=256)
+    data: bytes = Field(min_length=1)
 
 
 class BuyerMessage(BaseModel):
@@ -52,6 +80,10 @@ class BuyerMessage(BaseModel):
     buyer_name: str
     text: str
     occurred_at: int
+    conversation_type: Literal["direct", "group"] = "direct"
+    group_title: str | None = None
+    mention: bool | None = None
+    media_kind: Literal["image", "file"] | None = None
 
 
 class ReceivedSend(BaseModel):
@@ -75,7 +107,13 @@ class SimulatedPlatform:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._connect().executescript(_SCHEMA)
+        db = self._connect()
+        db.executescript(_SCHEMA)
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            for name, declaration in columns:
+                if name not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     def _connect(self) -> sqlite3.Connection:
         """This thread's connection (autocommit: every statement is its own transaction)."""
@@ -94,17 +132,62 @@ class SimulatedPlatform:
     def conversation_for(buyer_id: str) -> str:
         return f"sim-direct-{buyer_id}"
 
+    @staticmethod
+    def group_conversation(group_id: str) -> str:
+        return f"sim-group-{group_id}"
+
+    @staticmethod
+    def is_group(conversation_id: str) -> bool:
+        return conversation_id.startswith("sim-group-")
+
     def _rows(self, model: type[Row], query: str, params: tuple[object, ...]) -> list[Row]:
         return [model(**dict(row)) for row in self._connect().execute(query, params).fetchall()]
 
-    def buyer_says(self, account_id: str, buyer_id: str, buyer_name: str, text: str) -> BuyerMessage:
-        at = time.time_ns() // 1_000_000
-        conversation_id = self.conversation_for(buyer_id)
+    def buyer_says(
+        self,
+        account_id: str,
+        buyer_id: str,
+        buyer_name: str,
+        text: str,
+        *,
+        group: str | None = None,
+        group_title: str | None = None,
+        mention: bool = False,
+        media: BuyerMedia | None = None,
+        at_ms: int | None = None,
+    ) -> BuyerMessage:
+        """One buyer message, in the buyer's direct conversation or in `group` (mentioning the
+        shop or not), with an image or file besides its text (a caption, or empty)."""
+        at = at_ms if at_ms is not None else time.time_ns() // 1_000_000
+        conversation_id = self.group_conversation(group) if group else self.conversation_for(buyer_id)
         query = (
-            "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) RETURNING *"
+            "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at,"
+            " conversation_type, group_title, mention, media_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
         )
-        return self._rows(BuyerMessage, query, (account_id, conversation_id, buyer_id, buyer_name, text, at))[0]
+        params = (
+            *(account_id, conversation_id, buyer_id, buyer_name, text, at),
+            *("group" if group else "direct", group_title, (1 if mention else 0) if group else None),
+            media.kind if media else None,
+        )
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")  # the message and its media together, or neither
+        try:
+            said = self._rows(BuyerMessage, query, params)[0]
+            if media is not None:
+                db.execute(
+                    "INSERT INTO buyer_media (seq, kind, name, data) VALUES (?, ?, ?, ?)",
+                    (said.seq, media.kind, media.name, media.data),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return said
+
+    def media_of(self, seq: int) -> BuyerMedia | None:
+        """What a buyer message carried besides its text (the platform's media download)."""
+        row = self._connect().execute("SELECT kind, name, data FROM buyer_media WHERE seq = ?", (seq,)).fetchone()
+        return BuyerMedia(kind=row["kind"], name=row["name"], data=row["data"]) if row else None
 
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
         query = "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -133,6 +216,10 @@ class SimulatedPlatform:
     def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
         query = "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id"
         return self._rows(ReceivedSend, query, (account_id, account_id, after_id))
+
+    def received_in(self, conversation_id: str) -> list[ReceivedSend]:
+        query = "SELECT * FROM received_send WHERE conversation_id = ? ORDER BY id"
+        return self._rows(ReceivedSend, query, (conversation_id,))
 
     def received_by_ref(self, client_ref: str) -> ReceivedSend | None:
         query = "SELECT * FROM received_send WHERE client_ref = ? ORDER BY id LIMIT 1"

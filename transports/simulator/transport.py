@@ -7,7 +7,16 @@ import time
 from datetime import UTC, datetime
 from itertools import groupby
 
-from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.pages import (
+    Content,
+    ConversationGroup,
+    ImageContent,
+    InboundMessage,
+    InboundPage,
+    Sender,
+    TextContent,
+    UnsupportedContent,
+)
 from runtime.ports import (
     BuyerReadReceipt,
     Heartbeat,
@@ -53,17 +62,9 @@ class SimulatorTransport:
         groups = [
             ConversationGroup(
                 conversation_id=conversation_id,
-                conversation_type="direct",
-                messages=[
-                    InboundMessage(
-                        platform_message_id=platform_message_id(m.seq),
-                        sender=Sender(id=m.buyer_id, display_name=m.buyer_name, role="buyer"),
-                        content=TextContent(text=m.text),
-                        occurred_at=datetime.fromtimestamp(m.occurred_at / 1000, tz=UTC),
-                        direct_peer_id=m.buyer_id,
-                    )
-                    for m in items
-                ],
+                conversation_type=items[0].conversation_type,
+                title=items[0].group_title,
+                messages=[message for m in items for message in _inbound(m)],
             )
             for conversation_id, items in ((k, list(g)) for k, g in groupby(ordered, key=lambda m: m.conversation_id))
         ]
@@ -113,7 +114,7 @@ class SimulatorTransport:
         )
 
     def send(self, message: OutboundSend) -> SendReceipt:
-        if not message.recipient_id:
+        if not message.recipient_id and not self.far_side.is_group(message.conversation_id):
             raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
         if self.send_throttled:
             raise SendFailure("not-submitted", "SIMULATOR_THROTTLED", retry_after_s=1.0)
@@ -145,6 +146,41 @@ class SimulatorTransport:
         """The platform's ledger is complete: a request it has no entry for never arrived."""
         received = self.far_side.received_by_ref(request_id)
         return SendReceipt(platform_message_id=received.platform_message_id) if received else NeverReceived()
+
+
+def _inbound(message: BuyerMessage) -> list[InboundMessage]:
+    """A buyer message as the platform pages it: its media (an image by the platform's media id;
+    a file as a type kefu does not read yet), then a caption beside media as a message of its
+    own, as DingTalk and Wangwang deliver them."""
+
+    def part(suffix: str, content: Content) -> InboundMessage:
+        return InboundMessage(
+            platform_message_id=platform_message_id(message.seq) + suffix,
+            sender=Sender(id=message.buyer_id, display_name=message.buyer_name, role="buyer"),
+            content=content,
+            occurred_at=datetime.fromtimestamp(message.occurred_at / 1000, tz=UTC),
+            mention=message.mention,
+            direct_peer_id=message.buyer_id if message.conversation_type == "direct" else None,
+        )
+
+    if message.media_kind is None:
+        return [part("", TextContent(text=message.text))]
+    media: Content = (
+        ImageContent(ref=media_ref(message.seq))
+        if message.media_kind == "image"
+        else UnsupportedContent(platform_type=message.media_kind)
+    )
+    return [part("", media), *([part("-caption", TextContent(text=message.text))] if message.text else [])]
+
+
+def message_ids(message: BuyerMessage) -> list[str]:
+    """The platform message ids one buyer message is paged as (media, then its caption)."""
+    return [part.platform_message_id for part in _inbound(message)]
+
+
+def media_ref(seq: int) -> str:
+    """The platform's id for a buyer message's media (`SimulatedPlatform.media_of(seq)` has it)."""
+    return f"sim-media-{seq}"
 
 
 class SimulatorConnection:
