@@ -166,6 +166,10 @@ class SimulatorSettings(_Section):
     # The simulated platform's file (default: in the data dir). Shards on one machine that
     # serve accounts of one simulated shop point it at the same file.
     platform_path: Path | None = None
+    # The model playing a paired simulation instance's buyer (`kefu simulate new --persona`);
+    # a field left unset takes the agent's (KEFU_AGENT__OPENAI__*).
+    buyer: OpenAISettings = OpenAISettings()
+    buyer_max_turns: int = Field(12, ge=1, le=200)  # buyer messages before a paired instance stops itself
 
 
 class DingTalkSettings(_Section):

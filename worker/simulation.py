@@ -171,17 +171,7 @@ class Simulation:
         return [_Sent(s.client_ref, s.text, s.received_at) for s in self.platform.received_in(conversation_id)]
 
     def _wait(self, conversation_id: str, ids: list[str], reply: bool) -> ConversationOutcome | None:
-        """The conversation's outcome once these messages are stored and handled: settled, and,
-        when a reply is wanted, taken by a batch (or the agent handed off). None on timeout."""
-        deadline = time.monotonic() + self.step_timeout_s
-        while time.monotonic() < deadline:
-            outcome = conversation_outcome(self.store, self.account_id, conversation_id)
-            stored = all(i in outcome.stored for i in ids)
-            taken = not reply or outcome.handed_off or any(i in outcome.batch_of for i in ids)
-            if stored and taken and outcome.settled:
-                return outcome
-            time.sleep(POLL_S)
-        return None
+        return wait_handled(self.store, self.account_id, conversation_id, ids, reply, self.step_timeout_s)
 
     def _result(
         self,
@@ -215,6 +205,22 @@ class Simulation:
             checks=checks,
             error=error,
         )
+
+
+def wait_handled(
+    store: DeliveryStore, account_id: str, conversation_id: str, ids: list[str], reply: bool, timeout_s: float
+) -> ConversationOutcome | None:
+    """The conversation's outcome once these messages are stored and handled: settled, and,
+    when a reply is wanted, taken by a batch (or the agent handed off). None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        outcome = conversation_outcome(store, account_id, conversation_id)
+        stored = all(i in outcome.stored for i in ids)
+        taken = not reply or outcome.handed_off or any(i in outcome.batch_of for i in ids)
+        if stored and taken and outcome.settled:
+            return outcome
+        time.sleep(POLL_S)
+    return None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -38,6 +39,7 @@ CREATE TABLE IF NOT EXISTS buyer_media (
     name TEXT NOT NULL,
     data BLOB NOT NULL
 );
+CREATE INDEX IF NOT EXISTS buyer_by_conversation ON buyer_message (conversation_id, seq);
 CREATE TABLE IF NOT EXISTS received_send (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     platform_message_id TEXT NOT NULL UNIQUE,
@@ -49,6 +51,17 @@ CREATE TABLE IF NOT EXISTS received_send (
     received_at INTEGER NOT NULL,
     kind TEXT NOT NULL DEFAULT 'text',
     media_sha256 TEXT
+);
+CREATE TABLE IF NOT EXISTS sim_instance (
+    number INTEGER PRIMARY KEY,
+    account_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    buyer_id TEXT NOT NULL UNIQUE,
+    buyer_name TEXT NOT NULL,
+    persona TEXT,
+    state TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    stopped_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref);
 CREATE INDEX IF NOT EXISTS received_by_conversation ON received_send (conversation_id);
@@ -64,6 +77,41 @@ _ADDED_COLUMNS = {
         ("media_kind", "TEXT"),  # image | file, its bytes in buyer_media
     ]
 }
+
+
+class InstanceState(StrEnum):
+    RUNNING = "running"
+    STOPPING = "stopping"  # persisted first: no more buyer input, no more sends reach the buyer
+    STOPPED = "stopped"  # quiet after stopping; never resumes
+
+
+class SimInstance(BaseModel):
+    """A simulation instance (seed 001 模拟实例): one conversation with a simulated buyer, either
+    paired (a model plays the buyer) or manual (a person types as the buyer)."""
+
+    number: int
+    account_id: str
+    kind: Literal["paired", "manual"]
+    buyer_id: str
+    buyer_name: str
+    persona: str | None
+    state: InstanceState
+    created_at: int
+    stopped_at: int | None
+
+    @property
+    def id(self) -> str:
+        return f"sim-{self.number:03d}"
+
+    @property
+    def conversation_id(self) -> str:
+        return SimulatedPlatform.conversation_for(self.buyer_id)
+
+
+class InstanceStopped(Exception):
+    """Buyer input or a send for an instance that is stopping or stopped."""
+
+    code = "SIMULATION_STOPPED"
 
 
 class BuyerMedia(BaseModel):
@@ -99,7 +147,7 @@ class ReceivedSend(BaseModel):
     media_sha256: str | None = None
 
 
-Row = TypeVar("Row", BuyerMessage, ReceivedSend)
+Row = TypeVar("Row", BuyerMessage, ReceivedSend, SimInstance)
 
 
 class SimulatedPlatform:
@@ -160,6 +208,7 @@ class SimulatedPlatform:
         shop or not), with an image or file besides its text (a caption, or empty)."""
         at = at_ms if at_ms is not None else time.time_ns() // 1_000_000
         conversation_id = self.group_conversation(group) if group else self.conversation_for(buyer_id)
+        self.refuse_if_stopped(conversation_id)
         query = (
             "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at,"
             " conversation_type, group_title, mention, media_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
@@ -184,6 +233,55 @@ class SimulatedPlatform:
             raise
         return said
 
+    def refuse_if_stopped(self, conversation_id: str) -> None:
+        """Raise InstanceStopped when the conversation is a simulation instance's that is stopping
+        or stopped: it takes no more buyer input and receives no more sends."""
+        row = (
+            self._connect()
+            .execute(
+                "SELECT state FROM sim_instance WHERE 'sim-direct-' || buyer_id = ? AND state != 'running'",
+                (conversation_id,),
+            )
+            .fetchone()
+        )
+        if row is not None:
+            raise InstanceStopped(f"conversation {conversation_id} belongs to a simulation instance that is {row[0]}")
+
+    def new_instance(
+        self, account_id: str, kind: Literal["paired", "manual"], buyer_name: str, persona: str | None = None
+    ) -> SimInstance:
+        """A new instance, numbered above every number used before (stopped ones included)."""
+        db = self._connect()
+        (number,) = db.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM sim_instance").fetchone()
+        query = (
+            "INSERT INTO sim_instance (number, account_id, kind, buyer_id, buyer_name, persona, state, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?) RETURNING *"
+        )
+        params = (number, account_id, kind, f"sim-{number:03d}-buyer", buyer_name, persona, time.time_ns() // 1_000_000)
+        return self._rows(SimInstance, query, params)[0]
+
+    def instance(self, instance_id: str) -> SimInstance | None:
+        number = instance_id.removeprefix("sim-")
+        if not number.isdigit():
+            return None
+        rows = self._rows(SimInstance, "SELECT * FROM sim_instance WHERE number = ?", (int(number),))
+        return rows[0] if rows else None
+
+    def instances(self) -> list[SimInstance]:
+        return self._rows(SimInstance, "SELECT * FROM sim_instance ORDER BY number", ())
+
+    def set_instance_state(self, number: int, state: InstanceState) -> SimInstance:
+        """Running → stopping → stopped, never back (a stopped instance never resumes)."""
+        earlier = [s.value for s in InstanceState][: list(InstanceState).index(state)]
+        marks = ", ".join("?" * len(earlier)) or "NULL"
+        stopped_at = time.time_ns() // 1_000_000 if state == InstanceState.STOPPED else None
+        self._connect().execute(
+            f"UPDATE sim_instance SET state = ?, stopped_at = COALESCE(?, stopped_at) WHERE number = ?"
+            f" AND state IN ({marks})",
+            (state.value, stopped_at, number, *earlier),
+        )
+        return self._rows(SimInstance, "SELECT * FROM sim_instance WHERE number = ?", (number,))[0]
+
     def media_of(self, seq: int) -> BuyerMedia | None:
         """What a buyer message carried besides its text (the platform's media download)."""
         row = self._connect().execute("SELECT kind, name, data FROM buyer_media WHERE seq = ?", (seq,)).fetchone()
@@ -192,6 +290,10 @@ class SimulatedPlatform:
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
         query = "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?"
         return self._rows(BuyerMessage, query, (account_id, after_seq, limit))
+
+    def buyer_messages_in(self, conversation_id: str) -> list[BuyerMessage]:
+        query = "SELECT * FROM buyer_message WHERE conversation_id = ? ORDER BY seq"
+        return self._rows(BuyerMessage, query, (conversation_id,))
 
     def receive_send(
         self,

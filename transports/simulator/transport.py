@@ -28,7 +28,7 @@ from runtime.ports import (
     SendLookup,
     SendReceipt,
 )
-from transports.simulator.platform import BuyerMessage, ReceivedSend, SimulatedPlatform
+from transports.simulator.platform import BuyerMessage, InstanceStopped, ReceivedSend, SimulatedPlatform
 
 STREAM_ID = "simulator"
 ECHO_STREAM_ID = "simulator-echo"  # the platform's echoes of the shop's own sends
@@ -118,6 +118,10 @@ class SimulatorTransport:
             raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
         if self.send_throttled:
             raise SendFailure("not-submitted", "SIMULATOR_THROTTLED", retry_after_s=1.0)
+        try:
+            self.far_side.refuse_if_stopped(message.conversation_id)
+        except InstanceStopped as stopped:
+            raise SendFailure("rejected", stopped.code) from None
         if self.send_timeouts == "before-submit":
             raise TimeoutError("the simulated send timed out before reaching the platform")
         received = self.far_side.receive_send(

@@ -1,4 +1,5 @@
-"""`kefu simulate batch`: try the agent on scripted buyers before real buyers meet it."""
+"""`kefu simulate`: try the agent on simulated buyers before real buyers meet it: scripted
+batches, and instances whose buyer a model plays or an operator types."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from runtime.store import DeliveryStore
+from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
 from worker.cli.common import cli, console, current_settings, operator_errors, print_table
-from worker.simulation import SAMPLE_SHOP, BatchReport
+from worker.simulation import SAMPLE_SHOP, BatchReport, ensure_sample_shop
+from worker.simulation_instances import route_account
 
 simulate_cli = typer.Typer(no_args_is_help=True, help="Simulated buyers for trying the agent before going live.")
 cli.add_typer(simulate_cli, name="simulate")
@@ -73,3 +77,135 @@ def print_report(report: BatchReport) -> None:
         f" ({report.per_minute:.1f} per minute), {len(report.conversations) - failed} passed, {failed} failed",
         highlight=False,
     )
+
+
+def _platform_and_store() -> tuple[SimulatedPlatform, DeliveryStore]:
+    settings = current_settings()
+    return SimulatedPlatform(settings.simulator_path), DeliveryStore(settings.delivery_path, settings.delivery)
+
+
+@simulate_cli.command()
+def new(
+    persona: Annotated[
+        Path | None, typer.Option(help="a text file: who the model plays (a paired instance)", exists=True)
+    ] = None,
+    manual: Annotated[bool, typer.Option("--manual", help="an empty conversation you type into as the buyer")] = False,
+    route: Annotated[str, typer.Option(help="the simulator account's direct route to talk through")] = (
+        f"{SAMPLE_SHOP}-direct"
+    ),
+    name: Annotated[str, typer.Option(help="the buyer's display name")] = "模拟顾客",
+    start_worker: Annotated[
+        bool, typer.Option("--start-worker/--running-worker", help="start a worker for the run, or use running ones")
+    ] = True,
+) -> None:
+    """Create a simulation instance. With --persona, a model (KEFU_SIMULATOR__BUYER__*, else the
+    agent's) plays the buyer and the conversation runs until the buyer ends it, its turns run out
+    or Ctrl-C stops it; with --manual, print its id for `kefu simulate say`."""
+    if (persona is None) == (not manual):
+        console.print("[red]KEFU_SIMULATION_INVALID: give --persona FILE or --manual[/red]")
+        raise typer.Exit(2)
+    platform, store = _platform_and_store()
+    with operator_errors():
+        if route == f"{SAMPLE_SHOP}-direct":
+            ensure_sample_shop(store)
+        account = route_account(store, route)
+        text = persona.read_text(encoding="utf-8").strip() if persona else None
+        instance = platform.new_instance(account, "manual" if manual else "paired", name, text)
+    console.print(f"{instance.id}: {instance.kind} instance on {account} ({instance.conversation_id})", highlight=False)
+    if manual:
+        console.print(
+            f"type as the buyer: kefu simulate say {instance.id} TEXT · end: kefu simulate stop {instance.id}"
+        )
+        return
+    _run_paired(instance.id, start_worker)
+
+
+@simulate_cli.command()
+def resume(
+    instance_id: Annotated[str, typer.Argument(help="a paired instance, e.g. sim-001")],
+    start_worker: Annotated[bool, typer.Option("--start-worker/--running-worker")] = True,
+) -> None:
+    """Go on with a paired instance after a restart, from where its buyer's log stands."""
+    _run_paired(instance_id, start_worker)
+
+
+def _run_paired(instance_id: str, start_worker: bool) -> None:
+    from worker.simulation import serving
+    from worker.simulation_instances import PairedBuyer, buyer_log_path, buyer_provider, instance_or_fail, stop
+
+    settings = current_settings()
+    platform, store = _platform_and_store()
+    with operator_errors():
+        instance = instance_or_fail(platform, instance_id)
+        if instance.kind != "paired" or instance.state != "running":
+            console.print(
+                f"[red]KEFU_SIMULATION_STOPPED: {instance.id} is a {instance.kind} instance, {instance.state}[/]"
+            )
+            raise typer.Exit(2)
+        buyer = PairedBuyer(
+            store,
+            platform,
+            instance,
+            buyer_provider(settings),
+            buyer_log_path(settings, instance),
+            max_turns=settings.simulator.buyer_max_turns,
+            on_line=lambda who, text: console.print(
+                f"[bold cyan]{instance.buyer_name}[/] ▸ {text}" if who == "buyer" else f"    [green]客服[/] ◂ {text}",
+                soft_wrap=True,
+            ),
+        )
+        env = {"KEFU_DATA_DIR": str(settings.data_dir), "KEFU_BROKER_URL": settings.broker_url}
+        try:
+            if start_worker:
+                with serving(settings, env, settings.data_dir / "simulate-worker.log", console):
+                    ended = buyer.run()
+            else:
+                ended = buyer.run()
+        except KeyboardInterrupt:
+            ended = stop(store, platform, instance, 60).state.value
+    console.print(f"{instance.id}: {ended}", highlight=False)
+
+
+@simulate_cli.command("say")
+def say_command(
+    instance_id: Annotated[str, typer.Argument(help="a manual instance, e.g. sim-002")],
+    text: Annotated[str, typer.Argument(help="what the buyer says")],
+) -> None:
+    """Say something as the buyer of a manual instance (the agent under test answers as usual)."""
+    from worker.simulation_instances import instance_or_fail, say
+
+    platform, _ = _platform_and_store()
+    with operator_errors():
+        instance = instance_or_fail(platform, instance_id)
+        if instance.kind != "manual":
+            console.print(f"[red]KEFU_SIMULATION_PAIRED: {instance.id}'s buyer is its model[/red]")
+            raise typer.Exit(2)
+        say(platform, instance, text)
+    console.print(f"{instance.buyer_name} ▸ {text}", highlight=False)
+
+
+@simulate_cli.command("stop")
+def stop_command(
+    instance_id: Annotated[str, typer.Argument(help="e.g. sim-001")],
+    timeout: Annotated[float, typer.Option(min=1, help="seconds to wait for the conversation to go quiet")] = 60.0,
+) -> None:
+    """Stop an instance: no more buyer input or sends from now on; returns once it is quiet.
+    Stopping again is harmless; a stopped instance never resumes."""
+    from worker.simulation_instances import instance_or_fail, stop
+
+    platform, store = _platform_and_store()
+    with operator_errors():
+        stopped = stop(store, platform, instance_or_fail(platform, instance_id), timeout)
+    console.print(f"{stopped.id}: {stopped.state.value}", highlight=False)
+
+
+@simulate_cli.command("list")
+def list_command(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
+    """Simulation instances: kind, buyer, state."""
+    platform, _ = _platform_and_store()
+    instances = platform.instances()
+    if as_json:
+        print(json.dumps([i.model_dump() | {"id": i.id} for i in instances], ensure_ascii=False))
+        return
+    rows = [[i.id, i.kind, i.account_id, i.buyer_name, i.conversation_id, i.state.value] for i in instances]
+    print_table("simulation instances", ["id", "kind", "account", "buyer", "conversation", "state"], rows)
