@@ -163,6 +163,9 @@ class SimulatorSettings(_Section):
     # Every send is refused as throttled (not submitted; try again after a second), as a
     # platform's rate limit would: exercises backoff and replies that wait for their attempt.
     send_throttled: bool = False
+    # The listener also pages the platform's echo of every send (as Wangwang's history does):
+    # exercises echo classification; off by default, it doubles what benchmarks ingest.
+    echoes: bool = False
     # The simulated platform's file (default: in the data dir). Shards on one machine that
     # serve accounts of one simulated shop point it at the same file.
     platform_path: Path | None = None

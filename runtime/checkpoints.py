@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from runtime.accounts import account_ids, require_account
+from runtime.customers import Source, of_source, source_param
 from runtime.inbox import received_not_ingested
 from runtime.input_pause import count_in_flight, is_paused
 from runtime.store import DeliveryStore, now_ms
@@ -201,12 +202,21 @@ class CheckpointView(BaseModel):
     listener_error: str | None
 
 
-def checkpoint_views(store: DeliveryStore, account_id: str | None = None) -> list[CheckpointView]:
+def checkpoint_views(
+    store: DeliveryStore, account_id: str | None = None, source: Source | None = None
+) -> list[CheckpointView]:
+    """`source`: only that source's accounts (None: both); a named account of the other source
+    is no error, just not shown (SPEC 3.13: real and simulated rows never mix)."""
     with store.write() as conn:  # a first look creates the account's checkpoint state
         if account_id is not None:
             require_account(conn, account_id)
+        accounts = [account_id] if account_id is not None else account_ids(conn)
+        if source is not None:
+            query = sql(f"SELECT id FROM account WHERE {of_source('id')}")
+            kept = set(conn.execute(query, {"sim": source_param(source)}).scalars())
+            accounts = [account for account in accounts if account in kept]
         views = []
-        for account in [account_id] if account_id is not None else account_ids(conn):
+        for account in accounts:
             state = _state(conn, account)
             listener = conn.execute(
                 sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": account}

@@ -13,7 +13,42 @@ from pydantic import BaseModel
 
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
 from runtime.store.sql import sql
+
+Source = Literal["real", "simulation"]
+SOURCES: tuple[Source, ...] = ("real", "simulation")
+
+
+def parse_source(value: str) -> Source:
+    """An operator's `--source`: every list and report shows one source, never both (SPEC 3.13)."""
+    for source in SOURCES:
+        if value == source:
+            return source
+    raise KefuError(
+        "KEFU_INVALID_INPUT",
+        f"--source must be real or simulation, not {value[:40]!r}",
+        "leave it out for real rows, or pass --source simulation",
+    )
+
+
+def of_source(account_column: str) -> str:
+    """A WHERE term keeping one source's rows: a row is simulated when its account is (an
+    account unknown here counts as real, as alerts do). Bind `:sim` with `source_param`; None
+    keeps both. Every report that keeps the two apart says it this one way."""
+    return f"(:sim IS NULL OR ({account_column} IN (SELECT id FROM account WHERE simulated = 1)) = :sim)"
+
+
+def source_param(source: Source | None) -> bool | None:
+    """The `:sim` of an `of_source` term."""
+    return None if source is None else source == "simulation"
+
+
+def simulated_customer_ids(conn: Connection) -> set[int]:
+    """Customers of simulated accounts: what keeps stores that know no accounts (memory, session
+    logs) apart by source."""
+    query = sql(f"SELECT c.id FROM customer c WHERE {of_source('c.account_id')}")
+    return {int(c) for c in conn.execute(query, {"sim": True}).scalars()}
 
 
 class CustomerSummary(BaseModel):
@@ -43,7 +78,7 @@ def _literal(search: str) -> str:
 
 def list_customers(
     store: DeliveryStore,
-    source: Literal["real", "simulation"] = "real",
+    source: Source = "real",
     account_id: str | None = None,
     search: str | None = None,
     limit: int = 50,

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from runtime.alerts import AlertKind, raise_alert
 from runtime.classification import role_sql
+from runtime.customers import Source, of_source, source_param
 from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
@@ -511,15 +512,18 @@ class OutboxRow(BaseModel):
     updated_at: int
 
 
-def list_requests(store: DeliveryStore, state: str | None, limit: int = 50) -> list[OutboxRow]:
+def list_requests(
+    store: DeliveryStore, state: str | None, limit: int = 50, source: Source | None = None
+) -> list[OutboxRow]:
+    """Most recently changed first; `source`: one source's requests (None: both, SPEC 3.13)."""
     with store.read() as conn:
         rows = conn.execute(
             sql(
                 "SELECT request_id, customer_id, conversation_id, origin, state, error_code,"
                 " substr(body, 1, 40) AS preview, updated_at FROM outbox_request"
-                " WHERE :s IS NULL OR state = :s ORDER BY updated_at DESC LIMIT :n"
+                f" WHERE (:s IS NULL OR state = :s) AND {of_source('account_id')} ORDER BY updated_at DESC LIMIT :n"
             ),
-            {"s": state, "n": limit},
+            {"s": state, "n": limit, "sim": source_param(source)},
         ).mappings()
         return [OutboxRow.model_validate(dict(row)) for row in rows]
 

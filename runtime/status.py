@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from runtime.customers import Source, of_source, source_param
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 
@@ -13,17 +14,22 @@ class StageCounts(BaseModel):
     counts: dict[str, int]
 
 
-def stage_counts(store: DeliveryStore) -> list[StageCounts]:
+def stage_counts(store: DeliveryStore, source: Source | None = None) -> list[StageCounts]:
+    """Counts of one source's rows (None: both; an operator's view shows one, SPEC 3.13)."""
     queries = {
-        "received pages": "SELECT coalesce(outcome, 'not ingested'), count(*) FROM received_page GROUP BY 1",
-        "inbound messages": "SELECT state, count(*) FROM inbound_message GROUP BY state",
-        "admission batches": "SELECT state, count(*) FROM admission_batch GROUP BY state",
-        "outbox requests": "SELECT state, count(*) FROM outbox_request GROUP BY state",
-        "provider streams": "SELECT 'committed pages', count(*) FROM page_receipt",
+        "received pages": "SELECT coalesce(outcome, 'not ingested'), count(*) FROM received_page"
+        f" WHERE {of_source('account_id')} GROUP BY 1",
+        "inbound messages": f"SELECT state, count(*) FROM inbound_message WHERE {of_source('account_id')}"
+        " GROUP BY state",
+        "admission batches": "SELECT b.state, count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
+        f" WHERE {of_source('c.account_id')} GROUP BY b.state",
+        "outbox requests": f"SELECT state, count(*) FROM outbox_request WHERE {of_source('account_id')} GROUP BY state",
+        "provider streams": f"SELECT 'committed pages', count(*) FROM page_receipt WHERE {of_source('account_id')}",
     }
+    params = {"sim": source_param(source)}
     with store.read() as conn:
         return [
-            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(query))})
+            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(query), params)})
             for stage, query in queries.items()
         ]
 

@@ -97,6 +97,7 @@ class WorkerRuntime:
             send_latency_ms=options.send_latency_ms,
             send_timeouts=options.send_timeouts,
             send_throttled=options.send_throttled,
+            echoes=options.echoes,
         )
         dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
         wangwang = WangwangTransport(self._credentials(WangwangCredentials), self.settings.wangwang.timeout_s)

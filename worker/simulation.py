@@ -136,6 +136,8 @@ class Simulation:
                 break
             if step.at is not None:
                 clock.advance(step.at)
+            if step.read:
+                self.platform.buyer_reads(conversation_id, clock.now_ms())
             message = self.platform.buyer_says(
                 self.account_id,
                 buyer,
@@ -187,10 +189,12 @@ class Simulation:
     ) -> ConversationResult:
         sent = {s.request_id: s for s in self._sent(conversation_id)}
         replies = _replies_by_step(said, outcome, sent)
-        checks = [
+        checks = [  # the steps that were handled (a step that timed out ends the conversation: `error`)
             check
-            for number, (step, texts) in enumerate(zip(spec.steps, replies, strict=False), 1)
-            for check in _checks(number, step, texts, handed_off_after[number - 1], group)
+            for number, (step, texts, handed_off) in enumerate(
+                zip(spec.steps, replies, handed_off_after, strict=False), 1
+            )
+            for check in _checks(number, step, texts, handed_off, group)
         ]
         first = min((s.at_ms for s in sent.values()), default=None)
         return ConversationResult(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from collections.abc import Collection
 from contextlib import closing
 from pathlib import Path
 
@@ -26,7 +27,16 @@ class ScopeReport(BaseModel):
     chars: int
 
 
-def report(path: Path) -> list[ScopeReport]:
+def customer_of(scope: str) -> int | None:
+    """The customer a `customer-<id>` scope holds memory of (None: another kind of scope)."""
+    prefix, _, number = scope.partition("-")
+    return int(number) if prefix == "customer" and number.isdecimal() else None
+
+
+def report(path: Path, only: Collection[int] | None = None, without: Collection[int] = ()) -> list[ScopeReport]:
+    """Per scope. The memory store knows no accounts, so a caller that keeps real and simulated
+    customers apart (SPEC 3.13) names them: `only` these customers' scopes, or every scope
+    `without` those (a scope of no customer stays in)."""
     try:
         with read_only(path) as db:
             rows = db.execute(
@@ -37,6 +47,7 @@ def report(path: Path) -> list[ScopeReport]:
             counts = Counter((scope, type) for scope, type in db.execute("SELECT scope, type FROM telemetry"))
     except sqlite3.DatabaseError as error:
         raise MemoryStoreUnreadable(path, error) from None
+    kept = [r for r in rows if _kept(customer_of(r[0]), only, without)]
     return [
         ScopeReport(
             scope=r[0],
@@ -51,8 +62,14 @@ def report(path: Path) -> list[ScopeReport]:
             recalls=counts[(r[0], "recall")],
             chars=r[8],
         )
-        for r in rows
+        for r in kept
     ]
+
+
+def _kept(customer: int | None, only: Collection[int] | None, without: Collection[int]) -> bool:
+    if only is not None:
+        return customer in only
+    return customer is None or customer not in without
 
 
 def read_only(path: Path) -> closing[sqlite3.Connection]:

@@ -192,8 +192,11 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert last == "demo: 16 buyer messages, 16 answered, 0 duplicate replies, 0 lost"
-    status = _kefu(tmp_path, "status", KEFU_DATA_DIR=str(next((tmp_path / "var").glob("demo-*"))))
+    demo_only = {"KEFU_DATA_DIR": str(next((tmp_path / "var").glob("demo-*")))}
+    status = _kefu(tmp_path, "status", "--source", "simulation", **demo_only)
     assert status.returncode == 0 and "outbox requests" in status.stdout and "sent" in status.stdout
+    real = _kefu(tmp_path, "status", **demo_only).stdout  # the demo's rows are simulated: never counted as real
+    assert "sent" not in real and "kefu status --source simulation" in real
 
     # The operator commands, against the demo's data dir.
     demo_dir = {"KEFU_DATA_DIR": str(next((tmp_path / "var").glob("demo-*")))}
@@ -202,7 +205,10 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
         "sim-direct-b1", "sim-direct-b2", "sim-direct-b3", "sim-group-g1"
     ]  # fmt: skip
     assert json.loads(_kefu(tmp_path, "customers", "--json", **demo_dir).stdout) == []  # no real customers
-    sent = json.loads(_kefu(tmp_path, "outbox", "--state", "sent", "--json", **demo_dir).stdout)
+    assert json.loads(_kefu(tmp_path, "outbox", "--state", "sent", "--json", **demo_dir).stdout) == []
+    sent = json.loads(
+        _kefu(tmp_path, "outbox", "--state", "sent", "--source", "simulation", "--json", **demo_dir).stdout
+    )
     # One reply per round of the script at least (back-to-back messages may share one reply).
     assert len(sent) >= 10 and {r["state"] for r in sent} == {"sent"}
     paused = _kefu(tmp_path, "pause", str(listed[0]["id"]), "--reason", "人工接待", **demo_dir)
@@ -263,7 +269,7 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     other = _kefu(tmp_path, "customers", "--source", "simulation", "--reader", "lead", "--json", **demo_dir).stdout
     assert next(c for c in json.loads(other) if c["id"] == b2["id"])["unread"] > 0  # each reader has its own mark
 
-    checkpoints = _kefu(tmp_path, "checkpoint", "--account", "demo-shop", **demo_dir)
+    checkpoints = _kefu(tmp_path, "checkpoint", "--account", "demo-shop", "--source", "simulation", **demo_dir)
     # The demo's worker has stopped, and its listener with it.
     assert checkpoints.returncode == 0 and "demo-shop" in checkpoints.stdout and "stopped" in checkpoints.stdout
     assert "checkpoints" in _kefu(tmp_path, "status", **demo_dir).stdout

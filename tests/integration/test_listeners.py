@@ -89,7 +89,11 @@ def test_kefu_listen_runs_listeners_for_a_worker_and_kefu_accounts_pause_stops_o
         assert done.returncode == 0 and f"account {shop}: disconnected" in done.stdout
         wait_for(lambda: _listener_state(store, shop) == "stopped", 10, "the listener to stop")
         status = subprocess.run(
-            [str(BIN / "kefu"), "status"], env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=60
+            [str(BIN / "kefu"), "status", "--source", "simulation"],
+            env={**env, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert status.returncode == 0
         row = next(line for line in status.stdout.splitlines() if line.startswith(f"│ {shop} "))

@@ -1,7 +1,7 @@
 """Simulation batches end to end: `kefu simulate batch` runs 20 scripted conversations at
 concurrency 4 through a real worker (listener, ingest, admission, turns, outbox) on a script
 clock spanning days, with group mentions and a photo; and a batch survives its worker's SIGKILL
-mid-run without a second reply."""
+mid-run without a second reply, the platform's echo of each send filed once as the shop's own."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def conversation(n: int) -> dict[str, Any]:
         return {"name": f"c{n}", "buyer": buyer, "group": {"id": f"g{n}", "title": f"团购群{n}"}, "steps": steps}
     steps = [
         {"say": ask, "expect": {"contains": answer, "handoff": False}},
-        {"at": later, "say": "好的，谢谢", "expect": {"contains": "不客气"}},
+        {"at": later, "say": "好的，谢谢", "read": n == 0, "expect": {"contains": "不客气"}},
     ]
     if n % 7 == 6:
         steps.insert(1, {"say": "收到的枕套有破损", "image": "photo.png", "expect": {"contains": "补发或退款"}})
@@ -63,7 +63,7 @@ def conversation(n: int) -> dict[str, Any]:
 
 def run_kefu(tmp_path: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}
-    env |= {"KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200"}
+    env |= {"KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200", "KEFU_SIMULATOR__ECHOES": "true"}
     command = [str(Path(sys.executable).parent / "kefu"), *args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
@@ -101,6 +101,12 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
                 " JOIN customer c ON c.id = m.customer_id WHERE m.sender_role = 'external' ORDER BY m.id"
             )
         ).all()
+    with store.read() as conn:
+        echoes = conn.execute(sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'")).scalar_one()
+        reads = conn.execute(sql("SELECT count(*) FROM buyer_read")).scalar_one()
+    # Echoes are filed as the shop's own lines (none answered); the last ones may come after the
+    # run's worker stopped. c0 read its first reply before its second step.
+    assert 0 < echoes <= sum(c.replies for c in report.conversations) and reads == 1
     times = {at for _, _, at, _ in rows}
     assert min(times) >= TUESDAY_9 and max(times) >= TUESDAY_9 + 4 * DAY_MS  # the script's days, not today
     assert Counter(kind for _, kind, _, _ in rows)["image"] == 2  # c6 and c13
@@ -122,6 +128,11 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
     assert "21 conversations" in table.stdout and "20 passed, 1 failed" in table.stdout
 
 
+def echoes(store: DeliveryStore) -> int:
+    with store.read() as conn:
+        return int(conn.execute(sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'")).scalar_one())
+
+
 def test_a_batch_survives_its_worker_killed_mid_run_without_a_second_reply(settings: Settings) -> None:
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     ensure_sample_shop(store, "sim-shop")
@@ -135,7 +146,13 @@ def test_a_batch_survives_its_worker_killed_mid_run_without_a_second_reply(setti
         }
     )
     simulation = Simulation(store, platform, "sim-shop", script, step_timeout_s=120)
-    env = worker_env(settings, KEFU_RECONCILE__INTERVAL_S="1", KEFU_RECONCILE__GRACE_S="2")
+    env = worker_env(
+        settings,
+        KEFU_RECONCILE__INTERVAL_S="1",
+        KEFU_RECONCILE__GRACE_S="2",
+        KEFU_AGENT__TURN_LEASE_S="5",  # a turn the kill cut short holds its customer this long
+        KEFU_SIMULATOR__ECHOES="true",
+    )
     app = make_app(settings)
     worker = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
     worker.wait_ready(app)
@@ -148,6 +165,7 @@ def test_a_batch_survives_its_worker_killed_mid_run_without_a_second_reply(setti
         worker = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
         worker.wait_ready(app)
         runner.join(300)
+        wait_for(lambda: echoes(store) == len(platform.received()), 30, "every send's echo filed")
     finally:
         worker.stop()
     [report] = reports

@@ -123,3 +123,27 @@ def test_a_group_message_carries_its_mention_and_a_photo_is_paged_as_platform_me
     assert [image.platform_message_id, caption.platform_message_id] == message_ids(shown)
     assert int(image.occurred_at.timestamp() * 1000) == TUESDAY_9  # the script's time, not now
     assert platform.media_of(shown.seq) == photo and platform.media_of(chat.seq) is None
+
+
+def test_the_listener_pages_buyers_then_their_read_receipts_then_the_platforms_echoes(tmp_path: Path) -> None:
+    from runtime.ports import BuyerReadReceipt, Heartbeat, Received
+
+    platform = SimulatedPlatform(tmp_path / "platform.sqlite")
+    asked = platform.buyer_says("shop", "b1", "张三", "什么时候发货？")
+    sent = platform.receive_send("shop", asked.conversation_id, "b1", "48小时内发货", "req-1")
+    group = platform.buyer_says("shop", "b2", "李四", "@店铺 在吗", group="g1", mention=True)
+    to_group = platform.receive_send("shop", group.conversation_id, None, "在的", "req-2")
+    assert platform.buyer_reads(asked.conversation_id) == 1 and platform.buyer_reads(asked.conversation_id) == 0
+    connection = SimulatorTransport(platform, echoes=True).connect("shop", None)
+    items = [connection.receive(0.01) for _ in range(4)]
+    assert all(isinstance(item, Received) for item in items) and isinstance(connection.receive(0.01), Heartbeat)
+    page, echo, group_echo, receipt = (item.item for item in items if isinstance(item, Received))
+    assert page.message_count == 2  # both buyers' messages, one page
+    assert echo.groups[0].messages[0].outbound_ref == "req-1" and echo.stream_id == "simulator-echo"
+    assert (
+        group_echo.groups[0].conversation_type == "group" and group_echo.groups[0].messages[0].outbound_ref == "req-2"
+    )
+    assert isinstance(receipt, BuyerReadReceipt) and receipt.platform_message_id == sent.platform_message_id
+    assert receipt.reader_id == "b1" and to_group.platform_message_id not in str(receipt)
+    quiet = SimulatorTransport(platform).connect("shop", page.cursor)  # echoes off: only the receipt
+    assert isinstance(first := quiet.receive(0.01), Received) and isinstance(first.item, BuyerReadReceipt)

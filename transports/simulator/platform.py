@@ -52,6 +52,11 @@ CREATE TABLE IF NOT EXISTS received_send (
     kind TEXT NOT NULL DEFAULT 'text',
     media_sha256 TEXT
 );
+CREATE TABLE IF NOT EXISTS buyer_read (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    received_id INTEGER NOT NULL UNIQUE REFERENCES received_send (id),
+    read_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS sim_instance (
     number INTEGER PRIMARY KEY,
     account_id TEXT NOT NULL,
@@ -315,9 +320,39 @@ class SimulatedPlatform:
         params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at, kind, digest)
         return self._rows(ReceivedSend, query, params)[0]
 
-    def received(self, account_id: str | None = None, after_id: int = 0) -> list[ReceivedSend]:
-        query = "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id"
-        return self._rows(ReceivedSend, query, (account_id, account_id, after_id))
+    def received(self, account_id: str | None = None, after_id: int = 0, limit: int = -1) -> list[ReceivedSend]:
+        query = "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id LIMIT ?"
+        return self._rows(ReceivedSend, query, (account_id, account_id, after_id, limit))
+
+    def buyer_reads(self, conversation_id: str, at_ms: int | None = None) -> int:
+        """The buyer reads everything the shop sent into the conversation so far; how many were new."""
+        at = at_ms if at_ms is not None else time.time_ns() // 1_000_000
+        return (
+            self._connect()
+            .execute(
+                "INSERT OR IGNORE INTO buyer_read (received_id, read_at)"
+                " SELECT id, ? FROM received_send WHERE conversation_id = ?",
+                (at, conversation_id),
+            )
+            .rowcount
+        )
+
+    def reads_after(self, account_id: str, after_id: int, limit: int) -> list[tuple[int, ReceivedSend, int]]:
+        """(read id, what was read, when) of the account's sends, after read `after_id`."""
+        rows = (
+            self._connect()
+            .execute(
+                "SELECT r.id AS read_id, r.read_at, s.* FROM buyer_read r JOIN received_send s ON s.id = r.received_id"
+                " WHERE s.account_id = ? AND r.id > ? ORDER BY r.id LIMIT ?",
+                (account_id, after_id, limit),
+            )
+            .fetchall()
+        )
+        fields = set(ReceivedSend.model_fields)
+        return [
+            (row["read_id"], ReceivedSend(**{k: row[k] for k in row.keys() if k in fields}), row["read_at"])
+            for row in rows
+        ]
 
     def received_in(self, conversation_id: str) -> list[ReceivedSend]:
         query = "SELECT * FROM received_send WHERE conversation_id = ? ORDER BY id"

@@ -99,6 +99,7 @@ class Step(BaseModel):
     mention: bool = False  # in a group: the buyer mentions the shop
     at: EpochMs | None = None  # the script time of this step (a later time advances the clock)
     wait: bool = True  # false: the next step follows at once (a buyer typing on), its replies go to the next
+    read: bool = False  # first the buyer reads every reply so far (the platform's read receipts)
     expect: Expect = Expect()
 
     @model_validator(mode="after")

@@ -6,6 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from itertools import groupby
+from typing import Literal
 
 from runtime.pages import (
     Content,
@@ -49,12 +50,14 @@ class SimulatorTransport:
         page_size: int = 100,
         send_timeouts: str = "none",
         send_throttled: bool = False,
+        echoes: bool = False,
     ) -> None:
         self.far_side = platform
         self.send_latency_ms = send_latency_ms
         self.page_size = page_size
         self.send_timeouts = send_timeouts  # none | after-submit | before-submit
         self.send_throttled = send_throttled
+        self.echoes = echoes  # the listener pages the platform's echo of each send, as Wangwang does
 
     def page_of(self, account_id: str, messages: list[BuyerMessage]) -> InboundPage:
         """A page holding exactly these buyer messages, its cursor after the last one."""
@@ -94,7 +97,8 @@ class SimulatorTransport:
             occurred_at=datetime.fromtimestamp(received.received_at / 1000, tz=UTC),
             outbound_ref=received.client_ref,
         )
-        group = ConversationGroup(conversation_id=received.conversation_id, conversation_type="direct", messages=[echo])
+        kind: Literal["direct", "group"] = "group" if self.far_side.is_group(received.conversation_id) else "direct"
+        group = ConversationGroup(conversation_id=received.conversation_id, conversation_type=kind, messages=[echo])
         return InboundPage(
             account_id=account_id,
             stream_id=ECHO_STREAM_ID,
@@ -103,14 +107,15 @@ class SimulatorTransport:
             groups=[group],
         )
 
-    def read_receipt(self, account_id: str, received: ReceivedSend) -> BuyerReadReceipt:
+    def read_receipt(self, account_id: str, received: ReceivedSend, read_at_ms: int | None = None) -> BuyerReadReceipt:
         """The platform's report that the buyer read a message it received from the shop."""
+        at = datetime.fromtimestamp(read_at_ms / 1000, tz=UTC) if read_at_ms is not None else datetime.now(tz=UTC)
         return BuyerReadReceipt(
             account_id=account_id,
             conversation_id=received.conversation_id,
             platform_message_id=received.platform_message_id,
             reader_id=received.recipient_id or "",
-            read_at=datetime.now(tz=UTC),
+            read_at=at,
         )
 
     def send(self, message: OutboundSend) -> SendReceipt:
@@ -189,7 +194,9 @@ def media_ref(seq: int) -> str:
 
 class SimulatorConnection:
     """A listening connection to the simulated platform: it polls the buyers' messages after
-    the last page it delivered (starting at the committed cursor), like a long poll."""
+    the last page it delivered (starting at the committed cursor), like a long poll; then the
+    buyers' read receipts and, with echoes on, the platform's echoes of the shop's sends. Those
+    two start over on each connection (kefu takes each once, whatever the repeats)."""
 
     poll_s = 0.05
 
@@ -197,6 +204,8 @@ class SimulatorConnection:
         self._transport = transport
         self._account_id = account_id
         self._after = cursor
+        self._echoes_after = 0
+        self._reads_after = 0
         self._closed = threading.Event()
 
     def receive(self, timeout_s: float) -> Received | Heartbeat | None:
@@ -206,6 +215,13 @@ class SimulatorConnection:
         if page is not None:
             self._after = page.cursor
             return Received(page)
+        far_side, account = self._transport.far_side, self._account_id
+        if self._transport.echoes and (sent := far_side.received(account, self._echoes_after, limit=1)):
+            self._echoes_after = sent[0].id
+            return Received(self._transport.echo_page(account, sent[0]))
+        for read_id, received, read_at in far_side.reads_after(account, self._reads_after, 1):
+            self._reads_after = read_id
+            return Received(self._transport.read_receipt(account, received, read_at))
         self._closed.wait(min(timeout_s, self.poll_s))
         return Heartbeat()
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Annotated
 
 import redis
 import sqlalchemy.exc
@@ -19,6 +20,7 @@ from rich.text import Text
 
 from config import Settings
 from config.settings import SHARD_NAME, SHARD_RULE
+from runtime.customers import Source, parse_source
 from runtime.errors import KefuError, validation_problems
 from runtime.pipeline import FollowUp
 from runtime.store import DeliveryStore
@@ -114,6 +116,24 @@ def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> I
         problems = "; ".join(validation_problems(error, "input"))
         console.print(f"[red]kefu: KEFU_INVALID_INPUT: {problems}[/red]", soft_wrap=True)
         raise exit_with(2) from None
+
+
+# Every list and report shows real rows or simulated ones, never both (SPEC 3.13).
+SourceOption = Annotated[str, typer.Option(help="real or simulation (they never mix)")]
+
+
+def report_source(source: str) -> Source:
+    """A command's --source, checked: a bad one is KEFU_INVALID_INPUT, exit 2."""
+    with operator_errors():
+        return parse_source(source)
+
+
+def hint_simulation(what: str, command: str) -> None:
+    """One line after an empty real report when simulated rows exist: they are kept apart, not lost."""
+    console.print(
+        f"no real {what} yet; simulated ones (e.g. from `kefu demo`): kefu {command} --source simulation",
+        soft_wrap=True,
+    )
 
 
 def shop_time(ms: int) -> str:

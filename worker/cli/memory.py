@@ -9,13 +9,25 @@ from typing import Annotated
 import typer
 
 from runtime.agent.memory import scope_of
+from runtime.customers import simulated_customer_ids
 from runtime.memory.audit import apply as apply_audit
 from runtime.memory.audit import audit as memory_audit
 from runtime.memory.recall import folders_recalled, load_state
 from runtime.memory.report import report as memory_report
 from runtime.memory.selfcheck import selfcheck as memory_selfcheck
 from runtime.memory.store import MemoryStore
-from worker.cli.common import cli, console, current_settings, operator_errors, print_table, shop_time
+from worker.cli.common import (
+    SourceOption,
+    cli,
+    console,
+    current_settings,
+    ensure_store,
+    hint_simulation,
+    operator_errors,
+    print_table,
+    report_source,
+    shop_time,
+)
 
 memory_cli = typer.Typer(no_args_is_help=True, help="The long-term memory engine's store.")
 cli.add_typer(memory_cli, name="memory")
@@ -82,17 +94,36 @@ def show(
             console.print(f"{scope}: no archived memory")
 
 
+def _simulated_customers() -> set[int]:
+    """Customers of simulated accounts, from this shard's delivery store: the memory store knows
+    no accounts. No delivery store yet: no customer is simulated."""
+    if not current_settings().delivery_path.exists():
+        return set()
+    store = ensure_store()
+    with operator_errors(), store.read() as conn:
+        return simulated_customer_ids(conn)
+
+
 @memory_cli.command()
-def report(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
+def report(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+    source: SourceOption = "real",
+) -> None:
     """Counts per customer: folders, pending, review, scorer, high alpha, events, archives, recalls."""
+    kind = report_source(source)
     _store()  # a missing store is reported
+    path, simulated = current_settings().memory_path, _simulated_customers()
     with operator_errors():
-        rows = memory_report(current_settings().memory_path)
+        rows = memory_report(path, only=simulated) if kind == "simulation" else memory_report(path, without=simulated)
     if as_json:
         print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))
         return
     columns = list(rows[0].model_dump()) if rows else ["scope"]
-    print_table("memory report", columns, [[str(v) for v in row.model_dump().values()] for row in rows])
+    print_table(f"{kind} memory report", columns, [[str(v) for v in row.model_dump().values()] for row in rows])
+    if not rows and kind == "real" and simulated:
+        with operator_errors():
+            if memory_report(path, only=simulated):
+                hint_simulation("memory", "memory report")
 
 
 @memory_cli.command()

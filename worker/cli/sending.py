@@ -12,7 +12,18 @@ from runtime.manual import query_manual
 from runtime.media import read_media_file
 from runtime.states import OutboxState
 from worker.celery_app import app
-from worker.cli.common import cli, console, current_settings, enqueue, open_store, operator_errors, print_rows
+from worker.cli.common import (
+    SourceOption,
+    cli,
+    console,
+    current_settings,
+    enqueue,
+    hint_simulation,
+    open_store,
+    operator_errors,
+    print_rows,
+    report_source,
+)
 
 outbox_cli = typer.Typer(help="Outbox requests: list them, query one, settle or retry result-unknown ones.")
 cli.add_typer(outbox_cli, name="outbox")
@@ -26,13 +37,24 @@ def outbox(
         typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, route-changed or skipped"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+    source: SourceOption = "real",
 ) -> None:
     """List outbox requests, most recently changed first."""
     from runtime.outbox import list_requests
 
-    if ctx.invoked_subcommand is None:
-        columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
-        print_rows(list_requests(open_store(), state), as_json, "outbox", columns)
+    kind = report_source(source)
+    if ctx.invoked_subcommand is not None:
+        return
+    store = open_store()
+    with operator_errors():
+        rows = list_requests(store, state, source=kind)
+    columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
+    print_rows(rows, as_json, f"{kind} outbox", columns)
+    if not rows and not as_json and kind == "real":
+        with operator_errors():
+            simulated = list_requests(store, state, limit=1, source="simulation")
+        if simulated:
+            hint_simulation("outbox requests", "outbox" + (f" --state {state}" if state else ""))
 
 
 @outbox_cli.command("confirm")

@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from runtime.store import DeliveryStore
 from worker.cli.common import (
+    SourceOption,
     check_shard_name,
     cli,
     console,
     current_settings,
+    hint_simulation,
     open_store,
     operator_errors,
     print_rows,
     print_table,
+    report_source,
     shop_time,
 )
 
 if TYPE_CHECKING:
+    from runtime.customers import Source
+    from runtime.status import StageCounts
     from runtime.transcript import TranscriptLine
 
 
@@ -47,21 +52,23 @@ def config() -> None:
 def status(
     shard: Annotated[str | None, typer.Option(help="another shard of this data dir (default: KEFU_SHARD)")] = None,
     all_shards: Annotated[bool, typer.Option("--all", help="every shard with a store in this data dir")] = False,
+    source: SourceOption = "real",
 ) -> None:
     """Per-stage counts read from the delivery store."""
     settings = current_settings()
+    kind = report_source(source)
     if all_shards:
         names = sorted(
             path.name.removeprefix("delivery-").removesuffix(".sqlite")
             for path in settings.data_dir.glob("delivery-*.sqlite")
         )
         for name in names:
-            _status_of(name)
+            _status_of(name, kind)
         return
-    _status_of(shard or settings.shard)
+    _status_of(shard or settings.shard, kind)
 
 
-def _status_of(shard: str) -> None:
+def _status_of(shard: str, source: Source) -> None:
     """A shard's counts. Another shard's store is only read here: its own holder writes it."""
     from runtime.status import stage_counts
 
@@ -77,22 +84,35 @@ def _status_of(shard: str) -> None:
             return
         with operator_errors():
             store = DeliveryStore(path, settings.delivery)
-    table = Table("stage", "state", "count", title=f"kefu status · shard {shard}")
-    for stage in stage_counts(store):
+    table = Table("stage", "state", "count", title=f"kefu status · shard {shard} · {source}")
+    with operator_errors():
+        stages = stage_counts(store, source)
+    for stage in stages:
         for state, count in sorted(stage.counts.items()) or [("-", 0)]:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
     if shard == settings.shard:
-        _print_checkpoints(None)
-    _print_damaged_sessions(store)
+        _print_checkpoints(None, source)
+    _print_damaged_sessions(store, source)
+    if source == "real" and not _counted(stages):
+        with operator_errors():
+            simulated = _counted(stage_counts(store, "simulation"))
+        if simulated:
+            hint_simulation("rows", "status" if shard == settings.shard else f"status --shard {shard}")
 
 
-def _print_damaged_sessions(store: DeliveryStore) -> None:
+def _counted(stages: list[StageCounts]) -> bool:
+    return any(count for stage in stages for count in stage.counts.values())
+
+
+def _print_damaged_sessions(store: DeliveryStore, source: Source) -> None:
     """Session logs found damaged before their tail: kept aside, each customer continued anew."""
     from runtime.agent.sessions import damaged_sessions
+    from runtime.customers import simulated_customer_ids
 
     with store.read() as conn:
-        damaged = damaged_sessions(conn)
+        simulated = simulated_customer_ids(conn)
+        damaged = [r for r in damaged_sessions(conn) if (r.customer_id in simulated) == (source == "simulation")]
     if not damaged:
         return
     columns = ["customer", "session", "continued in", "detected", "kept at"]
@@ -100,13 +120,14 @@ def _print_damaged_sessions(store: DeliveryStore) -> None:
     print_table("damaged session logs (kept, not repaired)", columns, rows)
 
 
-def _print_checkpoints(account: str | None) -> None:
+def _print_checkpoints(account: str | None, source: Source) -> bool:
+    """The table of `source`'s checkpoints; False when it had none."""
     from runtime.checkpoints import checkpoint_views
 
     columns = ["account", "generation", "pending", "input", "outbox", "turns", "reception", "listener"]
     columns += ["last reported", "reporting"]
     with operator_errors():
-        views = checkpoint_views(open_store(), account)
+        views = checkpoint_views(open_store(), account, source)
     rows = []
     for view in views:
         report = view.report
@@ -125,7 +146,8 @@ def _print_checkpoints(account: str | None) -> None:
                 reporting,
             ]
         )
-    print_table("checkpoints", columns, rows)
+    print_table(f"{source} checkpoints", columns, rows)
+    return bool(views)
 
 
 @cli.command()
@@ -134,22 +156,28 @@ def checkpoint(
     resume: Annotated[
         str | None, typer.Option(help="start a new lease generation for this account after the sink rejected one")
     ] = None,
+    source: SourceOption = "real",
 ) -> None:
     """Each account's checkpoint as of now (cursors are never shown), and how reporting goes."""
-    from runtime.checkpoints import resume_checkpoint
+    from runtime.checkpoints import checkpoint_views, resume_checkpoint
 
+    kind = report_source(source)
     if resume is not None:
         with operator_errors():
             generation = resume_checkpoint(open_store(), resume)
         console.print(f"checkpoint {resume}: reporting resumes under generation {generation}")
-    _print_checkpoints(account)
+    if not _print_checkpoints(account, kind) and kind == "real":
+        with operator_errors():
+            simulated = checkpoint_views(open_store(), account, "simulation")
+        if simulated:
+            hint_simulation("checkpoints", "checkpoint" + (f" --account {account}" if account else ""))
 
 
 @cli.command()
 def customers(
     search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
     account: Annotated[str | None, typer.Option(help="only this account")] = None,
-    source: Annotated[str, typer.Option(help="real or simulation (they never mix)")] = "real",
+    source: SourceOption = "real",
     reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
     limit: Annotated[int, typer.Option(min=1, max=1000, help="customers per page")] = 50,
     before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
@@ -158,10 +186,7 @@ def customers(
     """Customers (conversations), most recently active first, with the buyer's name and newest line."""
     from runtime.customers import list_customers
 
-    if source not in ("real", "simulation"):
-        console.print(f"[red]kefu: --source must be real or simulation, not {source!r}[/red]")
-        raise typer.Exit(2)
-    kind: Literal["real", "simulation"] = "simulation" if source == "simulation" else "real"
+    kind = report_source(source)
     store = open_store()
     with operator_errors():
         rows = list_customers(store, kind, account, search, limit + 1, reader, before)
@@ -172,10 +197,8 @@ def customers(
         return
     if more:
         console.print(f"(older: kefu customers --source {source} --before {page[-1].cursor})", soft_wrap=True)
-    if not page and source == "real" and before is None and list_customers(store, "simulation", limit=1):
-        console.print(
-            "no real customers yet; simulated ones (e.g. from `kefu demo`): kefu customers --source simulation"
-        )
+    if not page and kind == "real" and before is None and list_customers(store, "simulation", limit=1):
+        hint_simulation("customers", "customers")
 
 
 @cli.command()
