@@ -180,7 +180,7 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                 state = state.left_block(dropped, index.folders).model_copy(
                     update={"block": [e.folder_id for e in block]}
                 )
-                in_block = {e.folder_id for e in block}  # this round's picks first, then what else it holds
+                in_block = [e.folder_id for e in block]  # this round's picks first, then what else it holds
                 held = [i for i in continuous if i in in_block] + [i for i in in_block if i not in continuous]
                 for method, ranked in (
                     ("kefu fresh", fresh),

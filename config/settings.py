@@ -210,9 +210,8 @@ class RecallSettings(_Section):
     max_window_percent: int = Field(15, ge=1, le=90)
     min_alpha: float = Field(0.0, ge=0, le=1)  # folders of lower alpha never recall (0: no gate)
     round_budget_chars: int = Field(0, ge=0, le=1_000_000)  # text one round may add (0: no budget)
-    cooldown_rounds: int = Field(
-        2, ge=0, le=100
-    )  # a trimmed high-alpha memory is boosted back this late at the earliest
+    # Rounds a high-alpha memory trimmed from the block sits out before a match boosts it back.
+    cooldown_rounds: int = Field(2, ge=0, le=100)
 
     @model_validator(mode="after")
     def _slots_within_quota(self) -> RecallSettings:
@@ -240,7 +239,7 @@ class MemorySettings(_Section):
     )  # when KEFU_AGENT__CONTEXT_WINDOW_TOKENS is unset
     heuristic_after_s: float = Field(600.0, ge=0, le=30 * 86_400)  # pending this long: the heuristic scores it
     judge_task_items: int = Field(20, ge=1, le=100)  # pending folders listed for the model per request
-    max_pending: int = Field(200, ge=1, le=100_000)  # a model's backlog past this: the heuristic scores the oldest
+    max_pending: int = Field(200, ge=1, le=100_000)  # a model's backlog past this: the heuristic scores it at once
     recall: RecallSettings = RecallSettings()
 
     @model_validator(mode="after")

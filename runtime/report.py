@@ -40,6 +40,7 @@ class ConversationOutcome(BaseModel):
     states: dict[str, str]  # request id -> outbox state
     handed_off: bool  # the agent asked for a human
     settled: bool  # nothing in flight: no batch before its turn ends, no reply waiting to go out
+    waiting: int  # counterpart lines not yet taken by a batch (a group's until its trigger)
 
 
 def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id: str) -> ConversationOutcome:
@@ -50,12 +51,12 @@ def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id:
         ).first()
         if found is None:
             return ConversationOutcome(
-                stored=set(), batch_of={}, requests_of={}, states={}, handed_off=False, settled=True
+                stored=set(), batch_of={}, requests_of={}, states={}, handed_off=False, settled=True, waiting=0
             )
         customer_id, handed_off = found
         messages = conn.execute(
             sql(
-                "SELECT platform_message_id, batch_id FROM inbound_message"
+                "SELECT platform_message_id, batch_id, state FROM inbound_message"
                 " WHERE customer_id = :c AND sender_role IN ('external', 'human-native')"
             ),
             {"c": customer_id},
@@ -81,10 +82,11 @@ def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id:
         if batch_id is not None:
             requests_of[batch_id].append(request_id)
     return ConversationOutcome(
-        stored={message_id for message_id, _ in messages},
-        batch_of={message_id: batch_id for message_id, batch_id in messages if batch_id is not None},
+        stored={message_id for message_id, _, _ in messages},
+        batch_of={message_id: batch_id for message_id, batch_id, _ in messages if batch_id is not None},
         requests_of=dict(requests_of),
         states={request_id: state for request_id, _, state in requests},
         handed_off=bool(handed_off),
         settled=busy is None,
+        waiting=sum(state == "pending" for _, _, state in messages),
     )

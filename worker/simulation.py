@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from config import Settings
-from runtime.accounts import AccountSpec, create_account
+from runtime.accounts import AccountSpec, create_account, load_account
 from runtime.errors import KefuError
 from runtime.report import ConversationOutcome, conversation_outcome
 from runtime.routes import RouteSpec, create_route, list_routes
@@ -76,12 +77,18 @@ class BatchReport(BaseModel):
 
 def ensure_sample_shop(store: DeliveryStore, account_id: str = SAMPLE_SHOP) -> None:
     """The simulator account a batch talks to, with a route for direct conversations and one for
-    groups that answers when mentioned (created once; an existing account is used as it is)."""
-    try:
+    groups that answers when mentioned (created once; an existing simulator account is used as it
+    is, and a real account is refused: a simulation never touches one)."""
+    with store.read() as conn:
+        existing = load_account(conn, account_id)
+    if existing is None:
         create_account(store, AccountSpec(id=account_id, platform="simulator", identity=f"{account_id}-seller"))
-    except KefuError as error:
-        if error.code != "KEFU_ACCOUNT_EXISTS":
-            raise
+    elif not existing.simulated:
+        raise KefuError(
+            "KEFU_SIMULATION_REAL_ACCOUNT",
+            f"account {account_id!r} is a real {existing.platform} account",
+            "simulate on a simulator account (the default sim-shop is made for you)",
+        )
     have = {route.id for route in list_routes(store)}
     for spec in (
         RouteSpec(id=f"{account_id}-direct", account_id=account_id, conversation_type="direct"),
@@ -100,7 +107,7 @@ class Simulation:
     account_id: str
     script: Script
     step_timeout_s: float = 30.0
-    run: str = field(default_factory=lambda: f"{datetime.now():%m%d%H%M%S}-")  # keeps re-runs' buyers apart
+    run: str = field(default_factory=lambda: f"{datetime.now():%m%d%H%M%S}{uuid.uuid4().hex[:4]}-")  # keeps runs apart
     on_step: Callable[[ScriptedConversation, Step, list[str]], None] | None = None  # with the step's new replies
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -111,7 +118,7 @@ class Simulation:
         started = time.monotonic()
         results: list[ConversationResult] = []
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kefu-sim") as pool:
-            futures = [pool.submit(self.conversation, spec) for spec in self.script.conversations]
+            futures = [pool.submit(self._guarded, spec) for spec in self.script.conversations]
             try:
                 results = [future.result() for future in futures]
             except KeyboardInterrupt:
@@ -120,6 +127,17 @@ class Simulation:
                     future.cancel()
                 results = [f.result() for f in futures if not f.cancelled()]
         return BatchReport(conversations=results, seconds=time.monotonic() - started)
+
+    def _guarded(self, spec: ScriptedConversation) -> ConversationResult:
+        """One conversation; an error ends it alone, named in its result (the batch goes on)."""
+        try:
+            return self.conversation(spec)
+        except Exception as error:  # noqa: BLE001 - reported per conversation, never swallowed
+            group = spec.group.id if spec.group else None
+            return ConversationResult(
+                name=spec.name, buyer=spec.buyer.id, group=group, steps=0, replies=0, handed_off=False,
+                result_unknown=0, first_reply_ms=None, checks=[], error=f"{type(error).__name__}: {error}",
+            )  # fmt: skip
 
     def conversation(self, spec: ScriptedConversation) -> ConversationResult:
         clock = ScriptClock(spec.start or self.script.start)
@@ -164,7 +182,10 @@ class Simulation:
             handed_off_after.append(outcome.handed_off)
             if self.on_step is not None:
                 self.on_step(spec, step, [s.text for s in self._sent(conversation_id)[replies_before:]])
-        final = self._wait(conversation_id, [], False) or conversation_outcome(
+        last = spec.steps[len(said) - 1] if said else None
+        trailing = said[-1] if last is not None and not last.wait else []  # a burst at the end: its replies
+        wanted = last is not None and bool(trailing) and _wants_reply(last, group)
+        final = self._wait(conversation_id, trailing, wanted) or conversation_outcome(
             self.store, self.account_id, conversation_id
         )
         return self._result(spec, buyer, group, conversation_id, said, handed_off_after, final, first_said_ms, error)
@@ -173,7 +194,9 @@ class Simulation:
         return [_Sent(s.client_ref, s.text, s.received_at) for s in self.platform.received_in(conversation_id)]
 
     def _wait(self, conversation_id: str, ids: list[str], reply: bool) -> ConversationOutcome | None:
-        return wait_handled(self.store, self.account_id, conversation_id, ids, reply, self.step_timeout_s)
+        return wait_handled(
+            self.store, self.account_id, conversation_id, ids, reply, self.step_timeout_s, self.stopping
+        )
 
     def _result(
         self,
@@ -212,12 +235,19 @@ class Simulation:
 
 
 def wait_handled(
-    store: DeliveryStore, account_id: str, conversation_id: str, ids: list[str], reply: bool, timeout_s: float
+    store: DeliveryStore,
+    account_id: str,
+    conversation_id: str,
+    ids: list[str],
+    reply: bool,
+    timeout_s: float,
+    stopping: threading.Event | None = None,
 ) -> ConversationOutcome | None:
     """The conversation's outcome once these messages are stored and handled: settled, and,
-    when a reply is wanted, taken by a batch (or the agent handed off). None on timeout."""
+    when a reply is wanted, taken by a batch (or the agent handed off). None on timeout, or
+    as soon as `stopping` is set."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (stopping is not None and stopping.is_set()):
         outcome = conversation_outcome(store, account_id, conversation_id)
         stored = all(i in outcome.stored for i in ids)
         taken = not reply or outcome.handed_off or any(i in outcome.batch_of for i in ids)
@@ -277,8 +307,9 @@ def run_script(
     start_worker: bool,
     console: Console,
 ) -> BatchReport:
-    """A batch on the configured data dir: the account made if missing, a worker (with its
-    listeners and beat) started for the run unless workers already serve the shard."""
+    """A batch on the configured data dir: the account made if missing, and a worker (with its
+    listeners and beat) started for the run unless `start_worker` is false (workers the
+    operator runs serve the shard)."""
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     ensure_sample_shop(store, account_id)
     simulation = Simulation(store, SimulatedPlatform(settings.simulator_path), account_id, script, step_timeout_s)

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import OpenAISettings, Settings
+from runtime.accounts import load_account
 from runtime.errors import KefuError
 from runtime.ports import ChatMessage, ModelProvider, ToolSpec
-from runtime.report import conversation_outcome
+from runtime.report import ConversationOutcome, conversation_outcome
 from runtime.routes import list_routes
 from runtime.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance
@@ -68,8 +68,8 @@ def route_account(store: DeliveryStore, route_id: str) -> str:
     if route is None or route.conversation_type != "direct":
         raise SimulationError("KEFU_ROUTE_UNKNOWN", f"no direct route {route_id!r}", "kefu routes list")
     with store.read() as conn:
-        simulated = conn.execute(sql("SELECT simulated FROM account WHERE id = :a"), {"a": route.account_id}).scalar()
-    if not simulated:
+        account = load_account(conn, route.account_id)
+    if account is None or not account.simulated:
         raise SimulationError(
             "KEFU_SIMULATION_REAL_ROUTE", f"route {route_id!r} serves a real account", "use a simulator account's route"
         )
@@ -96,8 +96,9 @@ def stop(store: DeliveryStore, platform: SimulatedPlatform, instance: SimInstanc
     to the conversation refused from here on), then, once nothing is in flight for the
     conversation, `stopped`. A timeout leaves it `stopping`: stop again to finish."""
     platform.set_instance_state(instance.number, InstanceState.STOPPING)
+    said = {i for message in platform.buyer_messages_in(instance.conversation_id) for i in message_ids(message)}
     deadline = time.monotonic() + timeout_s
-    while not conversation_outcome(store, instance.account_id, instance.conversation_id).settled:
+    while not _quiet(conversation_outcome(store, instance.account_id, instance.conversation_id), said):
         if time.monotonic() > deadline:
             raise SimulationError(
                 "KEFU_SIMULATION_STOP_TIMEOUT",
@@ -108,9 +109,21 @@ def stop(store: DeliveryStore, platform: SimulatedPlatform, instance: SimInstanc
     return platform.set_instance_state(instance.number, InstanceState.STOPPED)
 
 
+def _quiet(outcome: ConversationOutcome, said: set[str]) -> bool:
+    """Every buyer line stored and taken, no turn running, no reply waiting to be sent."""
+    return said <= outcome.stored and not outcome.waiting and outcome.settled
+
+
 def buyer_provider(settings: Settings) -> ModelProvider:
-    """The buyer's model: KEFU_SIMULATOR__BUYER__*, each unset field the agent's."""
+    """The buyer's model: KEFU_SIMULATOR__BUYER__*, each unset field the agent's, except that a
+    buyer endpoint of its own never gets the agent's key."""
     buyer, agent = settings.simulator.buyer, settings.agent.openai
+    if "base_url" in buyer.model_fields_set and buyer.api_key is None:
+        raise SimulationError(
+            "KEFU_SIMULATION_BUYER_KEY",
+            "KEFU_SIMULATOR__BUYER__BASE_URL is set without KEFU_SIMULATOR__BUYER__API_KEY",
+            "give the buyer's endpoint its own key (the agent's is never sent elsewhere)",
+        )
     merged = {
         name: getattr(buyer if name in buyer.model_fields_set else agent, name) for name in OpenAISettings.model_fields
     }
@@ -144,6 +157,9 @@ class PairedBuyer:
             current = instance_or_fail(self.platform, self.instance.id)
             if current.state != InstanceState.RUNNING:
                 return current.state.value
+            if self._ended(log):  # the buyer ended it, then its process died before the barrier
+                stop(self.store, self.platform, current, self.step_timeout_s)
+                return "buyer-ended"
             pending = self._unanswered(log)
             if pending is None:
                 if self._said_count(log) >= self.max_turns:
@@ -166,6 +182,10 @@ class PairedBuyer:
                     return "stopped"
                 self._show("buyer", pending)
             self._collect(log)
+
+    def _ended(self, log: SessionLog) -> bool:
+        last = next((e for e in reversed(log.events) if isinstance(e, AssistantMessage)), None)
+        return last is not None and any(call["name"] == IM_SIM_STOP.name for call in last.tool_calls)
 
     def _history(self, log: SessionLog) -> list[ChatMessage]:
         persona = self.instance.persona or ""

@@ -188,7 +188,9 @@ def _keep_images(
             _, extension, mime = sniff(data) or ("image", "", "application/octet-stream")
             digest = hashlib.sha256(data).hexdigest()
             path = target / f"{digest}{extension}"
-            if not path.exists():
+            if path.exists():
+                os.utime(path)  # in use again: `kefu memory audit --apply` spares it until it is named
+            else:
                 target.mkdir(parents=True, exist_ok=True)
                 partial = path.with_suffix(".partial")
                 partial.write_bytes(data)

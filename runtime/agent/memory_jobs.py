@@ -93,8 +93,8 @@ def score_scope(memory: SessionMemory) -> int:
 def backlog(engine: MemoryEngine) -> list[str]:
     """Scopes whose pending folders the heuristic should score now: all of them when no model
     scores, else those a model left pending longer than `heuristic_after_s`, or with more than
-    `max_pending` waiting (backpressure: the heuristic takes the oldest, the model keeps the
-    newest, which it still has in mind)."""
+    `max_pending` waiting (backpressure, source scoring.maxPending with the onPressure fallback:
+    the heuristic takes that customer's backlog at once, and the model reviews what it likes)."""
     if not engine.model_scores:
         return list(engine.store.pending())
     late = engine.store.pending(now_ms() - int(engine.settings.heuristic_after_s * 1000))

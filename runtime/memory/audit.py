@@ -2,7 +2,8 @@
 
 Read-only by default (source §7's memory-audit): it counts, it does not change. `apply` does
 only what is idempotent and safe beside live turns (at worst a turn's recall state save races
-the prune and one lane step repeats): the heuristic scores a backlog the scorer left, scopes
+the prune and one lane step repeats): the heuristic scores the pending folders of a customer
+whose scorer fell behind, scopes
 with folders missing from the index are re-indexed, recall states stop naming folders that are
 gone, and image files no folder names (a crash between copying an image and committing its
 archive) are deleted once they are an hour old, so an archive in flight keeps its copy.
@@ -87,10 +88,13 @@ def audit(path: Path, images_dir: Path, max_folders: int, stale_after_ms: int) -
 
 
 def _state_ids(state: str | None) -> set[str]:
-    if state is None:
+    """The folder ids a saved recall state names (none from one that does not read: selfcheck
+    fails it as damage; the audit carries on)."""
+    try:
+        saved = json.loads(state) if state else {}
+        return {*saved.get("block", []), *saved.get("ledger", {}), *saved.get("deferred", {})}
+    except (ValueError, AttributeError, TypeError):
         return set()
-    saved = json.loads(state)
-    return {*saved.get("block", []), *saved.get("ledger", {}), *saved.get("deferred", {})}
 
 
 def apply(store: MemoryStore, found: Audit, images_dir: Path) -> Audit:

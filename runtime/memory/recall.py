@@ -13,9 +13,9 @@ the lanes in this order (source §1.3):
   folders (an order number, a name), so an exact reference is never crowded out; when more
   than k − r match, the round counts as degraded;
 - boost (queryBoost): high-alpha folders the block lost to its limits or to re-archiving (the
-  ledger, the high-alpha recycle) that the query matches again, `cooldown` rounds after they
-  left at the earliest, so a trimmed memory comes back when it is asked about without
-  thrashing in and out of the block every round;
+  ledger, the high-alpha recycle) that the query matches again, once they sat out `cooldown`
+  rounds after the one they left in, so a trimmed memory comes back when it is asked about
+  without thrashing in and out of the block every round;
 - high: matches of alpha ≥ 0.6, the strongest first (σ = (alpha desc, created asc, id asc)
   breaks ties), so every matched high-alpha memory up to the quota appears in the same round.
   The next 3 × (k − r) matches past the quota wait in the register for REGISTER_TTL rounds
@@ -55,7 +55,7 @@ KEYWORD_WEIGHT = 0.5  # of a keyword token's idf: the folder is about that term
 TITLE_EVENT_WEIGHT = 0.25  # of a title or event token's idf
 RELEVANCE_FLOOR = 0.35
 RARE_MIN_POSTING, RARE_RATIO = 8, 0.002  # source §1.3's rare-term lane
-COOLDOWN_ROUNDS = 2  # a trimmed high-alpha memory is boosted again this many rounds later at the earliest
+COOLDOWN_ROUNDS = 2  # rounds a trimmed high-alpha memory sits out before a match boosts it back
 REGISTER_TTL = 2  # rounds a deferred high-alpha match waits for a free slot
 REGISTER_LOOKAHEAD, REGISTER_CAPACITY = 3, 8  # × (k − r): deferred per round, waiting at most
 LEDGER_CAPACITY = 256  # trimmed high-alpha folders remembered for the boost lane
@@ -301,7 +301,7 @@ def select(
     picks = [key[1][2] for key in sorted(key for chosen in lanes.values() for key in chosen)]
     picks, cut = _within_budget(picks, index, budget_chars)
     kept = set(picks)
-    register = {key[1][2]: state.deferred[key[1][2]] for key in waiting[free:]}
+    register = {key[1][2]: state.deferred[key[1][2]] for key in waiting}  # less what this round kept, below
     for key in deferred:  # a match deferred again keeps its first deadline
         register.setdefault(key[1][2], round_no + REGISTER_TTL)
     register = {i: until for i, until in register.items() if i not in kept}

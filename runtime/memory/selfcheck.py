@@ -2,9 +2,10 @@
 
 The self-check reads the file with a reader of its own (plain sqlite3, read-only, its own
 zstd and tokenizer calls), not through MemoryStore, so a bug in the store's code cannot hide
-the damage it made. FAIL is damage: the index against the folders, folder states and value
+the damage it made. FAIL is damage (the index against the folders, folder states and value
 ranges, plans against their folders, recall states against the folders they name, image
-files. WARN is what works but needs a look (source §7): a scoring backlog, recall whose lane
+files) or a scorer that stopped (over 20% of a customer's folders waiting past its delay).
+WARN is what works but needs a look (source §7): a smaller scoring backlog, recall whose lane
 guarantees bent (register drops, degraded rounds), a model that scores every memory alike,
 session logs that name plans or folders the store lacks. Only FAIL makes the command exit 1.
 """
@@ -79,13 +80,22 @@ def selfcheck(path: Path, sessions_dir: Path | None = None, stale_after_ms: int 
     folders older than `stale_after_ms` are ones the scorer should have taken already."""
     try:
         checks = _selfcheck(path)
-        with read_only(path) as db:
-            checks += [_pending_backlog(db, stale_after_ms), _recall_fairness(db), _score_spread(db)]
-            if sessions_dir is not None:
-                checks.append(_session_logs(db, sessions_dir))
-        return checks
     except (sqlite3.DatabaseError, zstandard.ZstdError, UnicodeDecodeError, ValueError) as error:
         return [Check(name="readable memory store", status="FAIL", detail=f"{type(error).__name__}: {error}")]
+    looks: list[tuple[str, Callable[[sqlite3.Connection], Check]]] = [
+        ("scoring backlog", lambda db: _pending_backlog(db, stale_after_ms)),
+        ("recall fairness", _recall_fairness),
+        ("score spread", _score_spread),
+    ]
+    if sessions_dir is not None:
+        looks.append(("session logs", lambda db: _session_logs(db, sessions_dir)))
+    with read_only(path) as db:
+        for name, look in looks:  # one that cannot finish fails alone; the others still report
+            try:
+                checks.append(look(db))
+            except (sqlite3.DatabaseError, OSError, ValueError) as error:
+                checks.append(Check(name=name, status="FAIL", detail=f"{type(error).__name__}: {error}"))
+    return checks
 
 
 def _selfcheck(path: Path) -> list[Check]:

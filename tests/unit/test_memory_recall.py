@@ -292,6 +292,8 @@ def test_deferred_high_alpha_matches_fill_later_free_slots_never_a_current_match
     picks, later = select(index, "发票", state, k=4, r=1)
     assert picks[0] == invoice and picks[1:] == returns[4:7] and later.lanes["register"] == 3
     assert later.deferred == {i: 3 for i in returns[7:]}  # deferred in round 1 until round 1 + REGISTER_TTL
+    cut, kept = select(index, "发票", state, k=4, r=1, budget_chars=1)
+    assert cut == [invoice] and kept.deferred == state.deferred  # what the budget left out waits on
     expired = state.model_copy(update={"round": 3})  # deferred in round 1 for REGISTER_TTL = 2 rounds
     assert select(index, "查询不到的话", expired, k=4, r=1)[0] == []
 

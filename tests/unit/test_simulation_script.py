@@ -125,7 +125,7 @@ def test_a_group_message_carries_its_mention_and_a_photo_is_paged_as_platform_me
     assert platform.media_of(shown.seq) == photo and platform.media_of(chat.seq) is None
 
 
-def test_the_listener_pages_buyers_then_their_read_receipts_then_the_platforms_echoes(tmp_path: Path) -> None:
+def test_the_listener_pages_buyers_then_the_platforms_echoes_then_read_receipts(tmp_path: Path) -> None:
     from runtime.ports import BuyerReadReceipt, Heartbeat, Received
 
     platform = SimulatedPlatform(tmp_path / "platform.sqlite")
@@ -147,3 +147,23 @@ def test_the_listener_pages_buyers_then_their_read_receipts_then_the_platforms_e
     assert receipt.reader_id == "b1" and to_group.platform_message_id not in str(receipt)
     quiet = SimulatorTransport(platform).connect("shop", page.cursor)  # echoes off: only the receipt
     assert isinstance(first := quiet.receive(0.01), Received) and isinstance(first.item, BuyerReadReceipt)
+
+
+def test_a_simulation_never_touches_a_real_account_and_groups_report_no_reads(store, tmp_path: Path) -> None:
+    from runtime.accounts import AccountSpec, create_account
+    from runtime.errors import KefuError
+    from runtime.routes import list_routes
+    from worker.simulation import ensure_sample_shop
+
+    create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="robot-1"))
+    with pytest.raises(KefuError, match="KEFU_SIMULATION_REAL_ACCOUNT"):
+        ensure_sample_shop(store, "ding")
+    assert [r.account_id for r in list_routes(store)] == []  # nothing added to the real shop
+    ensure_sample_shop(store)
+    ensure_sample_shop(store)  # again: the same account and routes
+    assert sorted(r.id for r in list_routes(store)) == ["sim-shop-direct", "sim-shop-groups"]
+
+    platform = SimulatedPlatform(tmp_path / "platform.sqlite")
+    asked = platform.buyer_says("shop", "b2", "李四", "@店铺 在吗", group="g1", mention=True)
+    platform.receive_send("shop", asked.conversation_id, None, "在的", "req-1")
+    assert platform.buyer_reads(asked.conversation_id) == 0

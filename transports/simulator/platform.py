@@ -17,6 +17,8 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -213,7 +215,6 @@ class SimulatedPlatform:
         shop or not), with an image or file besides its text (a caption, or empty)."""
         at = at_ms if at_ms is not None else time.time_ns() // 1_000_000
         conversation_id = self.group_conversation(group) if group else self.conversation_for(buyer_id)
-        self.refuse_if_stopped(conversation_id)
         query = (
             "INSERT INTO buyer_message (account_id, conversation_id, buyer_id, buyer_name, text, occurred_at,"
             " conversation_type, group_title, mention, media_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
@@ -223,20 +224,28 @@ class SimulatedPlatform:
             *("group" if group else "direct", group_title, (1 if mention else 0) if group else None),
             media.kind if media else None,
         )
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")  # the message and its media together, or neither
-        try:
+        with self._immediate() as db:  # the message and its media together, or neither
+            self.refuse_if_stopped(conversation_id)
             said = self._rows(BuyerMessage, query, params)[0]
             if media is not None:
                 db.execute(
                     "INSERT INTO buyer_media (seq, kind, name, data) VALUES (?, ?, ?, ?)",
                     (said.seq, media.kind, media.name, media.data),
                 )
+        return said
+
+    @contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, its lock taken first: a check in it holds until the commit (an
+        instance cannot turn `stopping` between a refusal check and the write it guards)."""
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return said
 
     def refuse_if_stopped(self, conversation_id: str) -> None:
         """Raise InstanceStopped when the conversation is a simulation instance's that is stopping
@@ -318,20 +327,23 @@ class SimulatedPlatform:
             " recipient_id, text, received_at, kind, media_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
         )
         params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at, kind, digest)
-        return self._rows(ReceivedSend, query, params)[0]
+        with self._immediate():
+            self.refuse_if_stopped(conversation_id)  # a stopping instance's buyer receives nothing
+            return self._rows(ReceivedSend, query, params)[0]
 
     def received(self, account_id: str | None = None, after_id: int = 0, limit: int = -1) -> list[ReceivedSend]:
         query = "SELECT * FROM received_send WHERE (? IS NULL OR account_id = ?) AND id > ? ORDER BY id LIMIT ?"
         return self._rows(ReceivedSend, query, (account_id, account_id, after_id, limit))
 
     def buyer_reads(self, conversation_id: str, at_ms: int | None = None) -> int:
-        """The buyer reads everything the shop sent into the conversation so far; how many were new."""
+        """The buyer reads everything the shop sent to it in a direct conversation so far (groups
+        report no reads, as DingTalk's group messages do not); how many were new."""
         at = at_ms if at_ms is not None else time.time_ns() // 1_000_000
         return (
             self._connect()
             .execute(
                 "INSERT OR IGNORE INTO buyer_read (received_id, read_at)"
-                " SELECT id, ? FROM received_send WHERE conversation_id = ?",
+                " SELECT id, ? FROM received_send WHERE conversation_id = ? AND recipient_id IS NOT NULL",
                 (at, conversation_id),
             )
             .rowcount

@@ -177,11 +177,11 @@ class ScriptInvalid(KefuError):
 def load_script(path: Path) -> Script:
     """A script from a .toml, .yaml or .yml file, validated whole (media files included) before
     anything is said, so a bad script starts nothing."""
+    if path.suffix not in (".toml", ".yaml", ".yml"):
+        raise ScriptInvalid(f"{path}: a script is a .toml, .yaml or .yml file")
     try:
         text = path.read_text(encoding="utf-8")
         raw: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-        if path.suffix not in (".toml", ".yaml", ".yml"):
-            raise ScriptInvalid(f"{path}: a script is a .toml, .yaml or .yml file")
         script = Script.model_validate(
             {**(raw if isinstance(raw, dict) else {"conversations": raw}), "folder": path.parent}
         )

@@ -123,21 +123,20 @@ class SimulatorTransport:
             raise SendFailure("rejected", "SIMULATOR_RECIPIENT_UNAVAILABLE")
         if self.send_throttled:
             raise SendFailure("not-submitted", "SIMULATOR_THROTTLED", retry_after_s=1.0)
-        try:
-            self.far_side.refuse_if_stopped(message.conversation_id)
-        except InstanceStopped as stopped:
-            raise SendFailure("rejected", stopped.code) from None
         if self.send_timeouts == "before-submit":
             raise TimeoutError("the simulated send timed out before reaching the platform")
-        received = self.far_side.receive_send(
-            message.account_id,
-            message.conversation_id,
-            message.recipient_id,
-            message.text,
-            message.request_id,
-            kind=message.media.kind if message.media else "text",
-            media=message.media.data if message.media else None,
-        )
+        try:
+            received = self.far_side.receive_send(
+                message.account_id,
+                message.conversation_id,
+                message.recipient_id,
+                message.text,
+                message.request_id,
+                kind=message.media.kind if message.media else "text",
+                media=message.media.data if message.media else None,
+            )
+        except InstanceStopped as stopped:  # a stopping simulation instance's buyer receives nothing
+            raise SendFailure("rejected", stopped.code) from None
         # The platform has the message; only its response is still on the wire.
         if self.send_latency_ms:
             time.sleep(self.send_latency_ms / 1000)
@@ -194,8 +193,8 @@ def media_ref(seq: int) -> str:
 
 class SimulatorConnection:
     """A listening connection to the simulated platform: it polls the buyers' messages after
-    the last page it delivered (starting at the committed cursor), like a long poll; then the
-    buyers' read receipts and, with echoes on, the platform's echoes of the shop's sends. Those
+    the last page it delivered (starting at the committed cursor), like a long poll; then, with
+    echoes on, the platform's echoes of the shop's sends; then the buyers' read receipts. Those
     two start over on each connection (kefu takes each once, whatever the repeats)."""
 
     poll_s = 0.05

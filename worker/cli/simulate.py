@@ -4,6 +4,7 @@ batches, and instances whose buyer a model plays or an operator types."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -155,14 +156,12 @@ def _run_paired(instance_id: str, start_worker: bool) -> None:
             ),
         )
         env = {"KEFU_DATA_DIR": str(settings.data_dir), "KEFU_BROKER_URL": settings.broker_url}
-        try:
-            if start_worker:
-                with serving(settings, env, settings.data_dir / "simulate-worker.log", console):
-                    ended = buyer.run()
-            else:
+        log = settings.data_dir / "simulate-worker.log"
+        with serving(settings, env, log, console) if start_worker else nullcontext():
+            try:
                 ended = buyer.run()
-        except KeyboardInterrupt:
-            ended = stop(store, platform, instance, 60).state.value
+            except KeyboardInterrupt:  # the barrier, while the worker still serves the conversation
+                ended = stop(store, platform, instance, 60).state.value
     console.print(f"{instance.id}: {ended}", highlight=False)
 
 
