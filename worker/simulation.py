@@ -177,7 +177,12 @@ class Simulation:
             replies_before = len(self._sent(conversation_id))
             outcome = self._wait(conversation_id, said[-1], _wants_reply(step, group))
             if outcome is None:
-                error = f"step {number} not handled within {self.step_timeout_s:g}s"
+                stopped = self.stopping.is_set()
+                error = (
+                    f"stopped at step {number}"
+                    if stopped
+                    else f"step {number} not handled within {self.step_timeout_s:g}s"
+                )
                 break
             handed_off_after.append(outcome.handed_off)
             if self.on_step is not None:
