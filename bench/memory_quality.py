@@ -46,7 +46,7 @@ from config import RecallSettings
 from runtime.agent.memory import BlockEntry, next_block
 from runtime.memory import recall
 from runtime.memory.folders import ArchivedMessage, plan_folders, render
-from runtime.memory.heuristic import score_pending
+from runtime.memory.heuristic import score_backlog
 from runtime.memory.recall import RecallIndex, RecallState, select
 from runtime.memory.store import MemoryStore
 
@@ -148,8 +148,7 @@ def _archive(store: MemoryStore, scope: str, dialogue: Dialogue) -> tuple[dict[i
         for index, folders in folder_of_messages(session, [(f.id, f.chars) for f in made]).items():
             owners[base + index] = folders
         base += len(session)
-    while score_pending(store, scope).updated:
-        pass
+    score_backlog(store, scope)
     return owners, {f.id: store.text(f.id) for f in store.folders(scope)}
 
 
@@ -177,9 +176,7 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                 tally.lanes.update({lane: n for lane, n in state.lanes.items() if n})
                 turn = f"t{number}"
                 block, dropped = next_block(block, continuous, turn, index.folders, limits.max_blocks, limits.max_chars)
-                state = state.left_block(dropped, index.folders).model_copy(
-                    update={"block": [e.folder_id for e in block]}
-                )
+                state = state.with_block([e.folder_id for e in block], dropped, index.folders)
                 in_block = [e.folder_id for e in block]  # this round's picks first, then what else it holds
                 held = [i for i in continuous if i in in_block] + [i for i in in_block if i not in continuous]
                 for method, ranked in (

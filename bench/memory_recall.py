@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runtime.memory.folders import PlannedFolder
-from runtime.memory.heuristic import score_pending
+from runtime.memory.heuristic import score_backlog
 from runtime.memory.recall import RecallIndex, RecallState, select
 from runtime.memory.store import MemoryStore
 
@@ -73,8 +73,7 @@ def raw_floor(path: Path, scope: str) -> float:
 def measure(size: int, folder: Path) -> dict[str, float]:
     store = MemoryStore(folder / f"memory-{size}.sqlite")
     store.commit_archive("bench", f"plan-{size}", synthetic(size))
-    while score_pending(store, "bench").updated:
-        pass
+    score_backlog(store, "bench")
     floor = min(raw_floor(store.path, "bench") for _ in range(3))
     builds = []
     for _ in range(3):

@@ -377,7 +377,7 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     # Chinese text runs about one token a character: the window share is counted in characters.
     char_limit = min(settings.max_chars, memory.window_tokens * settings.max_window_percent // 100)
     kept, dropped = next_block(entries, picks, turn, index.folders, settings.max_blocks, char_limit)
-    state = state.left_block(dropped, index.folders).model_copy(update={"block": [e.folder_id for e in kept]})
+    state = state.with_block([e.folder_id for e in kept], dropped, index.folders)
     if [e.folder_id for e in kept] != before:  # else the block stands as it is: no new event
         _append_block(log, memory, kept)
     save_state(memory.store, memory.scope, state)
@@ -484,8 +484,8 @@ def rearchive(log: SessionLog, memory: SessionMemory, target: int) -> tuple[int,
     kept = [e for e in entries if e.folder_id not in removed_ids]
     memory.store.mark_review(removed_ids)
     _append_block(log, memory, kept)
-    state = load_state(memory.store, memory.scope).left_block(removed_ids, folders)
-    save_state(memory.store, memory.scope, state.model_copy(update={"block": [e.folder_id for e in kept]}))
+    state = load_state(memory.store, memory.scope).with_block([e.folder_id for e in kept], removed_ids, folders)
+    save_state(memory.store, memory.scope, state)
     memory.store.record(memory.scope, "rearchive", removed=removed_ids, removed_tokens=removed, target=target)
     return len(removed_ids), removed
 

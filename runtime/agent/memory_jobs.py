@@ -27,8 +27,7 @@ from runtime.agent.memory import (
 )
 from runtime.agent.sessions import open_session, session_path
 from runtime.agent.turn import repair
-from runtime.memory.heuristic import score_pending
-from runtime.memory.judge import MAX_UPDATES
+from runtime.memory.heuristic import score_backlog
 from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore, now_ms
 
@@ -79,15 +78,7 @@ def rearchive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> st
 
 def score_scope(memory: SessionMemory) -> int:
     """Heuristic scores for every pending or review folder of a scope; how many were scored."""
-    scored = 0
-    while True:
-        result = score_pending(memory.store, memory.scope, MAX_UPDATES)
-        scored += len(result.updated)
-        if len(result.updated) < MAX_UPDATES:
-            break
-    if scored:
-        memory.store.record(memory.scope, "judge", source="heuristic", updated=scored)
-    return scored
+    return score_backlog(memory.store, memory.scope)
 
 
 def backlog(engine: MemoryEngine) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runtime.memory.heuristic import score_pending
+from runtime.memory.heuristic import score_backlog
 from runtime.memory.recall import load_state, save_state
 from runtime.memory.report import read_only
 from runtime.memory.store import MemoryStore
@@ -102,9 +102,7 @@ def apply(store: MemoryStore, found: Audit, images_dir: Path) -> Audit:
     done: list[str] = []
     for scope in found.scopes:
         if scope.stale_pending:
-            scored = 0
-            while batch := len(score_pending(store, scope.scope).updated):
-                scored += batch
+            scored = score_backlog(store, scope.scope)
             done.append(f"{scope.scope}: heuristic scored {scored}")
         if scope.unindexed:
             done.append(f"{scope.scope}: re-indexed {store.rebuild_index(scope.scope)} folders")

@@ -8,7 +8,7 @@ import re
 from collections import Counter
 
 from runtime.memory.categories import CATEGORY_MARKERS
-from runtime.memory.judge import JudgeResult, judge
+from runtime.memory.judge import MAX_UPDATES, JudgeResult, judge
 from runtime.memory.store import HEURISTIC, MemoryStore
 from runtime.memory.tokenize import STOPWORDS, tokens
 
@@ -80,3 +80,17 @@ def score_pending(store: MemoryStore, scope: str, limit: int = 100) -> JudgeResu
             {"id": folder.id, "alpha": _alpha_of(text), "beta": 0.0, "keywords": _keywords_of(text, folder.title)}
         )
     return judge(store, scope, {"updates": updates}, source=HEURISTIC)
+
+
+def score_backlog(store: MemoryStore, scope: str) -> int:
+    """Heuristic scores for every pending or review folder of a scope, in judge-sized batches
+    and recorded once; how many were scored."""
+    scored = 0
+    while True:
+        batch = len(score_pending(store, scope, MAX_UPDATES).updated)
+        scored += batch
+        if batch < MAX_UPDATES:
+            break
+    if scored:
+        store.record(scope, "judge", source="heuristic", updated=scored)
+    return scored

@@ -215,16 +215,18 @@ class RecallState(BaseModel):
     lanes: dict[str, int] = {}  # the last round's picks per lane
     counters: RecallCounters = RecallCounters()
 
-    def left_block(self, folder_ids: list[str], folders: Mapping[str, Folder | IndexedFolder]) -> RecallState:
-        """The state after the block lost these folders (to its limits or to re-archiving):
-        the high-alpha ones go to the ledger, for the boost lane."""
+    def with_block(
+        self, block: list[str], lost: list[str], folders: Mapping[str, Folder | IndexedFolder]
+    ) -> RecallState:
+        """The state whose block is now `block`, after it lost `lost` (to its limits or to
+        re-archiving): the high-alpha ones go to the ledger, for the boost lane."""
         ledger = dict(self.ledger)
-        for folder_id in folder_ids:
+        for folder_id in lost:
             if folder_id in folders and folders[folder_id].alpha >= HIGH_ALPHA:
                 ledger.pop(folder_id, None)
                 ledger[folder_id] = self.round
         kept = dict(list(ledger.items())[-LEDGER_CAPACITY:])  # the oldest go first
-        return self.model_copy(update={"ledger": kept})
+        return self.model_copy(update={"block": block, "ledger": kept})
 
 
 def save_state(store: MemoryStore, scope: str, state: RecallState) -> None:

@@ -267,7 +267,7 @@ def test_a_trimmed_high_alpha_memory_is_boosted_back_only_after_its_cooldown(tmp
     index = RecallIndex.build(store, "c1")
     assert weak in index.candidates("退货")
     assert weak not in select(index, "退货", RecallState(), k=4, r=1)[0]  # 20 stronger matches fill the quota
-    state = RecallState(round=5, block=[weak]).left_block([weak], index.folders)
+    state = RecallState(round=5, block=[weak]).with_block([], [weak], index.folders)
     assert state.ledger == {weak: 5}
     for _ in range(2):  # cooling down: it competes on its strength alone
         picks, state = select(index, "退货", state, k=4, r=1, cooldown=2)
@@ -277,7 +277,7 @@ def test_a_trimmed_high_alpha_memory_is_boosted_back_only_after_its_cooldown(tmp
     assert picks[:3] == strong[:3] and state.ledger == {}  # the stronger matches still come first
     low = archive(store, ["退货闲聊" + "嗯" * 40], "p3")
     score(store, low, 0.1, ["闲聊", "记录", "其他"])
-    assert RecallState().left_block(low, RecallIndex.build(store, "c1").folders).ledger == {}  # high alpha only
+    assert RecallState().with_block([], low, RecallIndex.build(store, "c1").folders).ledger == {}  # high alpha only
 
 
 def test_deferred_high_alpha_matches_fill_later_free_slots_never_a_current_match_and_expire(tmp_path):

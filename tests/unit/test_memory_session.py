@@ -330,6 +330,12 @@ def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(
     assert missing.content == "No archived image matches."
 
 
+def small_chunks(memory: MemoryEngine, settings: Settings, **limits: int) -> MemoryEngine:
+    """The same store, a 1000-token window and 100-character folders, with these limits."""
+    update = {"allow_small_window": True, "target_chunk_chars": 100, **limits}
+    return MemoryEngine(memory.store, settings.memory.model_copy(update=update), 1000, settings.zone, False)
+
+
 def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(
     store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
 ) -> None:
@@ -337,15 +343,7 @@ def test_an_archive_that_would_pass_the_folder_cap_takes_fewer_turns(
     customer, result = converse(store, settings, transport, platform, memory, EARLY)
     log = session(settings, result)
     log.open_for_append()
-    capped = MemoryEngine(
-        memory.store,
-        settings.memory.model_copy(
-            update={"allow_small_window": True, "target_chunk_chars": 100, "max_folders_per_run": 3}
-        ),
-        1000,
-        settings.zone,
-        model_scores=False,
-    )
+    capped = small_chunks(memory, settings, max_folders_per_run=3)
     outcome = archive(log, session_of(result), capped.session(customer), 10)
     assert outcome.reason == "archived" and 1 <= outcome.folders <= 3
     (event,) = [e for e in log.all_events if e.type == "memory/archive"]
@@ -360,17 +358,10 @@ def test_an_archive_past_the_customers_folder_cap_is_refused_whole(
     log = session(settings, result)
     log.open_for_append()
     events_before = len(log.all_events)
-    capped = MemoryEngine(
-        roomy.store,
-        settings.memory.model_copy(update={"allow_small_window": True, "target_chunk_chars": 100, "max_folders": 2}),
-        1000,
-        settings.zone,
-        model_scores=False,
-    )
+    capped = small_chunks(roomy, settings, max_folders=2)
     outcome = archive(log, session_of(result), capped.session(customer), 10)
     assert outcome.reason == "folder-cap"
     assert roomy.store.folders(scope_of(customer)) == [] and len(log.all_events) == events_before  # nothing half-done
     assert roomy.store.telemetry(scope_of(customer), "archive-refused")[0]["reason"] == "folder-cap"
-    allowed = capped.settings.model_copy(update={"max_folders": 10_000})
-    opened = MemoryEngine(roomy.store, allowed, 1000, settings.zone, model_scores=False)
+    opened = small_chunks(roomy, settings, max_folders=10_000)
     assert archive(log, session_of(result), opened.session(customer), 10).reason == "archived"

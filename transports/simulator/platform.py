@@ -250,11 +250,13 @@ class SimulatedPlatform:
     def refuse_if_stopped(self, conversation_id: str) -> None:
         """Raise InstanceStopped when the conversation is a simulation instance's that is stopping
         or stopped: it takes no more buyer input and receives no more sends."""
+        if not conversation_id.startswith("sim-direct-"):
+            return  # instances talk in direct conversations only; every send asks, so no query for others
         row = (
             self._connect()
-            .execute(
-                "SELECT state FROM sim_instance WHERE 'sim-direct-' || buyer_id = ? AND state != 'running'",
-                (conversation_id,),
+            .execute(  # buyer_id's unique index: one lookup per send
+                "SELECT state FROM sim_instance WHERE buyer_id = ? AND state != 'running'",
+                (conversation_id.removeprefix("sim-direct-"),),
             )
             .fetchone()
         )

@@ -15,8 +15,16 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
 from worker.cli.common import cli, console, current_settings, operator_errors, print_table
-from worker.simulation import SAMPLE_SHOP, BatchReport, ensure_sample_shop
-from worker.simulation_instances import route_account
+from worker.simulation import SAMPLE_SHOP, BatchReport, ensure_sample_shop, run_script, serving
+from worker.simulation_instances import (
+    PairedBuyer,
+    buyer_log_path,
+    buyer_provider,
+    instance_or_fail,
+    route_account,
+    say,
+    stop,
+)
 
 simulate_cli = typer.Typer(no_args_is_help=True, help="Simulated buyers for trying the agent before going live.")
 cli.add_typer(simulate_cli, name="simulate")
@@ -36,8 +44,6 @@ def batch(
     """Run every conversation of SCRIPT through the real pipeline and report per conversation:
     replies, handoffs, result-unknowns, time to first reply and each expectation. Exit 1 when
     an expectation failed."""
-    from worker.simulation import run_script
-
     settings = current_settings()
     with operator_errors():
         loaded = load_script(script)
@@ -131,9 +137,6 @@ def resume(
 
 
 def _run_paired(instance_id: str, start_worker: bool) -> None:
-    from worker.simulation import serving
-    from worker.simulation_instances import PairedBuyer, buyer_log_path, buyer_provider, instance_or_fail, stop
-
     settings = current_settings()
     platform, store = _platform_and_store()
     with operator_errors():
@@ -171,8 +174,6 @@ def say_command(
     text: Annotated[str, typer.Argument(help="what the buyer says")],
 ) -> None:
     """Say something as the buyer of a manual instance (the agent under test answers as usual)."""
-    from worker.simulation_instances import instance_or_fail, say
-
     platform, _ = _platform_and_store()
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
@@ -190,8 +191,6 @@ def stop_command(
 ) -> None:
     """Stop an instance: no more buyer input or sends from now on; returns once it is quiet.
     Stopping again is harmless; a stopped instance never resumes."""
-    from worker.simulation_instances import instance_or_fail, stop
-
     platform, store = _platform_and_store()
     with operator_errors():
         stopped = stop(store, platform, instance_or_fail(platform, instance_id), timeout)
