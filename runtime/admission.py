@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from runtime.accounts import account_is_live, load_account
+from runtime.classification import AGENT_INPUT_ROLES
 from runtime.input_pause import is_paused
 from runtime.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
 from runtime.rendering import RenderableMessage
@@ -116,7 +117,7 @@ _NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer co
     "SELECT EXISTS (SELECT 1 FROM customer WHERE id = :c AND NOT handling_paused)"
     " AND NOT EXISTS (SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed'))"
     " AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
-    "  AND sender_role IN ('external', 'human-native'))"
+    f"  AND sender_role IN {AGENT_INPUT_ROLES})"
 )
 
 
@@ -139,12 +140,12 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
 
 
 _PENDING = sql(
-    "SELECT id, platform_message_id, sender_role IN ('external', 'human-native'), mention, received_at"
+    f"SELECT id, platform_message_id, sender_role IN {AGENT_INPUT_ROLES}, mention, received_at"
     " FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"
 )
 _LIVE = sql(
     "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
-    " WHERE customer_id = :c AND state = 'pending' AND sender_role IN ('external', 'human-native')"
+    f" WHERE customer_id = :c AND state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES}"
 )
 
 
@@ -275,8 +276,7 @@ def finish_batch(conn: Connection, batch_id: str) -> None:
 
 # Buyer input no batch has claimed yet: what admission is for.
 _WAITING = (
-    "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending'"
-    " AND sender_role IN ('external', 'human-native')"
+    f"SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES}"
 )
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from runtime.accounts import account_ids, require_account
+from runtime.classification import AGENT_INPUT_ROLES
 from runtime.customers import Source, of_source, source_param
 from runtime.inbox import received_not_ingested
 from runtime.input_pause import count_in_flight, is_paused
@@ -76,7 +77,7 @@ def compute_report(conn: Connection, account_id: str, generation: int) -> Checkp
                 "SELECT (SELECT count(*) FROM inbound_message INDEXED BY inbound_claimed"
                 "  WHERE account_id = :a AND state = 'claimed')"
                 " + (SELECT count(*) FROM inbound_message INDEXED BY inbound_pending"
-                "  WHERE account_id = :a AND state = 'pending' AND sender_role IN ('external', 'human-native'))"
+                f"  WHERE account_id = :a AND state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES})"
             ),
             params,
         ).scalar_one()

@@ -16,6 +16,11 @@ from runtime.store.sql import sql
 
 SenderRole = Literal["ai", "human-console", "human-native", "external"]
 
+# What the agent answers: the counterpart's and a native operator's lines, and an operator's
+# direct message to the agent under test (`operator-dm`, runtime.operator_dm: never from a
+# platform, so never classified here). Admission, quiet checks and pending counts mean these.
+AGENT_INPUT_ROLES = "('external', 'human-native', 'operator-dm')"
+
 _ROLE = (
     "coalesce((SELECT CASE origin WHEN 'auto' THEN 'ai' ELSE 'human-console' END FROM outbox_request"
     " WHERE account_id = {account} AND platform_message_id = {message} AND state = 'sent' LIMIT 1), {evidence})"

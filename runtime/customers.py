@@ -126,6 +126,16 @@ def list_customers(
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
 
 
+def customer_of(store: DeliveryStore, account_id: str, conversation_id: str) -> int | None:
+    """The customer of a conversation, once its first message is stored."""
+    with store.read() as conn:
+        found = conn.execute(
+            sql("SELECT id FROM customer WHERE account_id = :a AND conversation_id = :c"),
+            {"a": account_id, "c": conversation_id},
+        ).scalar()
+    return int(found) if found is not None else None
+
+
 def display_name(store: DeliveryStore, customer_id: int) -> str | None:
     """A conversation's name for people: a group's title, else the buyer's newest display name."""
     with store.read() as conn:

@@ -21,7 +21,8 @@ def query_history(conn: Connection, customer_id: int, limit: int, before: int | 
         conn.execute(
             sql(
                 "SELECT id, sender_role, sender_name, content_type, body, received_at FROM inbound_message"
-                " WHERE customer_id = :c AND (:before IS NULL OR id < :before) ORDER BY id DESC LIMIT :n"
+                " WHERE customer_id = :c AND sender_role != 'operator-dm' AND (:before IS NULL OR id < :before)"
+                " ORDER BY id DESC LIMIT :n"
             ),
             {"c": customer_id, "before": before, "n": limit + 1},
         )

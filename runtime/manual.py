@@ -42,7 +42,7 @@ class ManualSend(BaseModel):
     @field_validator("request_id")
     @classmethod
     def _request_id(cls, value: str) -> str:
-        return _check_request_id(value)
+        return check_request_id(value)
 
     @model_validator(mode="after")
     def _one_content(self) -> ManualSend:
@@ -78,7 +78,7 @@ def message_parts(
     return parts
 
 
-def _check_request_id(value: str) -> str:
+def check_request_id(value: str) -> str:
     if not _REQUEST_ID.fullmatch(value):
         raise KefuError(
             "KEFU_REQUEST_ID_INVALID",
@@ -178,7 +178,7 @@ def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[Out
 def query_manual(store: DeliveryStore, request_id: str) -> OutboxRequest:
     """The stored request (a provider receipt query is the worker's: `kefu outbox query`)."""
     with store.read() as conn:
-        request = load_request(conn, _check_request_id(request_id))
+        request = load_request(conn, check_request_id(request_id))
     if request is None:
         raise RequestUnknown(request_id)
     return request
@@ -192,9 +192,9 @@ def retry_manual(
     Only an operator decides this (the first may have arrived after all); each unknown request
     can be retried once. Replaying the same pair returns the stored retry.
     """
-    _check_request_id(new_request_id)
+    check_request_id(new_request_id)
     with store.write() as conn:
-        previous = load_request(conn, _check_request_id(previous_request_id))
+        previous = load_request(conn, check_request_id(previous_request_id))
         if previous is None:
             raise RequestUnknown(previous_request_id)
         if load_request(conn, new_request_id) is None:  # a first call, not a replay

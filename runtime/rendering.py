@@ -1,4 +1,6 @@
-"""How admitted messages read to the model (SPEC 3.6): one labelled line per message."""
+"""How admitted messages read to the model (SPEC 3.6): one labelled line per message, and an
+operator's direct message to the agent as a plain message of its own (seed 001: a user message
+without a label is the operator speaking to the agent, whose answer is for the operator)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,13 @@ def content_text(content_type: str, body: str) -> str:
     return f"[unsupported message type: {platform_type}]"
 
 
+OPERATOR_DM = "operator-dm"
+
+
 def label(sender_role: str, sender_name: str | None) -> str:
     # Never "[label]: text": Markdown would read that as a link reference definition.
+    if sender_role == OPERATOR_DM:  # shown to operators only: the model gets no label for it
+        return "[operator to the agent]"
     if sender_role == "human-console":
         return "[operator from console]"
     if sender_role == "human-native":
@@ -52,3 +59,21 @@ def render_line(message: RenderableMessage, zone: ZoneInfo) -> str:
 
 def render_batch(messages: list[RenderableMessage], zone: ZoneInfo) -> str:
     return "\n".join(render_line(message, zone) for message in messages)
+
+
+def render_inputs(messages: list[RenderableMessage], zone: ZoneInfo) -> list[str]:
+    """A batch as the user messages of its turn: each run of IM lines as one labelled message,
+    each operator's direct message as its own, unlabelled, so no IM line can pass for one."""
+    parts: list[str] = []
+    run: list[RenderableMessage] = []
+    for message in messages:
+        if message.sender_role != OPERATOR_DM:
+            run.append(message)
+            continue
+        if run:
+            parts.append(render_batch(run, zone))
+            run = []
+        parts.append(message.body)
+    if run:
+        parts.append(render_batch(run, zone))
+    return parts

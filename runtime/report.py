@@ -70,7 +70,8 @@ def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id:
         ).all()
         busy = conn.execute(
             sql(
-                "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'claimed'"
+                "SELECT 1 FROM inbound_message WHERE customer_id = :c"
+                " AND (state = 'claimed' OR (state = 'pending' AND sender_role = 'operator-dm'))"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
                 " LIMIT 1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from runtime.classification import AGENT_INPUT_ROLES
 from runtime.customers import Source, of_source, source_param
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
@@ -44,7 +45,7 @@ def is_quiet(store: DeliveryStore) -> bool:
                 "SELECT 1 FROM received_page WHERE ingested_at IS NULL"
                 " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'claimed'"
                 " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'pending'"
-                " AND sender_role IN ('external', 'human-native')"
+                f" AND sender_role IN {AGENT_INPUT_ROLES}"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
             )

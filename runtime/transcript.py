@@ -16,12 +16,12 @@ from pydantic import BaseModel
 
 from runtime.agent.sessions import session_path
 from runtime.errors import KefuError
-from runtime.rendering import content_text, label
+from runtime.rendering import OPERATOR_DM, content_text, label
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
-Speaker = Literal["buyer", "native-operator", "assistant", "console-operator", "agent-note"]
+Speaker = Literal["buyer", "native-operator", "operator-dm", "assistant", "console-operator", "agent-note"]
 
 _LINES = sql(
     "SELECT * FROM ("
@@ -136,11 +136,15 @@ def _note(at: int, key: str, text: str, calls: list[str] | None = None) -> Trans
     return TranscriptLine(key=key, at=at, speaker="agent-note", label=label, text=text, calls=calls or [])
 
 
+_INBOUND_SPEAKERS: dict[str, Speaker] = {"human-native": "native-operator", OPERATOR_DM: "operator-dm"}
+
+
 def _line(row: _Row) -> TranscriptLine:
     text = content_text(row.content_type, row.body)
     speaker: Speaker
     if row.request_id is None:
-        speaker, shown = ("native-operator" if row.role == "human-native" else "buyer"), label(row.role, row.name)
+        speaker = _INBOUND_SPEAKERS.get(row.role, "buyer")
+        shown = label(row.role, row.name)
     elif row.role == "auto":
         speaker, shown = "assistant", label("ai", None)
     else:

@@ -3,11 +3,13 @@ back, through the real pipeline, before real buyers meet the agent.
 
 A paired instance's buyer is a model (any OpenAI-compatible one) playing a persona, with a
 session log of its own beside the agent's; a manual instance's buyer is an operator typing
-(`kefu simulate say`). The instance's state lives with the simulated platform, so it survives
-restarts: the buyer's log says where a paired conversation stood, and `resume` goes on from
-there. Stopping is a barrier: `stopping` is persisted first, after which the platform takes no
-more buyer input and refuses every send to the conversation (a running turn's reply included),
-then the conversation settles and the instance is `stopped`, for good.
+(`kefu simulate say`). On either, the operator may speak to the agent under test directly
+(`kefu simulate operator-dm`): a message in the agent's session that never reaches the buyer.
+The instance's state lives with the simulated platform, so it survives restarts: the buyer's
+log says where a paired conversation stood, and `resume` goes on from there. Stopping is a
+barrier: `stopping` is persisted first, after which the platform takes no more buyer input and
+refuses every send to the conversation (a running turn's reply included), then the
+conversation settles and the instance is `stopped`, for good.
 
 The buyer's one tool, `im_sim_stop`, ends its own conversation; it takes no arguments, so a
 model can never name another instance or conversation.
@@ -22,7 +24,9 @@ from pathlib import Path
 
 from config import OpenAISettings, Settings
 from runtime.accounts import load_account
+from runtime.customers import customer_of
 from runtime.errors import KefuError
+from runtime.operator_dm import OperatorDm, OperatorDmRequest, accept_operator_dm
 from runtime.ports import ChatMessage, ModelProvider, ToolSpec
 from runtime.report import ConversationOutcome, conversation_outcome
 from runtime.routes import list_routes
@@ -85,6 +89,26 @@ def say(platform: SimulatedPlatform, instance: SimInstance, text: str) -> list[s
             "KEFU_SIMULATION_STOPPED", f"{instance.id} is {platform_state(platform, instance)}: {stopped}"
         ) from None
     return message_ids(message)
+
+
+def operator_dm(
+    store: DeliveryStore, platform: SimulatedPlatform, instance: SimInstance, text: str, request_id: str
+) -> OperatorDm:
+    """The operator speaks to the agent under test (seed 001 `injectSimulationOperator`): a plain
+    message in its session, never reaching the buyer. The caller then hands `Admit(customer_id)`
+    to the workers. Refused once the instance is stopping, and before the buyer said anything
+    (there is no conversation for the agent to run yet)."""
+    current = instance_or_fail(platform, instance.id)
+    if current.state != InstanceState.RUNNING:
+        raise SimulationError("KEFU_SIMULATION_STOPPED", f"{instance.id} is {current.state.value}")
+    customer_id = customer_of(store, instance.account_id, instance.conversation_id)
+    if customer_id is None:
+        raise SimulationError(
+            "KEFU_SIMULATION_NO_CONVERSATION",
+            f"{instance.id}'s buyer has not said anything yet",
+            "let the buyer speak first (kefu simulate say for a manual instance)",
+        )
+    return accept_operator_dm(store, OperatorDmRequest(customer_id=customer_id, request_id=request_id, text=text))
 
 
 def platform_state(platform: SimulatedPlatform, instance: SimInstance) -> str:

@@ -1,7 +1,8 @@
 """The `rules` provider: a deterministic keyword FAQ that drives the same tool path as an LLM.
 
 It reads the buyer lines of the latest admitted batch and answers each matching FAQ entry (or
-a greeting) in one `im_send_message` call. When nothing matches it hands the customer to a
+a greeting) in one `im_send_message` call; an operator's direct message gets its answer as text
+for the operator. When nothing matches it hands the customer to a
 human (`im_handoff`) without replying: a pause revokes every unsent automatic reply anyway,
 so the operator speaks next. The turn ends once the tools have results. No network, no
 randomness.
@@ -21,6 +22,7 @@ from runtime.errors import KefuError
 from runtime.ports import FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX, AssistantReply, ChatMessage, ToolCall, ToolSpec
 
 _LINE = re.compile(r"^\[[^\]]*\] \[counterpart(?: [^\]]*)?\] (?P<text>.*)$")
+_LABELLED = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] \[", re.MULTILINE)  # an IM line, of anyone
 
 
 class FaqEntry(BaseModel):
@@ -86,22 +88,37 @@ class RulesProvider:
         if any(m.role == "tool" for m in messages[last_user + 1 :]):
             return AssistantReply(text="已回复顾客。")
         # A follow-up turn answers the batch whose turn was interrupted: the latest buyer batch.
-        batch = next(
-            m
-            for m in reversed(messages[: last_user + 1])
-            if m.role == "user" and not m.content.startswith((FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX))
+        end = next(
+            i
+            for i in range(last_user, -1, -1)
+            if messages[i].role == "user" and not messages[i].content.startswith((FOLLOW_UP_PREFIX, READ_NOTICE_PREFIX))
         )
-        lines = [match["text"] for line in batch.content.splitlines() if (match := _LINE.match(line))]
+        start = end
+        while start > 0 and messages[start - 1].role == "user":  # a batch may span user messages
+            start -= 1
+        inputs = [m.content for m in messages[start : end + 1] if not m.content.startswith(READ_NOTICE_PREFIX)]
+        lines = [match["text"] for text in inputs for line in text.splitlines() if (match := _LINE.match(line))]
+        to_operator = self._to_operator([text for text in inputs if not _LABELLED.search(text)])
         if not lines:
-            return AssistantReply(text="本批次没有顾客消息，无需回复。")
+            return AssistantReply(text=to_operator or "本批次没有顾客消息，无需回复。")
         answer = self.answer(lines)
         if answer is None:
             reason = json.dumps({"reason": self.knowledge.handoff_reason}, ensure_ascii=False)
             handoff = ToolCall(id=f"rules-{len(messages)}", name="im_handoff", arguments=reason)
-            return AssistantReply(text="无匹配答案，转人工。", tool_calls=[handoff])
+            return AssistantReply(text=to_operator or "无匹配答案，转人工。", tool_calls=[handoff])
         send = ToolCall(
             id=f"rules-{len(messages)}",
             name="im_send_message",
             arguments=json.dumps({"text": answer}, ensure_ascii=False),
         )
-        return AssistantReply(text="", tool_calls=[send])
+        return AssistantReply(text=to_operator, tool_calls=[send])
+
+    def _to_operator(self, messages: list[str]) -> str:
+        """An operator's direct messages (no time or label) are answered to the operator, never
+        sent: with what the FAQ would tell a buyer who asked the same."""
+        if not messages:
+            return ""
+        answer = self.answer(messages)
+        if answer is None:
+            return "（回复运营人员）知识库里没有匹配的答案，顾客这样问时我会转人工。"
+        return f"（回复运营人员）顾客这样问时，我会回答：{answer}"

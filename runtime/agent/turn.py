@@ -36,7 +36,7 @@ from runtime.media import AttachmentPolicy
 from runtime.outbox import ReplyCheck, replied_for
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
-from runtime.rendering import RenderableMessage, content_text, render_batch
+from runtime.rendering import RenderableMessage, content_text, render_inputs
 from runtime.session_log import (
     AssistantAttempt,
     AssistantMessage,
@@ -58,6 +58,7 @@ ROLE_SECTION = (
     "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
     "只有 im_send_message 工具的内容会发给顾客；你的普通文字只给店铺运营人员看。"
     "无法回答或顾客要求人工时，调用 im_handoff 转人工。"
+    "没有时间和标签的用户消息是店铺运营人员直接对你说的话，不是聊天记录：用普通文字回答运营人员。"
 )
 
 
@@ -318,7 +319,8 @@ def run_turn(
             log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
         else:
             log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
-            log.append("user/message", source=batch.id, text=render_batch(lines, zone))
+            for text in render_inputs(lines, zone):
+                log.append("user/message", source=batch.id, text=text)
         log.flush()
         if memory is not None and not turns:
             recall(log, memory, turn_id, _buyer_text(lines))

@@ -1,22 +1,32 @@
 """Simulation instances end to end, against a real worker and the fake OpenAI server playing both
 sides: a paired buyer talks to the agent until it ends the conversation (one reply per buyer
 turn, both session logs whole), survives a crash of its own process, and a stop during a
-running turn lets nothing reach the buyer afterwards."""
+running turn lets nothing reach the buyer afterwards; an operator's direct message reaches the
+agent under test as a plain message and its answer the operator, never the buyer."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from config import Settings
 from runtime.agent.sessions import session_path
+from runtime.errors import KefuError
+from runtime.history import query_history
+from runtime.operator_dm import answer_of
 from runtime.ports import AssistantReply, ChatMessage, ModelProvider, ToolSpec
 from runtime.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
+from runtime.transcript import transcript
 from tests.fakes.openai_server import FakeOpenAI, Step, completion, default_policy
 from tests.integration.helpers import wait_for, worker_env
 from transports.simulator import SimulatedPlatform
@@ -24,7 +34,7 @@ from transports.simulator.platform import InstanceState
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
 from worker.simulation import ensure_sample_shop
-from worker.simulation_instances import PairedBuyer, SimulationError, buyer_provider, say, stop
+from worker.simulation_instances import PairedBuyer, SimulationError, buyer_provider, operator_dm, say, stop
 
 BUYER_LINES = ["你好，请问今天下单什么时候发货？", "可以开发票吗"]
 
@@ -137,3 +147,49 @@ def test_a_stop_during_a_running_turn_lets_nothing_reach_the_buyer(serving: Sett
         ).all()
     assert [tuple(row) for row in states] == [("failed", "SIMULATION_STOPPED")]
     assert stop(store, platform, instance, timeout_s=5).state == InstanceState.STOPPED  # again: harmless
+
+
+def test_an_operator_dm_reaches_the_agent_under_test_and_never_the_buyer(
+    serving: Settings, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    store = DeliveryStore(serving.delivery_path, serving.delivery)
+    ensure_sample_shop(store)
+    platform = SimulatedPlatform(serving.simulator_path)
+    instance = platform.new_instance("sim-shop", "manual", "操作员扮演的顾客")
+    with pytest.raises(SimulationError, match="KEFU_SIMULATION_NO_CONVERSATION"):
+        operator_dm(store, platform, instance, "先别回复", "dm-0")  # no conversation yet
+    say(platform, instance, "你好，在吗")
+    wait_for(lambda: len(platform.received_in(instance.conversation_id)) == 1, 30, "the reply to the buyer")
+    wait_for(lambda: len(fake.requests) == 2, 30, "the end of the buyer's turn")  # its send, then its close
+
+    fake.script.append(Step(body=completion("收到，之后我会回答得更简洁。")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}
+    env |= worker_env(serving, COLUMNS="200")
+    command = [str(Path(sys.executable).parent / "kefu"), "simulate", "operator-dm", instance.id]
+    dm = [*command, "之后请回答得简洁一些", "--request-id", "dm-1", "--wait", "60"]
+    done = subprocess.run(dm, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "accepted" in done.stdout and "收到，之后我会回答得更简洁。" in done.stdout  # the agent's answer
+    dm_request = fake.requests[-1]["messages"]
+    assert dm_request[-1] == {"role": "user", "content": "之后请回答得简洁一些"}  # plain: no time, no label
+
+    again = operator_dm(store, platform, instance, "之后请回答得简洁一些", "dm-1")  # a retry
+    assert not again.created
+    with pytest.raises(KefuError, match="KEFU_REQUEST_ID_CONFLICT"):
+        operator_dm(store, platform, instance, "别的内容", "dm-1")
+    answer = answer_of(store, serving.sessions_dir, again)
+    assert answer is not None and answer.texts == ["收到，之后我会回答得更简洁。"]
+    assert len(fake.requests) == 3  # the buyer's turn (send, then its end) and the DM's one call: no re-run
+    assert len(platform.received_in(instance.conversation_id)) == 1  # nothing reached the buyer
+
+    with store.read() as conn:
+        history = query_history(conn, again.customer_id, 20, None, ZoneInfo("Asia/Shanghai"))
+    assert not any("简洁" in line for line in history.lines)  # not an IM line
+    lines = transcript(store, again.customer_id, sessions_dir=serving.sessions_dir).lines
+    shown = [(line.speaker, line.text) for line in lines if line.speaker == "operator-dm"]
+    assert shown == [("operator-dm", "之后请回答得简洁一些")]
+    assert any(line.speaker == "agent-note" and "简洁" in line.text for line in lines)
+
+    stop(store, platform, instance, timeout_s=30)
+    refused = subprocess.run([*command, "还在吗"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "KEFU_SIMULATION_STOPPED" in refused.stdout + refused.stderr

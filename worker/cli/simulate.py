@@ -4,6 +4,8 @@ batches, and instances whose buyer a model plays or an operator types."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
@@ -11,16 +13,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from runtime.operator_dm import answer_of
+from runtime.pipeline import Admit
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
-from worker.cli.common import cli, console, current_settings, operator_errors, print_table
-from worker.simulation import SAMPLE_SHOP, BatchReport, ensure_sample_shop, run_script, serving
+from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, print_table
+from worker.simulation import POLL_S, SAMPLE_SHOP, BatchReport, ensure_sample_shop, run_script, serving
 from worker.simulation_instances import (
     PairedBuyer,
     buyer_log_path,
     buyer_provider,
     instance_or_fail,
+    operator_dm,
     route_account,
     say,
     stop,
@@ -182,6 +187,43 @@ def say_command(
             raise typer.Exit(2)
         say(platform, instance, text)
     console.print(f"{instance.buyer_name} ▸ {text}", highlight=False)
+
+
+@simulate_cli.command("operator-dm")
+def operator_dm_command(
+    instance_id: Annotated[str, typer.Argument(help="e.g. sim-002")],
+    text: Annotated[str, typer.Argument(help="what you tell the agent under test (the buyer never sees it)")],
+    request_id: Annotated[
+        str | None, typer.Option(help="a stable id: sending again with it and the same text changes nothing")
+    ] = None,
+    wait: Annotated[float, typer.Option(min=0, help="seconds to wait for the agent's answer (0: don't wait)")] = 60.0,
+) -> None:
+    """Speak to the agent under test directly, in its own session: not an IM line, never sent to
+    the buyer. Prints the agent's answer (its words to operators) once its turn ends."""
+    settings = current_settings()
+    platform, store = _platform_and_store()
+    with operator_errors():
+        instance = instance_or_fail(platform, instance_id)
+        dm = operator_dm(store, platform, instance, text, request_id or f"dm-{uuid.uuid4().hex}")
+        queued = enqueue(Admit(dm.customer_id))
+        console.print(
+            f"{instance.id}: message {dm.message_id} {'accepted' if dm.created else 'was accepted before'}"
+            f" (request {dm.request_id}); {queued}",
+            highlight=False,
+        )
+        if not wait:
+            return
+        deadline = time.monotonic() + wait
+        while (answer := answer_of(store, settings.sessions_dir, dm)) is None:
+            if time.monotonic() > deadline:
+                console.print(f"no answer within {wait:.0f}s; it is in the conversation's transcript once it comes")
+                raise typer.Exit(1)
+            time.sleep(POLL_S)
+    if answer.outcome == "revoked":
+        console.print("a human took the conversation over before the agent answered")
+        return
+    for said in answer.texts or ["(the agent answered with tools only)"]:
+        console.print(f"    [green]agent[/] ◂ {said}", soft_wrap=True)
 
 
 @simulate_cli.command("stop")
