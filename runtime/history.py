@@ -6,7 +6,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
-from runtime.rendering import RenderableMessage, render_line
+from runtime.clock import REAL_TIME, ConversationClock
+from runtime.rendering import RenderableMessage, render_line, shown
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
@@ -16,7 +17,14 @@ class HistoryPage(BaseModel):
     next_before: int | None  # pass as `before` for the page of older messages; None at the start
 
 
-def query_history(conn: Connection, customer_id: int, limit: int, before: int | None, zone: ZoneInfo) -> HistoryPage:
+def query_history(
+    conn: Connection,
+    customer_id: int,
+    limit: int,
+    before: int | None,
+    zone: ZoneInfo,
+    clock: ConversationClock = REAL_TIME,
+) -> HistoryPage:
     rows = (
         conn.execute(
             sql(
@@ -30,5 +38,5 @@ def query_history(conn: Connection, customer_id: int, limit: int, before: int | 
         .all()
     )
     page, more = rows[:limit], len(rows) > limit
-    lines = [render_line(RenderableMessage.model_validate(dict(row)), zone) for row in reversed(page)]
+    lines = [render_line(shown(RenderableMessage.model_validate(dict(row)), clock), zone) for row in reversed(page)]
     return HistoryPage(lines=lines, next_before=page[-1]["id"] if more else None)

@@ -10,6 +10,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
+from runtime.clock import ConversationClock
+
 
 class RenderableMessage(BaseModel):
     sender_role: str
@@ -44,6 +46,11 @@ def label(sender_role: str, sender_name: str | None) -> str:
     if sender_role == "ai":
         return "[assistant reply]"  # the platform's echo of our own automatic reply
     return f"[counterpart {sender_name}]" if sender_name else "[counterpart]"
+
+
+def shown(message: RenderableMessage, clock: ConversationClock) -> RenderableMessage:
+    """The message with its time as the conversation reads it (runtime.clock)."""
+    return message.model_copy(update={"received_at": clock.shown(message.received_at)})
 
 
 def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:

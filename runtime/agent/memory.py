@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 from config import MemorySettings
 from runtime.agent.context import span_tokens, text_tokens, view_tokens
 from runtime.agent.view import archived_upto, chat_message
+from runtime.clock import REAL_TIME, ConversationClock
 from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
@@ -68,9 +69,9 @@ class MemoryEngine:
     images_dir: Path | None = None  # where archived images' bytes go
     attachments_dir: Path | None = None  # where the agent's attachments come from
 
-    def session(self, customer_id: int) -> SessionMemory:
+    def session(self, customer_id: int, clock: ConversationClock = REAL_TIME) -> SessionMemory:
         own = {f.name: getattr(self, f.name) for f in fields(MemoryEngine)}
-        return SessionMemory(**own, scope=scope_of(customer_id))
+        return SessionMemory(**own, scope=scope_of(customer_id), clock=clock)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class SessionMemory(MemoryEngine):
     """One customer's memory as a turn uses it."""
 
     scope: str = ""
+    clock: ConversationClock = REAL_TIME  # folder times and "now" as the conversation reads them
 
 
 ArchiveReason = Literal[
@@ -154,7 +156,9 @@ def _archived_messages(
         text = "\n".join(parts)
         if text.strip():
             headline = _LABELS.sub("", text) if event.type == "user/message" else None
-            messages.append(ArchivedMessage(role=message.role, text=text, at_ms=event.at, headline=headline))
+            messages.append(
+                ArchivedMessage(role=message.role, text=text, at_ms=memory.clock.shown(event.at), headline=headline)
+            )
     return messages, images
 
 

@@ -27,6 +27,7 @@ from runtime.agent.memory import (
 )
 from runtime.agent.sessions import open_session, session_path
 from runtime.agent.turn import repair
+from runtime.clock import conversation_clock
 from runtime.memory.heuristic import score_backlog
 from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore, now_ms
@@ -50,10 +51,11 @@ class SessionJobs:
         scores, score what the job left pending with the heuristic."""
         with self.store.read() as conn:
             customer = load_customer(conn, customer_id)
+            clock = conversation_clock(conn, customer_id)
         session_id = customer.session_id if customer else None
         if session_id is None or not session_path(self.sessions_dir, session_id).exists():
             return "no-session"
-        memory = self.engine.session(customer_id)
+        memory = self.engine.session(customer_id, clock)
         with leases.held(self.store, f"customer:{customer_id}", self.lease_s) as fence:
             if fence is None:
                 return "busy"

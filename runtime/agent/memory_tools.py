@@ -108,7 +108,7 @@ def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
 def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, MissType | None]:
     """The search, and what kind of miss it was when it found nothing (None: it found some;
     "other": no search was made, or a page past the end)."""
-    times = time_query(args.time_from, args.time_to, memory.zone, now_ms(), args.granularity)
+    times = time_query(args.time_from, args.time_to, memory.zone, memory.clock.shown(now_ms()), args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
     if event.state == "ambiguous":

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.admission import commit_batch
 from runtime.agent.memory import SessionMemory
+from runtime.clock import REAL_TIME, ConversationClock
 from runtime.errors import KefuError, validation_problems
 from runtime.handling import pause_handling
 from runtime.history import query_history
@@ -61,6 +62,7 @@ class TurnBinding:
     account_revision: int
     zone: ZoneInfo
     turn_id: str = ""
+    clock: ConversationClock = REAL_TIME  # how the conversation's times read (runtime.clock)
     attachments: AttachmentPolicy | None = None  # None: the agent sends text only
     on_registered: Callable[[str], None] = lambda request_id: None
     memory: SessionMemory | None = None  # None: the memory engine is off
@@ -228,7 +230,7 @@ def im_query_history(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     if isinstance(args, ToolOutcome):
         return args
     with binding.store.read() as conn:
-        page = query_history(conn, binding.customer.id, args.limit, args.before, binding.zone)  # type: ignore[arg-type]
+        page = query_history(conn, binding.customer.id, args.limit, args.before, binding.zone, binding.clock)  # type: ignore[arg-type]
     if not page.lines:
         return ToolOutcome("No messages.")
     more = f"\n(older messages: before={page.next_before})" if page.next_before else "\n(start of conversation)"

@@ -30,13 +30,14 @@ from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.sessions import DAMAGED_NOTE, begin_first_session, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
+from runtime.clock import conversation_clock
 from runtime.handling import is_current
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
 from runtime.outbox import ReplyCheck, replied_for
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
-from runtime.rendering import RenderableMessage, content_text, render_inputs
+from runtime.rendering import RenderableMessage, content_text, render_inputs, shown
 from runtime.session_log import (
     AssistantAttempt,
     AssistantMessage,
@@ -290,10 +291,11 @@ def run_turn(
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
         known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)
+        clock = conversation_clock(conn, customer_id)
         checked: _StepCheck | None = (True, rows.reads)  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
-    memory = memory_engine.session(customer_id) if memory_engine else None
+    memory = memory_engine.session(customer_id, clock) if memory_engine else None
     waiting = waiting_for_model(log)
     if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
         _close_unfinished(log)
@@ -319,7 +321,7 @@ def run_turn(
             log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
         else:
             log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
-            for text in render_inputs(lines, zone):
+            for text in render_inputs([shown(line, clock) for line in lines], zone):
                 log.append("user/message", source=batch.id, text=text)
         log.flush()
         if memory is not None and not turns:
@@ -333,6 +335,7 @@ def run_turn(
         account_revision=account.revision if account else 0,
         zone=zone,
         turn_id=turn_id,
+        clock=clock,
         attachments=attachments,
         on_registered=on_registered,
         memory=memory,

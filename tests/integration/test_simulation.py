@@ -122,6 +122,9 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
     log = SessionLog(session_path(data_dir / "sessions" / "default", session_id))
     log.load()
     assert any(isinstance(e, UserMessage) and "] [image]" in e.text for e in log.events)
+    # The agent lives in the script's days: its labels read script time, not the run's.
+    labels = {e.text[1:11] for e in log.events if isinstance(e, UserMessage)}
+    assert labels and labels <= {f"2026-03-0{day}" for day in range(3, 8)}, labels
 
     table = run_kefu(tmp_path, data_dir, "simulate", "batch", str(script), "--concurrency", "4")
     assert table.returncode == 1 and "wrong: step 1: expected contains '包邮'" in table.stdout
