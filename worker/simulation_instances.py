@@ -36,7 +36,7 @@ from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance
 from transports.simulator.transport import message_ids
-from worker.simulation import POLL_S, wait_handled
+from worker.simulation import POLL_S, SAMPLE_SHOP, ensure_sample_shop, wait_handled
 
 IM_SIM_STOP = ToolSpec(
     name="im_sim_stop",
@@ -78,6 +78,25 @@ def route_account(store: DeliveryStore, route_id: str) -> str:
             "KEFU_SIMULATION_REAL_ROUTE", f"route {route_id!r} serves a real account", "use a simulator account's route"
         )
     return route.account_id
+
+
+def new_instance(
+    store: DeliveryStore, platform: SimulatedPlatform, route_id: str, name: str, persona: str | None = None
+) -> SimInstance:
+    """A paired instance (with the model's `persona`) or a manual one, on a simulator account's
+    direct route; the sample shop is made on first use of its route."""
+    if route_id == f"{SAMPLE_SHOP}-direct":
+        ensure_sample_shop(store)
+    return platform.new_instance(route_account(store, route_id), "paired" if persona else "manual", name, persona)
+
+
+def say_as_buyer(platform: SimulatedPlatform, instance: SimInstance, text: str) -> list[str]:
+    """An operator typing as the buyer: only a manual instance's buyer is one."""
+    if instance.kind != "manual":
+        raise SimulationError(
+            "KEFU_SIMULATION_PAIRED", f"{instance.id}'s buyer is its model", "say as the buyer of a manual instance"
+        )
+    return say(platform, instance, text)
 
 
 def say(platform: SimulatedPlatform, instance: SimInstance, text: str) -> list[str]:

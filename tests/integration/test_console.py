@@ -1,25 +1,17 @@
 """The operator console in a real browser (Debian's Chromium, driven by Selenium), served by
-uvicorn over the store a real Celery worker answers buyers from."""
+uvicorn over the store a real Celery worker answers buyers from (the console, the browser and
+their helpers are in conftest.py, shared with test_console_simulations.py)."""
 
 from __future__ import annotations
 
 import re
-import tempfile
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 import httpx
 import pytest
-import uvicorn
 from celery.contrib.testing.worker import start_worker
 from prometheus_client.parser import text_string_to_metric_families
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from runtime.ingest import ingest_page
@@ -27,14 +19,10 @@ from runtime.manual import ManualSend, send_manual
 from runtime.operators import Role, add_operator
 from runtime.outbox import begin_attempt, record_failure
 from runtime.ports import SendFailure
+from tests.integration.conftest import PASSWORD, after_submit, http_sign_in, lines, sign_in, text_of
 from tests.integration.helpers import wait_for
 from worker.celery_app import FAMILIES, make_app, queue_name
-from worker.console import create_app
-from worker.context import WorkerRuntime
-from worker.dispatch import send
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-PASSWORD = "console-pass-1"
 pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
 
 
@@ -43,71 +31,6 @@ def worker(settings, shop):
     app = make_app(settings)
     with start_worker(app, pool="solo", perform_ping_check=True, shutdown_timeout=30):
         yield app
-
-
-@pytest.fixture
-def console(request, settings, shop) -> Iterator[str]:
-    """With the test's worker, the console hands follow-up work to it, as `kefu console` does."""
-    runtime = WorkerRuntime(settings)
-    add_operator(runtime.store, "alice", Role.OPERATOR, PASSWORD)
-    add_operator(runtime.store, "victor", Role.VIEWER, PASSWORD)
-    add_operator(runtime.store, "ada", Role.ADMIN, PASSWORD)
-    app = request.getfixturevalue("worker") if "worker" in request.fixturenames else None
-    dispatch = (lambda work: send(app, work)) if app is not None else None
-    config = uvicorn.Config(create_app(runtime, dispatch), host="127.0.0.1", port=0, log_level="warning")
-    config.timeout_graceful_shutdown = 1
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), 10, "the console to listen")
-    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
-
-
-@pytest.fixture
-def browser(console) -> Iterator[WebDriver]:  # quits before the console stops: no event stream holds it open
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
-        options.add_argument(flag)
-    for flag in ("--disable-background-networking", "--disable-component-update", "--disable-sync"):
-        options.add_argument(flag)
-    with tempfile.TemporaryDirectory() as profile:
-        options.add_argument(f"--user-data-dir={profile}")
-        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-        try:
-            yield driver
-        finally:
-            driver.quit()
-
-
-def sign_in(driver: WebDriver, console: str, name: str) -> None:
-    driver.get(f"{console}/login")
-    driver.find_element(By.ID, "name").send_keys(name)
-    driver.find_element(By.ID, "password").send_keys(PASSWORD)
-    driver.find_element(By.ID, "sign-in").click()
-    after_submit(driver).until(lambda d: text_of(d, "who").startswith(name))
-
-
-def http_sign_in(client: httpx.Client, name: str) -> str:
-    """Sign in over plain HTTP; the session's CSRF token (a new session has a new one)."""
-    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)[1]  # type: ignore[index]
-    signed = client.post("/login", data={"csrf": token, "name": name, "password": PASSWORD})
-    return re.search(r'name="csrf" value="([^"]+)"', signed.text)[1]  # type: ignore[index]
-
-
-_LINES = """return Array.from(document.querySelectorAll('#lines li')).map(li => [
-  li.classList[li.classList.length - 1], li.querySelector('.text').textContent,
-  li.querySelector('.status') ? li.querySelector('.status').dataset.state : ''])"""
-
-
-def lines(driver: WebDriver) -> list[tuple[str, str, str]]:
-    """(speaker, text, send state) of each transcript line as the page shows it now (read in one
-    script: the live view may replace the lines at any moment)."""
-    return [tuple(line) for line in driver.execute_script(_LINES)]
 
 
 def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser, store, platform, transport):
@@ -243,20 +166,6 @@ def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, sett
         anonymous = client.post(f"/c/{customer}/send", files=huge, follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
     assert len(platform.received("shop")) == 2  # the refused files registered nothing
-
-
-def after_submit(driver: WebDriver) -> WebDriverWait:
-    """A wait across a form's submit: the old page's elements go stale as the new one loads."""
-    return WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,))
-
-
-def text_of(driver: WebDriver, element_id: str) -> str:
-    """An element's text read in one script, so no handle can outlive the page it came from
-    (Chrome reports a node of a replaced page as "does not belong to the document")."""
-    text = driver.execute_script(
-        f"const e = document.getElementById({element_id!r}); return e ? e.innerText.trim() : ''"
-    )
-    return str(text)
 
 
 def held(store) -> int:

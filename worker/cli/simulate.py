@@ -19,15 +19,15 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
 from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, print_table
-from worker.simulation import POLL_S, SAMPLE_SHOP, BatchReport, ensure_sample_shop, run_script, serving
+from worker.simulation import POLL_S, SAMPLE_SHOP, BatchReport, run_script, serving
 from worker.simulation_instances import (
     PairedBuyer,
     buyer_log_path,
     buyer_provider,
     instance_or_fail,
+    new_instance,
     operator_dm,
-    route_account,
-    say,
+    say_as_buyer,
     stop,
 )
 
@@ -118,12 +118,12 @@ def new(
         raise typer.Exit(2)
     platform, store = _platform_and_store()
     with operator_errors():
-        if route == f"{SAMPLE_SHOP}-direct":
-            ensure_sample_shop(store)
-        account = route_account(store, route)
         text = persona.read_text(encoding="utf-8").strip() if persona else None
-        instance = platform.new_instance(account, "manual" if manual else "paired", name, text)
-    console.print(f"{instance.id}: {instance.kind} instance on {account} ({instance.conversation_id})", highlight=False)
+        instance = new_instance(store, platform, route, name, text)
+    console.print(
+        f"{instance.id}: {instance.kind} instance on {instance.account_id} ({instance.conversation_id})",
+        highlight=False,
+    )
     if manual:
         console.print(
             f"type as the buyer: kefu simulate say {instance.id} TEXT · end: kefu simulate stop {instance.id}"
@@ -182,10 +182,7 @@ def say_command(
     platform, _ = _platform_and_store()
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
-        if instance.kind != "manual":
-            console.print(f"[red]KEFU_SIMULATION_PAIRED: {instance.id}'s buyer is its model[/red]")
-            raise typer.Exit(2)
-        say(platform, instance, text)
+        say_as_buyer(platform, instance, text)
     console.print(f"{instance.buyer_name} ▸ {text}", highlight=False)
 
 

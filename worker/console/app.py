@@ -1,6 +1,7 @@
 """The console's pages and actions. Pages read through runtime (customers, transcript); actions
 go through the same runtime functions as the CLI (runtime.handling, runtime.manual,
-runtime.outbox) and are recorded with the operator's name (runtime.operators).
+runtime.outbox) and are recorded with the operator's name (runtime.operators). Simulation
+instances have a page of their own (worker.console.simulations).
 
 A conversation page follows the store live: its event stream pushes the transcript again
 whenever the conversation changes (a new line, a send's new state, a take-over)."""
@@ -55,6 +56,7 @@ from runtime.store.tables import Customer
 from runtime.transcript import transcript, transcript_version
 from worker.console.auth import SignInThrottle, check_csrf, csrf_token, require, session_secret, sign_in, signed_in
 from worker.console.metrics import registry_for
+from worker.console.simulations import simulation_routes
 from worker.context import WorkerRuntime
 
 HERE = Path(__file__).parent
@@ -316,6 +318,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/ops", ops),
         Route("/ops/input/pause", input_pause, methods=["POST"]),
         Route("/ops/input/resume", input_resume, methods=["POST"]),
+        *simulation_routes(store, runtime.settings.simulator_path, page, act, hand_on),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
