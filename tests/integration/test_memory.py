@@ -40,9 +40,12 @@ def broker_url(redis_base_url):
 
 
 def small_window(settings, **agent):
+    """A window a few turns fill. It leaves room for the system prompt (about 200 tokens) and a
+    recall block, so the emergency line before a model step does not re-archive the block the
+    turn has just recalled."""
     return settings.model_copy(
         update={
-            "agent": settings.agent.model_copy(update={"context_window_tokens": 1000, **agent}),
+            "agent": settings.agent.model_copy(update={"context_window_tokens": 1200, **agent}),
             "memory": settings.memory.model_copy(update={"allow_small_window": True}),
         }
     )
