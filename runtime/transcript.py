@@ -2,6 +2,10 @@
 became of each send (pending, sending, sent, failed with its code, result-unknown, read by the
 buyer), oldest first.
 
+Every line carries its real time (order, paging) and the time the conversation reads
+(`shown_at`): a simulated conversation's script time (runtime.clock), so an operator sees the
+same "Tuesday 9:00" for the buyer's message and the reply that the agent saw.
+
 The shop's own messages come from the outbox, not from the platform's echoes: DingTalk never
 echoes a robot's message, and an echo says nothing about a send that failed. So inbound rows
 classified as our own sends (`ai`, `human-console`) are left out; their request shows instead.
@@ -15,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from runtime.agent.sessions import session_path
+from runtime.clock import conversation_clock
 from runtime.errors import KefuError
 from runtime.rendering import OPERATOR_DM, content_text, label
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
@@ -40,6 +45,7 @@ _LINES = sql(
 class TranscriptLine(BaseModel):
     key: str  # stable across reloads: the live view replaces lines by it; zero-padded, so it sorts
     at: int  # ms since epoch
+    shown_at: int = 0  # the conversation's own time of `at` (a simulation's script time; else `at`)
     speaker: Speaker
     label: str  # as the agent's history shows it, with the console operator's name
     text: str
@@ -89,16 +95,19 @@ def transcript(
     with store.read() as conn:
         rows = conn.execute(_LINES, {"c": customer_id, "n": limit + 1, "at": at, "key": key}).mappings().all()
         session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+        clock = conversation_clock(conn, customer_id)
     more = len(rows) > limit
     lines = [_line(_Row.model_validate(dict(row))) for row in reversed(rows[:limit])]
     older = lines[0].cursor if more else None
-    if sessions_dir is None or session_id is None or not lines:
-        return TranscriptPage(lines=lines, older=older)
-    since = lines[0].at if more else 0  # the first page back in time also has what came before any line
-    notes = [
-        note for note in agent_notes(sessions_dir, session_id) if since <= note.at and (at is None or note.at < at)
-    ]
-    return TranscriptPage(lines=sorted(lines + notes, key=_order), older=older)
+    if sessions_dir is not None and session_id is not None and lines:
+        since = lines[0].at if more else 0  # the first page back in time also has what came before any line
+        notes = [
+            note for note in agent_notes(sessions_dir, session_id) if since <= note.at and (at is None or note.at < at)
+        ]
+        lines = sorted(lines + notes, key=_order)
+    return TranscriptPage(
+        lines=[line.model_copy(update={"shown_at": clock.shown(line.at)}) for line in lines], older=older
+    )
 
 
 def _parse_cursor(cursor: str) -> tuple[int, str]:

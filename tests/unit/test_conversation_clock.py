@@ -20,6 +20,7 @@ from runtime.memory.store import MemoryStore
 from runtime.session_log import SessionLog, UserMessage
 from runtime.store import now_ms
 from runtime.store.sql import sql
+from runtime.transcript import transcript
 
 ZONE = ZoneInfo("Asia/Shanghai")
 DAY_MS = 86_400_000
@@ -67,6 +68,15 @@ def test_labels_and_history_follow_the_script_clock_across_days(store, settings,
     assert [line[:18] for line in lines] == ["[2026-03-03 09:00]", "[2026-03-06 18:00]"]
     assert abs(received - now_ms()) < 60_000  # the records keep real time
     assert abs(clock.shown(now_ms()) - friday) < 60_000  # "now", for the agent: Friday evening
+    # the operator's transcript reads the same days, the replies included; its order stays real
+    page = transcript(store, customer, sessions_dir=settings.sessions_dir)
+    days = [(line.speaker, f"{datetime.fromtimestamp(line.shown_at / 1000, ZONE):%m-%d}") for line in page.lines]
+    assert [d for d in days if d[0] != "agent-note"] == [
+        ("buyer", "03-03"),
+        ("assistant", "03-03"),
+        ("buyer", "03-06"),
+        ("assistant", "03-06"),
+    ]
 
 
 def test_a_real_platforms_message_times_never_move_the_shops_clock(store, settings, shop, transport, platform):

@@ -222,7 +222,7 @@ def history(
         return
     for line in page.lines:
         console.print(
-            f"[{shop_time(line.at)}] {line.label} {line.text}{_outcome(line)}",
+            f"[{shop_time(line.shown_at)}] {line.label} {line.text}{_outcome(line)}",
             markup=False,
             highlight=False,
             soft_wrap=True,
