@@ -32,6 +32,13 @@ class ConversationClock:
         at = bisect_right(self.anchors, (real_ms, float("inf"))) - 1
         return real_ms + self.anchors[max(at, 0)][1]
 
+    def shown_message(self, received_at: int, occurred_at: int | None, sender_role: str) -> int:
+        """A message's own time: on a script clock a buyer message is stamped with its script time,
+        which holds even when one page brings "Tuesday 9:00" and "Friday 18:00" together."""
+        if self.anchors and sender_role == "external" and occurred_at is not None:
+            return occurred_at
+        return self.shown(received_at)
+
 
 REAL_TIME = ConversationClock()
 

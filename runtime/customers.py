@@ -98,7 +98,7 @@ def list_customers(
                 "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
                 " (SELECT CASE WHEN m.content_type IN ('text', 'markdown') THEN substr(m.body, 1, 80)"
                 "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
-                "  AND m.sender_role != 'ai' ORDER BY m.id DESC LIMIT 1) AS preview"
+                "  AND m.sender_role NOT IN ('ai', 'operator-dm') ORDER BY m.id DESC LIMIT 1) AS preview"
                 " FROM (SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title,"
                 "  c.last_activity_at, c.handling_paused, c.handling_reason"
                 "  FROM customer c JOIN account a ON a.id = c.account_id"

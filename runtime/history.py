@@ -28,7 +28,7 @@ def query_history(
     rows = (
         conn.execute(
             sql(
-                "SELECT id, sender_role, sender_name, content_type, body, received_at FROM inbound_message"
+                "SELECT id, sender_role, sender_name, content_type, body, received_at, occurred_at FROM inbound_message"
                 " WHERE customer_id = :c AND sender_role != 'operator-dm' AND (:before IS NULL OR id < :before)"
                 " ORDER BY id DESC LIMIT :n"
             ),

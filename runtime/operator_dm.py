@@ -21,7 +21,7 @@ from runtime.errors import CustomerUnknown, KefuError
 from runtime.manual import check_request_id
 from runtime.rendering import OPERATOR_DM
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog, TurnEnd, TurnStart
-from runtime.states import BatchState
+from runtime.states import BatchState, MessageState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
@@ -58,7 +58,8 @@ _INSERT = sql(
 
 def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> OperatorDm:
     """Store the message for admission (the caller then asks for it: `Admit(customer_id)`).
-    Refused while a human handles the conversation: the agent is not the one running it."""
+    Refused for a real buyer's conversation, and while a human handles the conversation: the
+    agent is not the one running it."""
     message_id = platform_message_id(request.request_id)
     with store.write() as conn:
         customer = load_customer(conn, request.customer_id)
@@ -82,6 +83,13 @@ def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> Oper
             return OperatorDm(
                 message_id=found_id, customer_id=request.customer_id, request_id=request.request_id, created=False
             )
+        simulated = conn.execute(sql("SELECT simulated FROM account WHERE id = :a"), {"a": customer.account_id})
+        if not simulated.scalar():  # a real buyer's conversation is no place to brief the agent
+            raise KefuError(
+                "KEFU_SIMULATION_REAL_ACCOUNT",
+                f"customer {customer.id} is a real buyer; operator DMs go to simulated conversations",
+                "kefu simulate operator-dm INSTANCE TEXT",
+            )
         if customer.handling_paused:
             raise KefuError(
                 "KEFU_HANDLING_PAUSED",
@@ -102,7 +110,7 @@ def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> Oper
 
 
 class DmAnswer(BaseModel):
-    batch_id: str
+    batch_id: str  # empty when no batch took the message
     outcome: str  # done | revoked (a human took over before the agent answered)
     texts: list[str]  # the agent's words to the operator, in order (empty: it only used tools)
 
@@ -113,15 +121,17 @@ def answer_of(store: DeliveryStore, sessions_dir: Path, dm: OperatorDm) -> DmAns
     with store.read() as conn:
         row = conn.execute(
             sql(
-                "SELECT b.id, b.state, c.session_id FROM inbound_message m"
-                " JOIN admission_batch b ON b.id = m.batch_id JOIN customer c ON c.id = m.customer_id"
+                "SELECT m.state, b.id, b.state, c.session_id FROM inbound_message m"
+                " LEFT JOIN admission_batch b ON b.id = m.batch_id JOIN customer c ON c.id = m.customer_id"
                 " WHERE m.id = :m"
             ),
             {"m": dm.message_id},
         ).first()
-    if row is None or row[1] not in (BatchState.DONE, BatchState.REVOKED):
+    if row is not None and row[0] == MessageState.SUPPRESSED:  # a human took over before it was admitted
+        return DmAnswer(batch_id=row[1] or "", outcome="revoked", texts=[])
+    if row is None or row[2] not in (BatchState.DONE, BatchState.REVOKED):
         return None
-    batch_id, state, session_id = row
+    _, batch_id, state, session_id = row
     texts: list[str] = []
     if state == BatchState.DONE and session_id is not None:
         try:

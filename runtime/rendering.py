@@ -19,6 +19,7 @@ class RenderableMessage(BaseModel):
     content_type: str
     body: str
     received_at: int  # ms since epoch, UTC
+    occurred_at: int | None = None  # the platform's time (a simulation's script time)
 
 
 def content_text(content_type: str, body: str) -> str:
@@ -50,7 +51,8 @@ def label(sender_role: str, sender_name: str | None) -> str:
 
 def shown(message: RenderableMessage, clock: ConversationClock) -> RenderableMessage:
     """The message with its time as the conversation reads it (runtime.clock)."""
-    return message.model_copy(update={"received_at": clock.shown(message.received_at)})
+    at = clock.shown_message(message.received_at, message.occurred_at, message.sender_role)
+    return message.model_copy(update={"received_at": at})
 
 
 def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:

@@ -87,9 +87,10 @@ def operations(store: DeliveryStore) -> Operations:
             sql(
                 f"SELECT count(*), coalesce(sum(latency_ms), 0), {bounds} FROM ("
                 " SELECT t.finished_at - (SELECT min(m.received_at) FROM inbound_message m"
-                "  WHERE m.batch_id = r.batch_id) AS latency_ms"
+                "  WHERE m.batch_id = r.batch_id AND m.sender_role = 'external') AS latency_ms"
                 " FROM outbox_request r JOIN outbox_attempt t ON t.request_id = r.request_id AND t.state = 'sent'"
                 " WHERE r.origin = 'auto' AND r.follows IS NULL)"
+                " WHERE latency_ms IS NOT NULL"  # a reply to the buyer: not to an operator's message alone
             )
         ).one()
     return Operations(

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from runtime.agent.sessions import session_path
-from runtime.clock import conversation_clock
+from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import KefuError
 from runtime.rendering import OPERATOR_DM, content_text, label
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
@@ -31,12 +31,13 @@ Speaker = Literal["buyer", "native-operator", "operator-dm", "assistant", "conso
 _LINES = sql(
     "SELECT * FROM ("
     " SELECT printf('m%019d', id) AS key, received_at AS at, sender_role AS role, sender_name AS name,"
-    "  content_type, body, NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator"
+    "  content_type, body, NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator,"
+    "  occurred_at"
     " FROM inbound_message WHERE customer_id = :c AND sender_role NOT IN ('ai', 'human-console')"
     " UNION ALL"
     " SELECT printf('r%019d', r.rowid), r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
     "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.account_id = r.account_id"
-    "   AND b.platform_message_id = r.platform_message_id), r.operator"
+    "   AND b.platform_message_id = r.platform_message_id), r.operator, NULL"
     " FROM outbox_request r WHERE r.customer_id = :c"
     ") WHERE :at IS NULL OR at < :at OR (at = :at AND key < :key) ORDER BY at DESC, key DESC LIMIT :n"
 )
@@ -45,7 +46,7 @@ _LINES = sql(
 class TranscriptLine(BaseModel):
     key: str  # stable across reloads: the live view replaces lines by it; zero-padded, so it sorts
     at: int  # ms since epoch
-    shown_at: int = 0  # the conversation's own time of `at` (a simulation's script time; else `at`)
+    shown_at: int  # the conversation's own time of `at` (a simulation's script time; else `at`)
     speaker: Speaker
     label: str  # as the agent's history shows it, with the console operator's name
     text: str
@@ -73,6 +74,7 @@ class _Row(BaseModel):
     error_code: str | None
     read: bool
     operator: str | None
+    occurred_at: int | None
 
 
 class TranscriptPage(BaseModel):
@@ -97,17 +99,17 @@ def transcript(
         session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
         clock = conversation_clock(conn, customer_id)
     more = len(rows) > limit
-    lines = [_line(_Row.model_validate(dict(row))) for row in reversed(rows[:limit])]
+    lines = [_line(_Row.model_validate(dict(row)), clock) for row in reversed(rows[:limit])]
     older = lines[0].cursor if more else None
     if sessions_dir is not None and session_id is not None and lines:
         since = lines[0].at if more else 0  # the first page back in time also has what came before any line
         notes = [
-            note for note in agent_notes(sessions_dir, session_id) if since <= note.at and (at is None or note.at < at)
+            note.model_copy(update={"shown_at": clock.shown(note.at)})
+            for note in agent_notes(sessions_dir, session_id)
+            if since <= note.at and (at is None or note.at < at)
         ]
         lines = sorted(lines + notes, key=_order)
-    return TranscriptPage(
-        lines=[line.model_copy(update={"shown_at": clock.shown(line.at)}) for line in lines], older=older
-    )
+    return TranscriptPage(lines=lines, older=older)
 
 
 def _parse_cursor(cursor: str) -> tuple[int, str]:
@@ -142,13 +144,13 @@ def agent_notes(sessions_dir: Path, session_id: str) -> list[TranscriptLine]:
 
 def _note(at: int, key: str, text: str, calls: list[str] | None = None) -> TranscriptLine:
     label = "[agent, for operators]"
-    return TranscriptLine(key=key, at=at, speaker="agent-note", label=label, text=text, calls=calls or [])
+    return TranscriptLine(key=key, at=at, shown_at=at, speaker="agent-note", label=label, text=text, calls=calls or [])
 
 
 _INBOUND_SPEAKERS: dict[str, Speaker] = {"human-native": "native-operator", OPERATOR_DM: "operator-dm"}
 
 
-def _line(row: _Row) -> TranscriptLine:
+def _line(row: _Row, clock: ConversationClock) -> TranscriptLine:
     text = content_text(row.content_type, row.body)
     speaker: Speaker
     if row.request_id is None:
@@ -164,6 +166,7 @@ def _line(row: _Row) -> TranscriptLine:
     return TranscriptLine(
         key=row.key,
         at=row.at,
+        shown_at=clock.shown_message(row.at, row.occurred_at, row.role),
         speaker=speaker,
         label=shown,
         text=text,
@@ -181,6 +184,7 @@ def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, 
             sql(
                 "SELECT (SELECT max(id) FROM inbound_message WHERE customer_id = :c),"
                 " (SELECT max(updated_at) FROM outbox_request WHERE customer_id = :c),"
+                " (SELECT max(updated_at) FROM admission_batch WHERE customer_id = :c),"  # a turn that only spoke
                 " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
                 " handling_paused, handling_reason FROM customer WHERE id = :c"
             ),

@@ -85,9 +85,14 @@ def new_instance(
 ) -> SimInstance:
     """A paired instance (with the model's `persona`) or a manual one, on a simulator account's
     direct route; the sample shop is made on first use of its route."""
+    if persona is not None and not persona.strip():
+        raise SimulationError("KEFU_SIMULATION_INVALID", "the persona is empty", "write who the model plays")
     if route_id == f"{SAMPLE_SHOP}-direct":
         ensure_sample_shop(store)
-    return platform.new_instance(route_account(store, route_id), "paired" if persona else "manual", name, persona)
+    account_id = route_account(store, route_id)
+    if persona is None:
+        return platform.new_instance(account_id, "manual", name)
+    return platform.new_instance(account_id, "paired", name, persona)
 
 
 def say_as_buyer(platform: SimulatedPlatform, instance: SimInstance, text: str) -> list[str]:

@@ -95,7 +95,7 @@ class InboundMessageRow(SQLModel):
     platform_message_id: str
     sender_id: str
     sender_name: str | None = None
-    sender_role: str  # external | human-native | human-console | ai
+    sender_role: str  # external | human-native | human-console | ai (classified); operator-dm (runtime.operator_dm)
     content_type: str  # text | markdown | image | unsupported
     body: str
     occurred_at: int

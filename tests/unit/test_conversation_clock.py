@@ -111,3 +111,22 @@ def test_memory_folders_of_a_scripted_conversation_carry_script_times(store, set
     folders = memory.store.folders(scope_of(customer))
     assert folders  # archived, and dated in the script's June 2025, not today
     assert all(start <= f.event_from <= f.event_to < start + len(texts) * DAY_MS for f in folders)
+
+
+def test_one_page_with_two_script_times_keeps_each_message_on_its_own(store, settings, shop, transport, platform):
+    tuesday, friday = script_ms("2026-03-03T09:00:00+08:00"), script_ms("2026-03-06T18:00:00+08:00")
+    messages = [
+        platform.buyer_says("shop", "b1", "张三", "周二的问题", at_ms=tuesday),
+        platform.buyer_says("shop", "b1", "张三", "周五的问题", at_ms=friday),
+    ]
+    customer = ingest_page(store, transport.page_of("shop", messages)).customer_ids[0]
+    first = answer(store, settings, customer)
+    assert batches(settings, first.session_id)[0].splitlines()[:2] == [
+        "[2026-03-03 09:00] [counterpart 张三] 周二的问题",
+        "[2026-03-06 18:00] [counterpart 张三] 周五的问题",
+    ]
+    page = transcript(store, customer, sessions_dir=settings.sessions_dir)
+    shown = [(line.text, f"{datetime.fromtimestamp(line.shown_at / 1000, ZONE):%m-%d}") for line in page.lines]
+    assert shown[:2] == [("周二的问题", "03-03"), ("周五的问题", "03-06")]
+    later = {day for line, (_, day) in zip(page.lines, shown, strict=True) if line.speaker != "buyer"}
+    assert later == {"03-06"}  # what the shop did after the page: on the page's latest script time

@@ -19,6 +19,8 @@ from runtime.operator_dm import OperatorDmRequest, accept_operator_dm, answer_of
 from runtime.rendering import RenderableMessage, render_inputs
 from runtime.session_log import SessionLog, UserMessage
 from runtime.status import is_quiet
+from runtime.store.sql import sql
+from runtime.transcript import transcript_version
 
 ZONE = ZoneInfo("Asia/Shanghai")
 
@@ -72,6 +74,22 @@ def test_a_dm_is_refused_while_a_human_handles_the_conversation(store, shop, tra
         accept_operator_dm(store, dm(customer, "请更简洁"))
 
 
+def test_a_dm_is_refused_in_a_real_buyers_conversation(store, shop, transport, platform):
+    customer = say(store, transport, platform, "你好")
+    with store.write() as conn:  # the same conversation, as if on a real platform's account
+        conn.execute(sql("UPDATE account SET simulated = 0 WHERE id = :a"), {"a": shop})
+    with pytest.raises(KefuError, match="KEFU_SIMULATION_REAL_ACCOUNT"):
+        accept_operator_dm(store, dm(customer, "请更简洁"))
+
+
+def test_a_dm_waiting_when_a_human_takes_over_is_answered_as_revoked(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "你好")
+    accepted = accept_operator_dm(store, dm(customer, "请更简洁"))
+    pause_handling(store, customer, "operator")  # before admission: the DM is suppressed with the buyer's line
+    answer = answer_of(store, settings.sessions_dir, accepted)
+    assert answer is not None and answer.outcome == "revoked" and answer.texts == []
+
+
 def test_the_agent_answers_a_dm_to_the_operator_and_sends_nothing(store, settings, shop, transport, platform):
     customer = say(store, transport, platform, "你好")
     evaluate(store, customer, 1000)
@@ -83,8 +101,10 @@ def test_the_agent_answers_a_dm_to_the_operator_and_sends_nothing(store, setting
     assert not is_quiet(store)  # a DM waiting for the agent is work in flight
     assert answer_of(store, settings.sessions_dir, accepted) is None
     assert evaluate(store, customer, 1000).reason == "admitted"  # alone, without any buyer line
+    version = transcript_version(store, customer)
     result = turn(store, settings, customer, registered)
     assert result.outcome == "complete" and len(registered) == 1  # nothing more for the buyer
+    assert transcript_version(store, customer) != version  # the live view shows the answer, which sent nothing
     answer = answer_of(store, settings.sessions_dir, accepted)
     assert answer is not None and answer.outcome == "done"
     assert len(answer.texts) == 1 and answer.texts[0].startswith("（回复运营人员）顾客这样问时，我会回答：")

@@ -167,3 +167,14 @@ def test_a_simulation_never_touches_a_real_account_and_groups_report_no_reads(st
     asked = platform.buyer_says("shop", "b2", "李四", "@店铺 在吗", group="g1", mention=True)
     platform.receive_send("shop", asked.conversation_id, None, "在的", "req-1")
     assert platform.buyer_reads(asked.conversation_id) == 0
+
+
+def test_an_empty_persona_is_refused_rather_than_making_a_manual_instance(store, tmp_path: Path) -> None:
+    from worker.simulation import SAMPLE_SHOP
+    from worker.simulation_instances import SimulationError, new_instance
+
+    platform = SimulatedPlatform(tmp_path / "platform.sqlite")
+    with pytest.raises(SimulationError, match="KEFU_SIMULATION_INVALID"):
+        new_instance(store, platform, f"{SAMPLE_SHOP}-direct", "小美", " \n")
+    assert platform.instances() == []
+    assert new_instance(store, platform, f"{SAMPLE_SHOP}-direct", "小美").kind == "manual"
