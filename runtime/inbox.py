@@ -19,6 +19,7 @@ import json
 import sqlite3
 from typing import Any
 
+from runtime.erasure import without_erased
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
 from runtime.store.connection import Connection
@@ -54,6 +55,7 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
             ).fetchone()
             if (row[0] if row else None) != fetched_after:
                 return False
+        page = without_erased(db, page)  # an erased buyer's redelivered words are never kept again
         inserted = db.execute(  # unless it was committed before (its record may be forgotten since)
             "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
             " published_at) SELECT ?1, ?2, ?3, ?4, ?5, ?5 WHERE NOT EXISTS (SELECT 1 FROM page_receipt"

@@ -23,6 +23,7 @@ from typing import Any
 
 from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
+from runtime.erasure import without_erased
 from runtime.errors import KefuError
 from runtime.inbox import advance_cursor, mark_ingested
 from runtime.input_pause import PAUSED_OR_HELD_COLUMNS, held_unless_paused, release_held
@@ -120,6 +121,7 @@ def ingest_page(
         result = IngestResult(page.page_op_id, replayed=False)
         touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
         rows: list[tuple[Any, ...]] = []
+        page = without_erased(db, page)  # the page as recorded as ingested, too
         for group in page.groups:
             upserted, group_rows = _upsert_group(db, page, group, origin, store.customer_id_base)
             rows += group_rows

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.accounts import require_account
+from runtime.erasure import without_erased
 from runtime.errors import KefuError
 from runtime.inbox import record_received
 from runtime.pages import InboundPage
@@ -134,6 +135,7 @@ def hold_page(store: DeliveryStore, page: InboundPage) -> bool:
     with store.write() as conn:
         if not is_paused(conn, page.account_id):
             return False
+        page = without_erased(conn.dbapi, page)
         conn.execute(
             sql(
                 "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"

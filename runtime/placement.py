@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sqlite3
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -39,6 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from runtime.agent.memory import scope_of
 from runtime.agent.sessions import damaged_folder
 from runtime.credentials import stored_secret
+from runtime.customer_files import drop_files, session_files
 from runtime.errors import AccountUnknown, KefuError, invalid_fields
 from runtime.memory.store import SCHEMA, MemoryStore, ScopeRows
 from runtime.states import PlacementState
@@ -122,6 +122,7 @@ TABLES: tuple[_Table, ...] = (
     _Table("read_check", _OF_REQUEST, None),
     _Table("buyer_read", _OWN),
     _Table("reader_watermark", _OF_CUSTOMER, None),
+    _Table("erasure", _OWN),  # erased buyers stay erased on the account's new shard
 )
 _BY_NAME = {t.name: t for t in TABLES}
 # What a column refers to, in every table that has it; kept as it is, checked to be the slice's.
@@ -298,7 +299,7 @@ def export_slice(
         exported_at=now_ms(),
         tables=tables,
         sessions={
-            str(p.relative_to(sessions_dir)): _text(p.read_bytes()) for p in _session_files(sessions_dir, customers)
+            str(p.relative_to(sessions_dir)): _text(p.read_bytes()) for p in session_files(sessions_dir, customers)
         },
         memory=_export_memory(memory, images_dir, customers),
         media=media_rows,
@@ -319,12 +320,6 @@ def _export_memory(memory: MemoryStore | None, images_dir: Path | None, customer
             if images_dir is not None and path.is_relative_to(images_dir) and path.is_file():
                 out.image_files[f"{scope}/{path.name}"] = _text(path.read_bytes())
     return out
-
-
-def _session_files(sessions_dir: Path, customers: Iterable[int]) -> list[Path]:
-    """Every session log of these customers, damaged ones kept aside included."""
-    folders = (sessions_dir, damaged_folder(sessions_dir))
-    return [p for c in customers for f in folders for p in sorted(f.glob(f"s{c}-*.jsonl.zst"))]
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -422,7 +417,7 @@ def import_slice(
         recorded = conn.execute(select, {"o": op_id}).first()
         # a tombstone's customers here: their files go before their rows
         earlier = _refuse(conn, slice_, credential, sessions_dir) if recorded is None else []
-    _drop_files(memory, sessions_dir, images_dir, earlier)
+    drop_files(memory, sessions_dir, images_dir, earlier)
     try:
         with store.write() as conn:
             recorded = conn.execute(select, {"o": op_id}).first()
@@ -545,16 +540,6 @@ def _delete_rows(conn: Connection, account_id: str, keep_pending: bool) -> None:
         conn.execute(sql(unused), {"s": sha256})
 
 
-def _drop_files(memory: MemoryStore | None, sessions_dir: Path, images_dir: Path | None, customers: list[int]) -> None:
-    for path in _session_files(sessions_dir, customers):
-        path.unlink(missing_ok=True)
-    for scope in map(scope_of, customers):
-        if memory is not None:
-            memory.delete_scope(scope)
-        if images_dir is not None:
-            shutil.rmtree(images_dir / scope, ignore_errors=True)
-
-
 def remove_slice(
     store: DeliveryStore,
     memory: MemoryStore | None,
@@ -569,7 +554,7 @@ def remove_slice(
     forwarded), and a 'moved' placement. Calling it again changes nothing."""
     with store.read() as conn:
         customers = _customers(conn, account_id)
-    _drop_files(memory, sessions_dir, images_dir, customers)
+    drop_files(memory, sessions_dir, images_dir, customers)
     with store.write() as conn:
         _delete_rows(conn, account_id, keep_pending=True)
         _place(conn, account_id, moved_to, generation, PlacementState.MOVED)
@@ -592,7 +577,7 @@ def discard_import(
         customers = _customers(conn, account_id) if account_id is not None else []
     if account_id is None:
         return False
-    _drop_files(memory, sessions_dir, images_dir, customers)
+    drop_files(memory, sessions_dir, images_dir, customers)
     with store.write() as conn:
         if conn.execute(importing, args).scalar() != account_id:
             return False

@@ -575,6 +575,19 @@ class MemoryStore:
         with self._write() as db:
             return self._delete_scope(db, scope)
 
+    def erase_scope(self, scope: str) -> int:
+        """`delete_scope` for an erasure request: the deleted content is overwritten in the file,
+        and the write-ahead log, which still holds it, is emptied."""
+        db = self._connection()
+        previous = int(db.execute("PRAGMA secure_delete").fetchone()[0])
+        db.execute("PRAGMA secure_delete = ON")
+        try:
+            removed = self.delete_scope(scope)
+        finally:
+            db.execute(f"PRAGMA secure_delete = {previous}")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return removed
+
     @staticmethod
     def _delete_scope(db: sqlite3.Connection, scope: str) -> int:
         of_scope = "folder_id IN (SELECT id FROM folder WHERE scope = ?)"

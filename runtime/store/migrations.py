@@ -514,5 +514,25 @@ V17 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16, V17)
+V18 = Migration(
+    18,
+    "tombstones of erased buyers (runtime.erasure), and a customer's batches by an index",
+    (
+        """CREATE TABLE erasure (
+            erased_customer INTEGER PRIMARY KEY,  -- customer ids are never given again
+            account_id TEXT NOT NULL,
+            conversation_key TEXT NOT NULL,  -- sha256 of the conversation id: known again, not kept
+            conversation_type TEXT NOT NULL,
+            through_ms INTEGER NOT NULL,  -- the newest erased message's platform time
+            erased_at INTEGER NOT NULL,
+            operator TEXT NOT NULL,
+            counts TEXT NOT NULL  -- JSON: what went, per store
+        )""",
+        "CREATE INDEX erasure_by_conversation ON erasure (account_id, conversation_key)",
+        # Erasing reads a customer's batches in every state (batch_open holds only open ones).
+        "CREATE INDEX batch_by_customer ON admission_batch (customer_id)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16, V17, V18)
 LATEST_VERSION = MIGRATIONS[-1].version

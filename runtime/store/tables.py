@@ -432,3 +432,20 @@ class PlacementImport(SQLModel):
 
 class PlacementImportTable(PlacementImport, table=True):
     __tablename__ = "placement_import"
+
+
+class Erasure(SQLModel):
+    """The tombstone an erased buyer leaves (runtime.erasure): who, when and how much, never what."""
+
+    erased_customer: int = Field(primary_key=True)
+    account_id: str
+    conversation_key: str  # sha256 of the conversation id
+    conversation_type: str
+    through_ms: int  # platform messages of the conversation up to this time are never stored again
+    erased_at: int
+    operator: str
+    counts: str  # JSON of runtime.erasure.ErasureCounts
+
+
+class ErasureTable(Erasure, table=True):
+    __tablename__ = "erasure"

@@ -25,6 +25,7 @@ from runtime.agent.sessions import damaged_folder, session_path
 from runtime.agent.turn import run_turn
 from runtime.credentials import save_credentials
 from runtime.customers import ack_customer_read
+from runtime.erasure import erase_customer
 from runtime.errors import KefuError
 from runtime.inbox import record_received
 from runtime.ingest import ingest_page
@@ -458,3 +459,13 @@ def test_a_moved_slice_raises_none_of_its_alerts_again(source: Shard, target: Sh
     assert rows(target.store, "SELECT state FROM outbox_request WHERE request_id = 'op-1'") == [("result-unknown",)]
     assert rows(target.store, "SELECT handed_off FROM customer WHERE id = ?", c=source.customer) == [(1,)]
     assert rows(target.store, "SELECT count(*) FROM alert") == [(0,)]  # raised where they happened, once
+
+
+def test_an_erased_buyer_stays_erased_on_the_accounts_new_shard(source: Shard, target: Shard) -> None:
+    [erased] = rows(source.store, "SELECT id FROM customer WHERE account_id = 'shop' AND conversation_id LIKE '%b2%'")
+    erase_customer(*source.dirs[:3], None, erased[0], "tester")
+    slice_ = moved_slice(source)
+    assert [r["erased_customer"] for r in slice_.tables["erasure"]] == [erased[0]]
+    import_slice(*target.dirs, slice_, "move-1", "shard-b", secret_of(source))
+    assert rows(target.store, "SELECT erased_customer, operator FROM erasure") == [(erased[0], "tester")]
+    assert not any("b2" in name for name in slice_.sessions)

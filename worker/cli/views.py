@@ -1,4 +1,4 @@
-"""Read-only views: settings, stage counts, checkpoints, customers, history."""
+"""Read-only views: settings, stage counts, checkpoints, history."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from worker.cli.common import (
     hint_simulation,
     open_store,
     operator_errors,
-    print_rows,
     print_table,
     report_source,
     shop_time,
@@ -171,34 +170,6 @@ def checkpoint(
             simulated = checkpoint_views(open_store(), account, "simulation")
         if simulated:
             hint_simulation("checkpoints", "checkpoint" + (f" --account {account}" if account else ""))
-
-
-@cli.command()
-def customers(
-    search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
-    account: Annotated[str | None, typer.Option(help="only this account")] = None,
-    source: SourceOption = "real",
-    reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="customers per page")] = 50,
-    before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
-) -> None:
-    """Customers (conversations), most recently active first, with the buyer's name and newest line."""
-    from runtime.customers import list_customers
-
-    kind = report_source(source)
-    store = open_store()
-    with operator_errors():
-        rows = list_customers(store, kind, account, search, limit + 1, reader, before)
-    page, more = rows[:limit], len(rows) > limit
-    columns = ["id", "name", "preview", "unread", "handling_paused", "last_activity_at"]
-    print_rows(page, as_json, f"{source} customers", columns, flexible="preview")
-    if as_json:
-        return
-    if more:
-        console.print(f"(older: kefu customers --source {source} --before {page[-1].cursor})", soft_wrap=True)
-    if not page and kind == "real" and before is None and list_customers(store, "simulation", limit=1):
-        hint_simulation("customers", "customers")
 
 
 @cli.command()
