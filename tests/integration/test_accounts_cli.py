@@ -78,3 +78,31 @@ def test_an_operator_adds_a_dingtalk_robot_and_its_routes(kefu, fake_dingtalk):
     assert "account ding deleted" in kefu("accounts", "delete", "ding").stdout
     assert json.loads(kefu("accounts", "list", "--json").stdout) == []
     assert json.loads(kefu("routes", "list", "--json").stdout) == []
+
+
+def test_credentials_rotate_without_deleting_and_a_deleted_id_comes_back_with_its_identity(kefu, fake_dingtalk):
+    assert kefu(*add_args(fake_dingtalk), KEFU_SETUP_SECRET=fake_dingtalk.client_secret).returncode == 0
+    assert kefu("routes", "add", "d1", "--account", "ding", "--type", "direct").returncode == 0
+    old_secret, fake_dingtalk.client_secret = fake_dingtalk.client_secret, "ding-secret-rotated"  # rotated on DingTalk
+    refused = kefu("accounts", "renew", "ding", KEFU_SETUP_SECRET=old_secret)
+    assert refused.returncode == 2 and "KEFU_ACCOUNT_IDENTITY_UNVERIFIED" in refused.stdout
+    wrong_option = kefu("accounts", "renew", "ding", "--app-key", "k", KEFU_SETUP_SECRET=fake_dingtalk.client_secret)
+    assert wrong_option.returncode == 2 and "KEFU_INVALID_INPUT" in wrong_option.stdout
+    stale = kefu("accounts", "renew", "ding", "--revision", "0", KEFU_SETUP_SECRET=fake_dingtalk.client_secret)
+    assert stale.returncode == 2 and "KEFU_REVISION_CONFLICT" in stale.stdout
+    renewed = kefu("accounts", "renew", "ding", KEFU_SETUP_SECRET=fake_dingtalk.client_secret)
+    assert renewed.returncode == 0 and "credentials renewed and verified (revision 2)" in renewed.stdout
+    for result in (refused, renewed):
+        assert fake_dingtalk.client_secret not in result.stdout + result.stderr and old_secret not in result.stdout
+    [account] = json.loads(kefu("accounts", "list", "--json").stdout)
+    assert (account["revision"], account["connection_intent"]) == (2, "connected")
+    assert [r["id"] for r in json.loads(kefu("routes", "list", "--json").stdout)] == ["d1"]  # routes stay
+
+    assert "account ding deleted" in kefu("accounts", "delete", "ding").stdout
+    another_robot = [arg if arg != fake_dingtalk.robot_code else "another-robot" for arg in add_args(fake_dingtalk)]
+    other = kefu(*another_robot[:-2], "op-add-other", "--yes", KEFU_SETUP_SECRET=fake_dingtalk.client_secret)
+    assert other.returncode == 2 and "KEFU_ACCOUNT_EXISTS" in other.stdout  # the id's history is another robot's
+    again = kefu(*add_args(fake_dingtalk, op="op-add-again"), KEFU_SETUP_SECRET=fake_dingtalk.client_secret)
+    assert again.returncode == 0 and "account ding saved" in again.stdout, again.stdout + again.stderr
+    [account] = json.loads(kefu("accounts", "list", "--json").stdout)
+    assert (account["id"], account["identity"], account["revision"]) == ("ding", "ding-robot", 4)

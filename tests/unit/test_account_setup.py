@@ -111,3 +111,31 @@ def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_h
     setups = AccountSetups(ttl_ms=300_000)
     again = AccountSpec(id="shop-2", platform="simulator", identity="seller-1")
     assert setups.confirm(store, setups.preview(store, again, {}, ok).setup_id, "op-again").identity == "seller-1"
+
+
+def test_a_deleted_account_added_again_with_its_identity_is_restored_with_its_history(store, shop, transport, platform):
+    from runtime.accounts import delete_account, renew_account
+    from runtime.ingest import ingest_page
+
+    [first] = ingest_page(
+        store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")])
+    ).customer_ids
+    delete_account(store, shop, 1, "op-del")
+    setups = AccountSetups(ttl_ms=300_000)
+    other = AccountSpec(id=shop, platform="simulator", identity="seller-9")
+    with pytest.raises(KefuError, match="KEFU_ACCOUNT_EXISTS"):  # the id's history is seller-1's
+        setups.preview(store, other, {}, ok)
+    same = AccountSpec(id=shop, platform="simulator", identity="seller-1")
+    restored = setups.confirm(store, setups.preview(store, same, {}, ok).setup_id, "op-again")
+    assert (restored.identity, restored.deleted_at, restored.revision) == ("seller-1", None, 3)
+    [again] = ingest_page(
+        store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "还在吗")])
+    ).customer_ids
+    assert again == first  # the same conversation, its earlier line with it
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 2
+    assert renew_account(store, shop, 3, {"secret": "new"}, "op-renew") == 4
+    assert renew_account(store, shop, 3, {"secret": "new"}, "op-renew") == 4  # replayed
+    assert load_credentials(store, shop) == {"secret": "new"}
+    with pytest.raises(KefuError, match="KEFU_REVISION_CONFLICT"):
+        renew_account(store, shop, 3, {"secret": "newer"}, "op-renew-2")

@@ -27,6 +27,8 @@ from worker.cli.common import (
 
 if TYPE_CHECKING:
     from runtime.accounts import AccountSpec
+    from transports.dingtalk import DingTalkCredentials
+    from transports.wangwang import WangwangCredentials
 
 accounts = typer.Typer(no_args_is_help=True, help="Platform accounts.")
 cli.add_typer(accounts, name="accounts")
@@ -67,23 +69,14 @@ def add_dingtalk(
 ) -> None:
     """A DingTalk robot (Stream mode): DingTalk must issue a token for the app's credentials."""
     from runtime.accounts import AccountSpec
-    from runtime.ports import SendFailure
-    from transports.dingtalk import DingTalkCredentials, DingTalkTransport
+    from transports.dingtalk import DingTalkCredentials
 
     with operator_errors():
         credentials = DingTalkCredentials(
             client_id=client_id, client_secret=_secret(secret_env, "ClientSecret"), robot_code=robot_code
         )
         spec = AccountSpec(id=account, platform="dingtalk", identity=robot_code, workspace=workspace)
-        transport = DingTalkTransport(current_settings().dingtalk, lambda _: credentials)
-
-        def verify() -> None:
-            try:
-                transport.check_identity(credentials)
-            except SendFailure as failure:
-                raise _unverified("DingTalk", failure.code, "check the app's ClientID and ClientSecret") from None
-
-        _preview_and_confirm(spec, credentials.storable(), verify, op_id, yes)
+        _preview_and_confirm(spec, credentials.storable(), lambda: _verify_dingtalk(credentials), op_id, yes)
 
 
 @add.command("wangwang")
@@ -100,8 +93,7 @@ def add_wangwang(
 ) -> None:
     """A Wangwang shop behind its bridge: the bridge must accept the signature and serve the seller."""
     from runtime.accounts import AccountSpec
-    from transports.wangwang import WangwangCredentials, WangwangTransport
-    from transports.wangwang.client import GatewayFailure
+    from transports.wangwang import WangwangCredentials
 
     with operator_errors():
         credentials = WangwangCredentials(
@@ -112,17 +104,29 @@ def add_wangwang(
             sign_method=sign_method,  # type: ignore[arg-type]  # a str from Typer; pydantic checks it
         )
         spec = AccountSpec(id=account, platform="wangwang", identity=seller_id, workspace=workspace)
-        transport = WangwangTransport(lambda _: credentials, current_settings().wangwang.timeout_s)
+        _preview_and_confirm(spec, credentials.storable(), lambda: _verify_wangwang(credentials), op_id, yes)
 
-        def verify() -> None:
-            try:
-                transport.check_identity(credentials)
-            except GatewayFailure as failure:
-                raise _unverified(
-                    "the bridge", failure.kefu_code, "check the URL, app key, secret and seller id"
-                ) from None
 
-        _preview_and_confirm(spec, credentials.storable(), verify, op_id, yes)
+def _verify_dingtalk(credentials: DingTalkCredentials) -> None:
+    """DingTalk must issue a token for the app's credentials."""
+    from runtime.ports import SendFailure
+    from transports.dingtalk import DingTalkTransport
+
+    try:
+        DingTalkTransport(current_settings().dingtalk, lambda _: credentials).check_identity(credentials)
+    except SendFailure as failure:
+        raise _unverified("DingTalk", failure.code, "check the app's ClientID and ClientSecret") from None
+
+
+def _verify_wangwang(credentials: WangwangCredentials) -> None:
+    """The bridge must accept the signature and serve the seller."""
+    from transports.wangwang import WangwangTransport
+    from transports.wangwang.client import GatewayFailure
+
+    try:
+        WangwangTransport(lambda _: credentials, current_settings().wangwang.timeout_s).check_identity(credentials)
+    except GatewayFailure as failure:
+        raise _unverified("the bridge", failure.kefu_code, "check the URL, app key, secret and seller id") from None
 
 
 def _unverified(who: str, code: str, action: str) -> KefuError:
@@ -261,3 +265,52 @@ def delete(
                 revision = require_account(conn, account).revision
         delete_account(store, account, revision, op_id or f"account-delete-{uuid.uuid4().hex[:12]}")
     console.print(f"account {account} deleted; its history stays")
+
+
+@accounts.command()
+def renew(
+    account: str,
+    secret_env: SecretEnv = "KEFU_SETUP_SECRET",
+    client_id: Annotated[str | None, typer.Option(help="DingTalk: a new ClientID (default: the stored one)")] = None,
+    app_key: Annotated[str | None, typer.Option(help="Wangwang: a new app key (default: the stored one)")] = None,
+    gateway_url: Annotated[
+        str | None, typer.Option(help="Wangwang: a new bridge URL (default: the stored one)")
+    ] = None,
+    revision: Annotated[int | None, typer.Option(help="the revision you looked at (default: the current one)")] = None,
+    op_id: OpId = None,
+) -> None:
+    """Rotate an account's credentials without deleting it: the new secret is verified with the
+    platform for the account's own identity first; routes, history and cursors stay, and its
+    listener restarts on the new credentials."""
+    from runtime.accounts import renew_account, require_account
+    from runtime.credentials import load_credentials
+    from transports.dingtalk import DingTalkCredentials
+    from transports.wangwang import WangwangCredentials
+
+    store = open_store()
+    with operator_errors():
+        with store.read() as conn:
+            found = require_account(conn, account)
+        stored = load_credentials(store, account) if found.platform != "simulator" else {}
+        given = {"client_id": client_id, "app_key": app_key, "gateway_url": gateway_url}
+        allowed = {"dingtalk": {"client_id"}, "wangwang": {"app_key", "gateway_url"}}.get(found.platform, set())
+        if wrong := sorted(k for k, v in given.items() if v is not None and k not in allowed):
+            raise KefuError(
+                "KEFU_INVALID_INPUT", f"--{wrong[0].replace('_', '-')} is not an option of a {found.platform} account"
+            )
+        fresh = {**stored, **{k: v for k, v in given.items() if v is not None}}
+        if found.platform == "dingtalk":
+            fresh |= {"client_secret": _secret(secret_env, "new ClientSecret"), "robot_code": found.identity}
+            dingtalk = DingTalkCredentials.model_validate(fresh)
+            _verify_dingtalk(dingtalk)
+            storable = dingtalk.storable()
+        elif found.platform == "wangwang":
+            fresh |= {"app_secret": _secret(secret_env, "new app secret"), "seller_id": found.identity}
+            wangwang = WangwangCredentials.model_validate(fresh)
+            _verify_wangwang(wangwang)
+            storable = wangwang.storable()
+        else:
+            raise KefuError("KEFU_INVALID_INPUT", f"account {account!r} is simulated: it has no credentials to renew")
+        op_id = op_id or f"account-renew-{uuid.uuid4().hex[:12]}"
+        renewed = renew_account(store, account, found.revision if revision is None else revision, storable, op_id)
+    console.print(f"account {account}: credentials renewed and verified (revision {renewed}); its listener restarts")
