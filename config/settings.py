@@ -58,6 +58,9 @@ class OpenAISettings(_Section):
     # Attempts per model call; transient failures (429, 5xx, timeouts) back off exponentially.
     max_attempts: int = Field(4, ge=1, le=10)
     retry_backoff_s: float = Field(1.0, ge=0, le=60)
+    # The model takes images (checked with the provider when a worker starts): buyers' images go
+    # to it as image content for `KEFU_AGENT__IMAGE_ROUNDS` turns; otherwise they read `[image]`.
+    vision: bool = False
 
     @property
     def longest_call_s(self) -> float:
@@ -79,6 +82,9 @@ class AgentSettings(_Section):
     # a dead holder's lease expires. It must outlive one model call (checked at startup).
     turn_lease_s: float = Field(600.0, ge=1, le=86_400)
     context_window_tokens: int | None = Field(None, ge=1000, le=10_000_000)
+    # With a vision model: the turns a buyer's image stays in the model's view as an image
+    # (older ones read `[image]` again, so a long conversation does not carry every picture).
+    image_rounds: int = Field(3, ge=0, le=100)
     openai: OpenAISettings = OpenAISettings()
 
 

@@ -235,7 +235,7 @@ def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: t
 def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
     rows = conn.execute(
         sql(
-            "SELECT sender_role, sender_name, content_type, body, received_at, occurred_at FROM inbound_message"
+            "SELECT id, sender_role, sender_name, content_type, body, received_at, occurred_at FROM inbound_message"
             " WHERE batch_id = :b ORDER BY id"
         ),
         {"b": batch_id},

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from runtime.agent.memory import scope_of
 from runtime.customer_files import drop_files, image_files, leftover_files, session_files
 from runtime.errors import CustomerUnknown, KefuError
+from runtime.inbound_media import STORED_SHA256
 from runtime.leases import Fence, LeaseBusy, new_owner
 from runtime.memory.store import MemoryStore
 from runtime.pages import ConversationGroup, InboundPage
@@ -125,9 +126,14 @@ _COUNTS = sql(
     f" (SELECT count(*) FROM alert WHERE customer_id = :c OR {_OF_REQUESTS}),"
     " (SELECT coalesce(max(occurred_at), 0) FROM inbound_message WHERE customer_id = :c)"
 )
+# The media only this customer's messages use: files its replies sent, images its buyer sent.
 _MEDIA = sql(
-    "SELECT DISTINCT media_sha256 FROM outbox_request r WHERE customer_id = :c AND media_sha256 IS NOT NULL"
-    " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.media_sha256 = r.media_sha256 AND o.customer_id != :c)"
+    "SELECT sha256 FROM (SELECT media_sha256 AS sha256 FROM outbox_request WHERE customer_id = :c"
+    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE customer_id = :c AND content_type = 'image')"
+    " WHERE sha256 IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.media_sha256 = sha256 AND o.customer_id != :c)"
+    f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {STORED_SHA256} = sha256"
+    "  AND customer_id != :c)"
 )
 _IN_PAGE = (
     " AND EXISTS (SELECT 1 FROM json_each(page, '$.groups') WHERE json_extract(value, '$.conversation_id') = :conv)"

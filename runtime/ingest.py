@@ -25,6 +25,7 @@ from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
 from runtime.erasure import without_erased
 from runtime.errors import KefuError
+from runtime.inbound_media import PENDING as PENDING_IMAGE
 from runtime.inbox import advance_cursor, mark_ingested
 from runtime.input_pause import PAUSED_OR_HELD_COLUMNS, held_unless_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
@@ -83,6 +84,8 @@ class IngestResult:
     # With `admit_batch_size`: admission decided in the page's own transaction; the customers
     # whose batch (claimed now, or open already) has a turn to run.
     turns_due: list[int] | None = None
+    # Image messages stored now, whose bytes are still to fetch (runtime.inbound_media).
+    images: list[int] = field(default_factory=list)
 
 
 def _body(message: InboundMessage) -> str:
@@ -129,6 +132,8 @@ def ingest_page(
                 touched[upserted.row["id"]] = upserted
         # The page's messages in one statement: each group's echoes were settled above first.
         result.rows_written = max(db.executemany(_INSERT_MESSAGE, rows).rowcount, 0)
+        if any(m.content.type == "image" for group in page.groups for m in group.messages):
+            result.images = _images_to_fetch(db, page)
         result.customer_ids = list(touched)
         _commit_page(db, page, held)
         if admit_batch_size is not None and touched:
@@ -136,6 +141,20 @@ def ingest_page(
             decisions = ((c, decide(conn, c, admit_batch_size, u.known(serving))) for c, u in touched.items())
             result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
     return result
+
+
+def _images_to_fetch(db: sqlite3.Connection, page: InboundPage) -> list[int]:
+    keys = [
+        (page.account_id, group.conversation_id, m.platform_message_id)
+        for group in page.groups
+        for m in group.messages
+        if m.content.type == "image"
+    ]
+    query = (
+        f"SELECT id FROM inbound_message WHERE {PENDING_IMAGE}"
+        " AND account_id = ? AND conversation_id = ? AND platform_message_id = ?"
+    )
+    return [row[0] for key in keys for row in db.execute(query, key)]
 
 
 def _row(cursor: sqlite3.Cursor) -> dict[str, Any] | None:

@@ -39,12 +39,34 @@ class ImageContent(_Model):
     ref: Id  # provider download code or media id; never inline bytes
 
 
+class FileContent(_Model):
+    type: Literal["file"] = "file"
+    ref: Id  # provider download code
+    name: str = Field(min_length=1, max_length=256)
+
+
+class VoiceContent(_Model):
+    type: Literal["voice"] = "voice"
+    ref: Id | None = None
+    recognition: str | None = Field(None, max_length=65_536)  # the platform's own speech-to-text
+    duration_ms: int | None = Field(None, ge=0)
+
+
+class VideoContent(_Model):
+    type: Literal["video"] = "video"
+    ref: Id
+    duration_ms: int | None = Field(None, ge=0)
+
+
 class UnsupportedContent(_Model):
     type: Literal["unsupported"] = "unsupported"
     platform_type: Id
 
 
-Content = Annotated[TextContent | MarkdownContent | ImageContent | UnsupportedContent, Field(discriminator="type")]
+Content = Annotated[
+    TextContent | MarkdownContent | ImageContent | FileContent | VoiceContent | VideoContent | UnsupportedContent,
+    Field(discriminator="type"),
+]
 
 
 class InboundMessage(_Model):

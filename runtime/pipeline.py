@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runtime import leases
+from runtime import inbound_media, leases
 from runtime.admission import batches_left_open, customers_waiting, customers_waiting_in, evaluate
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError, PageRejected, invalid_fields
@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 ATTEMPT_BACKOFF_S = (1, 2, 5, 10, 30, 60)
 MAX_THROTTLE_WAIT_S = 600
 RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the rest
+IMAGE_BACKOFF_S = 5.0  # times the attempts so far, between tries of an image fetch
 
 
 # --- follow-up work ------------------------------------------------------------------------
@@ -115,7 +116,13 @@ class Archive:
     customer_id: int
 
 
-FollowUp = Ingest | RecordRead | Admit | RunTurn | Attempt | Settle | Archive
+@dataclass(frozen=True)
+class FetchImage:
+    message_id: int
+    countdown_s: float = 0.0
+
+
+FollowUp = Ingest | RecordRead | Admit | RunTurn | Attempt | Settle | Archive | FetchImage
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,20 @@ def ingest(services: Services, data: object) -> Step:
     _confirm(services, page)
     if result.replayed:  # the process that committed it may have died before its turns were due
         return Step("replayed", tuple(Admit(c) for c in result.customer_ids))
-    return Step("ingested", tuple(RunTurn(c) for c in result.turns_due or ()))
+    images = tuple(FetchImage(m) for m in result.images)  # fetched at once: a reference expires
+    return Step("ingested", (*images, *(RunTurn(c) for c in result.turns_due or ())))
+
+
+def fetch_image(services: Services, message_id: int) -> Step:
+    """Fetch a buyer's image from its platform into the store (runtime.inbound_media); a
+    transient failure is tried again after a backoff, a few times."""
+    settings = services.settings
+    body = inbound_media.fetch_image(services.store, services.transport_of, message_id, settings.media_max_bytes)
+    if body is None:
+        return Step("not-an-image")
+    if body.state == "pending":
+        return Step(f"retry {body.code}", (FetchImage(message_id, IMAGE_BACKOFF_S * body.attempts),))
+    return Step(body.state if body.code is None else f"{body.state} {body.code}")
 
 
 def _home_of(services: Services, account_id: str) -> str | None:
@@ -274,6 +294,9 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
                 memory_engine=services.memory,
                 fence=fence,
                 begin_attempt=begin_here if sends_here else None,
+                fetch_images=lambda ids: [
+                    inbound_media.fetch_image(store, services.transport_of, m, settings.media_max_bytes) for m in ids
+                ],
             )
         except LeaseBusy:  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
             return Step("busy")
@@ -375,6 +398,7 @@ def reconcile(services: Services) -> Step:
         turns = batches_left_open(conn, quiet, RECONCILE_LIMIT)
         attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
         settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
+        images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet)
     recorded = overdue_pages(store, int(settings.reconcile.grace_s * 1000))
     prune_ingested(store)
     caught_up = _catch_up(services)
@@ -383,12 +407,14 @@ def reconcile(services: Services) -> Step:
         *(RunTurn(c) for c in turns),
         *(Attempt(r) for r in attempts),
         *(Settle(r) for r in settlements),
+        *(FetchImage(m) for m in images),
         *(Ingest(page) for page in recorded),
         *caught_up,
     )
     counts = (
         f"{len(admissions)} admissions, {len(turns)} turns, {len(attempts)} attempts,"
-        f" {len(settlements)} settlements, {len(recorded)} received pages, {len(caught_up)} pages"
+        f" {len(settlements)} settlements, {len(images)} images, {len(recorded)} received pages,"
+        f" {len(caught_up)} pages"
     )
     return Step(counts, follow_ups)
 

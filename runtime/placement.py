@@ -40,6 +40,7 @@ from runtime.agent.sessions import damaged_folder
 from runtime.credentials import stored_secret
 from runtime.customer_files import drop_files, session_files
 from runtime.errors import AccountUnknown, KefuError, invalid_fields
+from runtime.inbound_media import STORED_SHA256
 from runtime.memory.store import SCHEMA, MemoryStore, ScopeRows
 from runtime.states import PlacementState
 from runtime.store import DeliveryStore, now_ms
@@ -102,6 +103,11 @@ class _Table(NamedTuple):
 _OWN = "account_id = :a"
 _OF_CUSTOMER = "customer_id IN (SELECT id FROM customer WHERE account_id = :a)"
 _OF_REQUEST = "request_id IN (SELECT request_id FROM outbox_request WHERE account_id = :a)"
+# The media the account's messages use: files its replies sent, images its buyers sent.
+_ACCOUNT_MEDIA = (
+    "SELECT media_sha256 FROM outbox_request WHERE account_id = :a"
+    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE account_id = :a AND content_type = 'image'"
+)
 # In insert order (foreign keys); deletes run in reverse.
 TABLES: tuple[_Table, ...] = (
     _Table("account", "id = :a", "id"),
@@ -284,10 +290,7 @@ def export_slice(
             tables[t.name] = [dict(r) for r in rows.mappings()]
         if not tables["account"]:
             raise AccountUnknown(account_id)
-        media = conn.execute(
-            sql(f"SELECT * FROM media WHERE sha256 IN (SELECT media_sha256 FROM outbox_request WHERE {_OWN})"),
-            {"a": account_id},
-        )
+        media = conn.execute(sql(f"SELECT * FROM media WHERE sha256 IN ({_ACCOUNT_MEDIA})"), {"a": account_id})
         media_rows: list[Row] = [{**r, "data": _text(r["data"])} for r in media.mappings()]
         secret = stored_secret(conn, account_id)
     customers = [c for r in tables["customer"] if isinstance(c := r["id"], int)]
@@ -529,13 +532,16 @@ def _place(conn: Connection, account_id: str, shard: str, generation: int, state
 def _delete_rows(conn: Connection, account_id: str, keep_pending: bool) -> None:
     """Every row of the account, children first; with `keep_pending`, received pages not yet
     ingested stay (the source forwards them to the account's new shard)."""
-    shared = conn.execute(sql(f"SELECT media_sha256 FROM outbox_request WHERE {_OWN}"), {"a": account_id}).scalars()
+    shared = conn.execute(sql(_ACCOUNT_MEDIA), {"a": account_id}).scalars()
     media = {m for m in shared if m is not None}
     conn.execute(sql(f"DELETE FROM credential WHERE {_OWN}"), {"a": account_id})
     for t in reversed(TABLES):
         pending = " AND ingested_at IS NOT NULL" if keep_pending and t.name == "received_page" else ""
         conn.execute(sql(f"DELETE FROM {t.name} WHERE {t.where}{pending}"), {"a": account_id})
-    unused = "DELETE FROM media WHERE sha256 = :s AND NOT EXISTS (SELECT 1 FROM outbox_request WHERE media_sha256 = :s)"
+    unused = (
+        "DELETE FROM media WHERE sha256 = :s AND NOT EXISTS (SELECT 1 FROM outbox_request WHERE media_sha256 = :s)"
+        f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {STORED_SHA256} = :s)"
+    )
     for sha256 in media:  # content-addressed, so shared: only copies no request refers to any more
         conn.execute(sql(unused), {"s": sha256})
 

@@ -175,6 +175,33 @@ class ReadStatusQueries(Protocol):
         Raises SendFailure when the platform cannot answer now."""
 
 
+class MediaFetchFailure(Exception):
+    """The platform did not hand out a buyer's media. `code` is safe to store; `transient`:
+    worth another try later."""
+
+    def __init__(self, code: str, transient: bool) -> None:
+        super().__init__(code)
+        self.code = code
+        self.transient = transient
+
+
+class MediaTooLarge(Exception):
+    """The media is over the size limit: refused without reading it all."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+@runtime_checkable
+class MediaDownloads(Protocol):
+    """A transport whose platform hands out a buyer's media by the reference it paged."""
+
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        """The media's bytes. Raises MediaTooLarge past `max_bytes` (read no further), and
+        MediaFetchFailure when the platform cannot hand it out."""
+
+
 # --- the model port ------------------------------------------------------------------------
 
 # Marks the user message of a follow-up turn (after an interruption): it carries no buyer lines.
@@ -189,11 +216,20 @@ class ToolCall(BaseModel):
     arguments: str  # JSON text exactly as the model produced it; may be malformed
 
 
+class ImageInput(BaseModel):
+    """A buyer's image in a user message: the stored copy, its bytes loaded for the call."""
+
+    sha256: str
+    mime: str
+    data: bytes = Field(b"", repr=False)
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     tool_calls: list[ToolCall] = []
     tool_call_id: str | None = None
+    images: list[ImageInput] = []  # a user message's images (a vision model's view only)
 
 
 class AssistantReply(BaseModel):

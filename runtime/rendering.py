@@ -20,15 +20,23 @@ class RenderableMessage(BaseModel):
     body: str
     received_at: int  # ms since epoch, UTC
     occurred_at: int | None = None  # the platform's time (a simulation's script time)
+    id: int | None = None  # the stored message's
 
 
 def content_text(content_type: str, body: str) -> str:
+    """A message as one line of text. Media bodies are kefu's JSON (runtime.ingest), except a
+    file the shop sent from the console, whose mirror holds the file's name."""
     if content_type in ("text", "markdown"):
         return body
     if content_type == "image":
         return "[image]"
-    if content_type == "file":  # a file the shop sent from the console
-        return f"[file {body}]"
+    if content_type == "file":
+        return f"[file {json.loads(body).get('name', '') if body.startswith('{') else body}]"
+    if content_type == "voice":  # what the platform heard, so the agent can answer a voice message
+        recognition = json.loads(body).get("recognition")
+        return f"[voice] {recognition}" if recognition else "[voice]"
+    if content_type == "video":
+        return "[video]"
     platform_type = json.loads(body).get("platform_type", "unknown") if content_type == "unsupported" else content_type
     return f"[unsupported message type: {platform_type}]"
 
@@ -73,16 +81,21 @@ def render_batch(messages: list[RenderableMessage], zone: ZoneInfo) -> str:
 def render_inputs(messages: list[RenderableMessage], zone: ZoneInfo) -> list[str]:
     """A batch as the user messages of its turn: each run of IM lines as one labelled message,
     each operator's direct message as its own, unlabelled, so no IM line can pass for one."""
-    parts: list[str] = []
+    return [text for text, _ in input_parts(messages, zone)]
+
+
+def input_parts(messages: list[RenderableMessage], zone: ZoneInfo) -> list[tuple[str, list[RenderableMessage]]]:
+    """`render_inputs`, each user message with the lines it renders."""
+    parts: list[tuple[str, list[RenderableMessage]]] = []
     run: list[RenderableMessage] = []
     for message in messages:
         if message.sender_role != OPERATOR_DM:
             run.append(message)
             continue
         if run:
-            parts.append(render_batch(run, zone))
+            parts.append((render_batch(run, zone), run))
             run = []
-        parts.append(message.body)
+        parts.append((message.body, [message]))
     if run:
-        parts.append(render_batch(run, zone))
+        parts.append((render_batch(run, zone), run))
     return parts

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import zstandard
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
@@ -84,10 +84,19 @@ class TurnStart(_Event):
     follows: str | None = None  # a follow-up's interrupted turn
 
 
+@with_config(ConfigDict(extra="forbid"))
+class ImageRef(TypedDict):
+    """A buyer's image a user message carries: its copy in the delivery store's media."""
+
+    sha256: str
+    mime: str
+
+
 class UserMessage(_Event):
     type: Literal["user/message"] = "user/message"
     source: str  # the batch id
     text: str
+    images: list[ImageRef] = []  # stored images of the message's lines (its text says `[image]`)
 
 
 class StepStart(_Event):
@@ -173,7 +182,17 @@ class MemoryRecall(_Event):
     text: str
 
 
-SessionEvent = Annotated[
+class ExtensionEvent(_Event):
+    """An event of a vocabulary this reader does not know (a newer kefu's, a plugin's) whose
+    writer marked it `ignorable`: kept in its place, skipped by everything that reads the log.
+    An unknown event without that mark is refused (seed 002: required on read), as damage."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+    ignorable: Literal[True]
+
+
+KnownEvent = Annotated[
     SystemMessage
     | TurnStart
     | UserMessage
@@ -189,6 +208,7 @@ SessionEvent = Annotated[
     | MemoryRecall,
     Field(discriminator="type"),
 ]
+SessionEvent = KnownEvent | ExtensionEvent
 EventType = Literal[
     "turn/start",
     "turn/end",
@@ -204,7 +224,23 @@ EventType = Literal[
     "memory/archive",
     "memory/recall",
 ]
-SESSION_EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+SESSION_EVENT: TypeAdapter[KnownEvent] = TypeAdapter(KnownEvent)  # what kefu writes
+_KNOWN_TYPES = frozenset(get_args(EventType))
+
+
+def parse_event(line: bytes) -> SessionEvent:
+    """One line of the log; ValidationError unless it is a whole event kefu knows, or an
+    ignorable extension event (checked second, so the usual line costs one validation)."""
+    try:
+        return SESSION_EVENT.validate_json(line)
+    except ValidationError:
+        try:
+            extension = ExtensionEvent.model_validate_json(line)
+        except ValidationError:
+            extension = None
+        if extension is None or extension.type in _KNOWN_TYPES:  # a damaged known event stays damage
+            raise
+        return extension
 
 
 def event_line(event: SessionEvent) -> str:
@@ -410,7 +446,7 @@ class SessionLog:
         for _, _, payload in frames:
             for line in payload.splitlines():
                 try:
-                    event = SESSION_EVENT.validate_json(line)
+                    event = parse_event(line)
                 except ValidationError:
                     return False
                 if event.seq != len(events):
@@ -446,7 +482,7 @@ class SessionLog:
             lines = payload.splitlines()
             for position, line in enumerate(lines):
                 try:
-                    event = SESSION_EVENT.validate_json(line)
+                    event = parse_event(line)
                 except ValidationError as error:
                     if index < len(frames) - 1 or position < len(lines) - 1:
                         _parsed.drop(self.path)
@@ -484,10 +520,10 @@ class SessionLog:
         body = "".join(map(event_line, events)).encode()
         return self._compressor.compress(body)
 
-    def append(self, type: EventType, **data: Any) -> SessionEvent:
+    def append(self, type: EventType, **data: Any) -> KnownEvent:
         """Buffer one event, validated into its type's model: the caller names the type and
-        gives exactly its fields."""
-        event = SESSION_EVENT.validate_python(dict(seq=self.offset, type=type, at=now_ms(), **data))
+        gives exactly its fields, and may give `at`, a time other than now (a repair's closers)."""
+        event = SESSION_EVENT.validate_python({"seq": self.offset, "type": type, "at": now_ms(), **data})
         self._pending.append(event)
         self._index((event,))
         return event

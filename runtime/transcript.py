@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from runtime.agent.sessions import session_path
 from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import KefuError
+from runtime.inbound_media import image_body
 from runtime.rendering import OPERATOR_DM, content_text, label
 from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
 from runtime.store import DeliveryStore, now_ms
@@ -55,6 +56,7 @@ class TranscriptLine(BaseModel):
     error_code: str | None = None
     read: bool = False
     calls: list[str] = []  # an agent note: the tools it called
+    image: str | None = None  # a buyer's image stored in the delivery store: its sha256
 
     @property
     def cursor(self) -> str:
@@ -161,8 +163,11 @@ def _line(row: _Row, clock: ConversationClock) -> TranscriptLine:
     else:
         speaker = "console-operator"
         shown = f"[operator {row.operator} from console]" if row.operator else label("human-console", None)
+    image = None
     if row.request_id is not None and row.content_type in ("image", "file"):
         text = f"[{row.content_type} {row.body}]"  # a sent file's row holds its name
+    elif row.content_type == "image":
+        text, image = _buyer_image(row.body)
     return TranscriptLine(
         key=row.key,
         at=row.at,
@@ -174,7 +179,18 @@ def _line(row: _Row, clock: ConversationClock) -> TranscriptLine:
         state=row.state,
         error_code=row.error_code,
         read=row.read,
+        image=image,
     )
+
+
+def _buyer_image(body: str) -> tuple[str, str | None]:
+    """How a buyer's image reads to an operator, and its stored copy if there is one."""
+    found = image_body(body)
+    if found.state == "stored" and found.sha256 is not None:
+        return f"[image {found.mime}, {(found.size or 0) / 1024:.0f} KB]", found.sha256
+    if found.state == "pending":
+        return "[image, not fetched yet]", None
+    return f"[image {found.state}: {found.code}]", None
 
 
 def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, ...]:
@@ -185,6 +201,8 @@ def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, 
                 "SELECT (SELECT max(id) FROM inbound_message WHERE customer_id = :c),"
                 " (SELECT max(updated_at) FROM outbox_request WHERE customer_id = :c),"
                 " (SELECT max(updated_at) FROM admission_batch WHERE customer_id = :c),"  # a turn that only spoke
+                " (SELECT count(*) FROM inbound_message WHERE customer_id = :c AND content_type = 'image'"
+                "  AND json_extract(body, '$.media') IS NOT NULL),"  # an image fetched
                 " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
                 " handling_paused, handling_reason FROM customer WHERE id = :c"
             ),

@@ -165,6 +165,8 @@ class WorkerRuntime:
         beat after this, and SQLite must never be open across a fork (a child would inherit the
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider, self.memory
+        if self.settings.agent.openai.vision and isinstance(self.provider, OpenAIChatProvider):
+            self.provider.check_vision()
         for account_id in adopt_accounts(self.store, self.coordination, self.settings.shard):
             print(f"kefu: {AccountOnOtherShard(account_id)}", file=sys.stderr, flush=True)
         self.store.close()

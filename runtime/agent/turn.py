@@ -32,12 +32,13 @@ from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
 from runtime.clock import conversation_clock
 from runtime.handling import is_current
+from runtime.inbound_media import stored_images, with_fetched_images, with_image_data
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
 from runtime.outbox import ReplyCheck, replied_for
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
-from runtime.rendering import RenderableMessage, content_text, render_inputs, shown
+from runtime.rendering import RenderableMessage, content_text, input_parts, shown
 from runtime.session_log import (
     AssistantAttempt,
     AssistantMessage,
@@ -140,6 +141,9 @@ def repair(log: SessionLog) -> bool:
 
 
 def _close_unfinished(log: SessionLog) -> bool:
+    """Close the open turn at the tail: a result for each tool call without one, its step, the
+    turn. The closers carry the time of the last event, not of the repair, so repairing the same
+    log twice (two processes after a crash, a test) writes the very same events."""
     start = _last(log.events, TurnStart | TurnEnd)
     if start is None:
         return False
@@ -147,6 +151,7 @@ def _close_unfinished(log: SessionLog) -> bool:
     if not isinstance(turn, TurnStart):
         return False
     tail = log.events[start:]
+    at = log.events[-1].at
     requested = [c for e in tail if isinstance(e, AssistantMessage) for c in e.tool_calls]
     started = {e.call_id for e in tail if isinstance(e, ToolCallStart)}
     finished = {e.call_id for e in tail if isinstance(e, ToolResult)}
@@ -161,6 +166,7 @@ def _close_unfinished(log: SessionLog) -> bool:
         )
         log.append(
             "tool/result",
+            at=at,
             call_id=call["id"],
             name=call["name"],
             is_error=True,
@@ -169,8 +175,8 @@ def _close_unfinished(log: SessionLog) -> bool:
         )
     step = next((e for e in reversed(tail) if isinstance(e, StepStart | StepEnd)), None)
     if isinstance(step, StepStart):
-        log.append("step/end", turn=step.turn, step=step.step)
-    log.append("turn/end", turn=turn.turn, outcome="interrupted")
+        log.append("step/end", at=at, turn=step.turn, step=step.step)
+    log.append("turn/end", at=at, turn=turn.turn, outcome="interrupted")
     log.flush()
     return True
 
@@ -230,20 +236,23 @@ def _call_model(
     provider: ModelProvider,
     log: SessionLog,
     tools: list[ToolSpec],
-    retry: OpenAISettings,
+    agent: AgentSettings,
+    store: DeliveryStore,
     task: str = "",
     attempts_before: int = 0,
 ) -> AssistantReply | _RetryAfter | None:
     """One model call. Each failed attempt is logged and never shown to the model. After a
     transient failure with attempts left, says when to try again (the run ends there, and a new
     one goes on: no worker waits out a backoff); None when the model stayed unavailable. `task`
-    is the memory scoring task of the system message."""
+    is the memory scoring task of the system message. A vision model sees the buyers' images
+    of the last `image_rounds` turns."""
+    retry = agent.openai
     attempt = attempts_before + 1
     if attempt > retry.max_attempts:  # the attempts were spent (KEFU_AGENT__OPENAI__MAX_ATTEMPTS lowered)
         return None
     try:
-        view = model_view(log, task)
-        reply = provider.complete(view, tools)
+        view = model_view(log, task, agent.image_rounds if retry.vision else 0)
+        reply = provider.complete(with_image_data(store, view), tools)
     except ModelError as error:
         log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
         log.flush()
@@ -276,11 +285,14 @@ def run_turn(
     memory_engine: MemoryEngine | None = None,
     fence: Fence | None = None,
     begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None,
+    fetch_images: Callable[[list[int]], object] | None = None,
 ) -> TurnResult | None:
     """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
     every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first
     one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy).
-    `begin_attempt`: see TurnBinding."""
+    `begin_attempt`: see TurnBinding. `fetch_images`: fetches buyers' images of the batch not
+    fetched yet (runtime.inbound_media), so that the turn shows them; one that stays unfetched
+    reads `[image]`."""
     with fenced(store, fence) as conn:
         rows = turn_rows(conn, customer_id)
         if rows is None or rows.batch is None:
@@ -321,8 +333,10 @@ def run_turn(
             log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
         else:
             log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
-            for text in render_inputs([shown(line, clock) for line in lines], zone):
-                log.append("user/message", source=batch.id, text=text)
+            lines = with_fetched_images(store, lines, fetch_images)
+            for text, rendered in input_parts([shown(line, clock) for line in lines], zone):
+                images = stored_images(rendered)
+                log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
         log.flush()
         if memory is not None and not turns:
             recall(log, memory, turn_id, _buyer_text(lines))
@@ -369,7 +383,7 @@ def run_turn(
                 inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
                 if inline.folders or inline.trimmed:  # new pending or review folders: a new task
                     archived_inline, task = True, judge_task(memory)
-        reply = _call_model(provider, log, tools, agent.openai, task, attempts_before)
+        reply = _call_model(provider, log, tools, agent, store, task, attempts_before)
         resuming, attempts_before = False, 0
         if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
             _commit_if_logged(binding)

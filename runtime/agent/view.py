@@ -9,14 +9,16 @@ thousandth turn as on its tenth.
 
 from __future__ import annotations
 
-from runtime.ports import ChatMessage, ToolCall
+from runtime.ports import ChatMessage, ImageInput, ToolCall
 from runtime.session_log import (
+    AssistantMessage,
     MemoryArchive,
     MemoryRecall,
     MessageRead,
     SessionEvent,
     SessionLog,
     SystemMessage,
+    ToolResult,
     UserMessage,
 )
 
@@ -26,14 +28,16 @@ LEGACY_MEMORY_SLOT = "\n\n[长期记忆]\n（暂无）"
 
 def chat_message(event: SessionEvent) -> ChatMessage | None:
     """The event as the model sees it, or None for events the model never sees."""
-    if isinstance(event, UserMessage | MessageRead):
+    if isinstance(event, UserMessage):
+        return ChatMessage(role="user", content=event.text, images=[ImageInput(**image) for image in event.images])
+    if isinstance(event, MessageRead):
         return ChatMessage(role="user", content=event.text)
-    if event.type == "assistant/message":
+    if isinstance(event, AssistantMessage):
         calls = [ToolCall(**c) for c in event.tool_calls]
         return ChatMessage(role="assistant", content=event.text, tool_calls=calls)
-    if event.type == "tool/result":
+    if isinstance(event, ToolResult):
         return ChatMessage(role="tool", content=event.content, tool_call_id=event.call_id)
-    return None
+    return None  # lifecycle, attempts, memory bookkeeping, extension events
 
 
 def chat_messages(log: SessionLog) -> list[ChatMessage | None]:
@@ -70,10 +74,18 @@ def system_text(log: SessionLog, judge_task: str = "") -> str | None:
     return "\n\n".join(s for s in sections if s)
 
 
-def model_view(log: SessionLog, judge_task: str = "") -> list[ChatMessage]:
+def model_view(log: SessionLog, judge_task: str = "", image_rounds: int = 0) -> list[ChatMessage]:
+    """`image_rounds`: the last turns whose buyers' images the model sees as images (0: none;
+    an older or unseen image is the `[image]` its text says)."""
     messages: list[ChatMessage] = []
     system = system_text(log, judge_task)
     if system is not None:
         messages.append(ChatMessage(role="system", content=system))
-    messages.extend(m for m in chat_messages(log)[archived_upto(log) :] if m is not None)
+    starts = log.of_type("turn/start")
+    since = starts[max(len(starts) - image_rounds, 0)].seq if image_rounds and starts else len(log.events)
+    for seq, message in enumerate(chat_messages(log)[archived_upto(log) :], start=archived_upto(log)):
+        if message is not None:
+            messages.append(
+                message if seq >= since or not message.images else message.model_copy(update={"images": []})
+            )
     return messages

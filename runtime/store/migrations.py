@@ -534,5 +534,41 @@ V18 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, V16, V17, V18)
+V19 = Migration(
+    19,
+    "buyers' images fetched into the store: the ones still to fetch, and the copies they use",
+    (
+        # runtime.inbound_media writes the outcome into the image message's body (JSON). The
+        # console's own images, mirrored as inbound rows, are stored copies from the start.
+        "UPDATE inbound_message SET body = json_set(body, '$.media', 'stored', '$.sha256',"
+        " substr(json_extract(body, '$.ref'), 7)) WHERE content_type = 'image'"
+        " AND json_extract(body, '$.ref') LIKE 'media:%'",
+        "CREATE INDEX inbound_image_pending ON inbound_message (id)"
+        " WHERE content_type = 'image' AND json_extract(body, '$.media') IS NULL",
+        "CREATE INDEX inbound_image_media ON inbound_message (json_extract(body, '$.sha256'))"
+        " WHERE content_type = 'image'",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    V1,
+    V2,
+    V3,
+    V4,
+    V5,
+    V6,
+    V7,
+    V8,
+    V9,
+    V10,
+    V11,
+    V12,
+    V13,
+    V14,
+    V15,
+    V16,
+    V17,
+    V18,
+    V19,
+)
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -37,7 +37,8 @@ class RecordedSend:
 
     @property
     def text(self) -> str:
-        return json.loads(self.body["msgParam"]).get("content", "")
+        param = json.loads(self.body["msgParam"])
+        return param.get("content") or param.get("text", "")  # sampleText, or sampleMarkdown
 
     @property
     def user_ids(self) -> list[str]:
@@ -78,6 +79,8 @@ class FakeDingTalk:
     read: dict[str, dict[str, int]] = field(default_factory=dict)  # process key -> user -> read at
     read_queries: list[str] = field(default_factory=list)  # process keys asked about
     prompt_readers: set[str] = field(default_factory=set)  # users who read every message at once
+    files: dict[str, bytes] = field(default_factory=dict)  # downloadCode -> what the buyer sent
+    downloads: list[str] = field(default_factory=list)  # download codes fetched, in order
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -134,6 +137,32 @@ class FakeDingTalk:
         }
         self.push(data)
         return msg_id
+
+    def buyer_sends_picture(self, sender: str, data: bytes, conversation_id: str | None = None) -> str:
+        """A picture message (its bytes kept under a download code); returns its msgId."""
+        msg_id, code = f"msg-{uuid.uuid4().hex[:12]}", f"code-{uuid.uuid4().hex[:16]}"
+        self.files[code] = data
+        message = {
+            "conversationId": conversation_id or f"cid-{sender}",
+            "conversationType": "1",
+            "msgId": msg_id,
+            "msgtype": "picture",
+            "content": {"downloadCode": code, "pictureDownloadCode": code},
+            "createAt": int(time.time() * 1000),
+            "senderStaffId": sender,
+            "senderNick": f"用户{sender}",
+            "robotCode": self.robot_code,
+            "chatbotUserId": "robot-user",
+        }
+        self.push(message)
+        return msg_id
+
+    def download_url(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        code = body.get("downloadCode")
+        if body.get("robotCode") != self.robot_code or code not in self.files:
+            return 400, {"code": "invalidParameter.downloadCode", "message": "download code invalid"}
+        self.downloads.append(code)
+        return 200, {"downloadUrl": f"{self.url}/files/{code}"}
 
     def push(self, data: dict[str, Any], copies: int = 1) -> None:
         """Deliver robot message data as `copies` CALLBACK frames (each its own frame id)."""
@@ -354,10 +383,22 @@ def _handler(fake: FakeDingTalk) -> type[BaseHTTPRequestHandler]:
                 return self._answer(401, {"code": "InvalidAuthentication", "message": "token invalid"})
             if url.path in ("/v1.0/robot/oToMessages/batchSend", "/v1.0/robot/groupMessages/send"):
                 return self._answer(*fake.robot_send(url.path, body))
+            if url.path == "/v1.0/robot/messageFiles/download":
+                return self._answer(*fake.download_url(body))
             self._answer(404, {"code": "notFound", "message": url.path})
 
         def do_GET(self) -> None:  # noqa: N802
             url = urlparse(self.path)
+            if url.path.startswith("/files/"):  # the short-lived download URL: no token needed
+                data = fake.files.get(url.path.removeprefix("/files/"))
+                if data is None:
+                    return self._answer(404, {"code": "notFound", "message": "expired"})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return None
             if not fake.authorised(self.headers.get("x-acs-dingtalk-access-token")):
                 return self._answer(401, {"code": "InvalidAuthentication", "message": "token invalid"})
             if url.path == "/v1.0/robot/oToMessages/readStatus":

@@ -45,6 +45,22 @@ def completion(content: str | None = None, tool_calls: list[tuple[str, str, str]
     }
 
 
+def text_of(message: dict[str, Any]) -> str:
+    """A message's text: its content, or the text parts of a content list (a vision request)."""
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def images_of(message: dict[str, Any]) -> list[str]:
+    """The image URLs (data URLs) of a message's content list."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [part["image_url"]["url"] for part in content if part.get("type") == "image_url"]
+
+
 def default_policy(request: dict[str, Any]) -> dict[str, Any]:
     """Reply once to the latest buyer lines; after a tool result since the last user message, stop."""
     messages = request["messages"]
@@ -54,7 +70,7 @@ def default_policy(request: dict[str, Any]) -> dict[str, Any]:
     buyer: list[str] = []
     for message in reversed(messages[: last_user + 1]):
         if message["role"] == "user":
-            buyer = [m.group("text") for line in message["content"].splitlines() if (m := _LINE.search(line))]
+            buyer = [m.group("text") for line in text_of(message).splitlines() if (m := _LINE.search(line))]
             if buyer:
                 break
     if not buyer:

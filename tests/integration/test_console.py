@@ -4,6 +4,7 @@ their helpers are in conftest.py, shared with test_console_simulations.py)."""
 
 from __future__ import annotations
 
+import base64
 import re
 
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from runtime.handling import pause_handling
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, send_manual
 from runtime.operators import Role, add_operator
@@ -21,7 +23,13 @@ from runtime.outbox import begin_attempt, record_failure
 from runtime.ports import SendFailure
 from tests.integration.conftest import PASSWORD, after_submit, http_sign_in, lines, sign_in, text_of
 from tests.integration.helpers import wait_for
+from transports.simulator.platform import BuyerMedia
 from worker.celery_app import FAMILIES, make_app, queue_name
+
+# A 1x1 PNG: what a buyer's photo looks like to the pipeline.
+TINY_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4//8/AwAI/AL+hc2rNAAAAABJRU5ErkJggg=="
+)
 
 pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
 
@@ -215,3 +223,26 @@ def test_a_new_password_ends_open_sessions_and_guessing_is_throttled(console, st
         assert right.status_code == 429 and "KEFU_SIGN_IN_THROTTLED" in right.text  # even the right password, for now
         other = client.post("/login", data={"csrf": token, "name": "ada", "password": PASSWORD})
     assert other.status_code == 303  # another operator is not held up by guesses at victor
+
+
+def test_an_operator_sees_an_image_the_buyer_sent_while_a_human_handles(
+    worker, console, browser, store, platform, transport
+):
+    said = platform.buyer_says("shop", "b1", "张三", "在吗")
+    [customer] = ingest_page(store, transport.page_of("shop", [said])).customer_ids
+    pause_handling(store, customer, "VIP")  # no turn runs: the image is fetched on its own
+    photo = BuyerMedia(kind="image", name="photo.png", data=TINY_PNG)
+    sent = platform.buyer_says("shop", "b1", "张三", "", media=photo)
+    worker.send_task("kefu.ingest.page", args=[transport.page_of("shop", [sent]).model_dump(mode="json")])
+    sign_in(browser, console, "alice")
+    browser.get(f"{console}/c/{customer}")
+    shown = "const i = document.querySelector('#lines li.buyer img'); return !!i && i.complete && i.naturalWidth"
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(shown) == 1)
+    assert any(speaker == "buyer" and text.startswith("[image image/png") for speaker, text, _ in lines(browser))
+    assert platform.received("shop") == []  # a human handles the conversation: nothing was sent
+    image = browser.execute_script("return document.querySelector('#lines li.buyer img').getAttribute('src')")
+    with httpx.Client(base_url=console, follow_redirects=True) as client:
+        http_sign_in(client, "alice")
+        assert client.get(image).content == TINY_PNG
+        elsewhere = client.get(image.replace(f"/c/{customer}/", f"/c/{customer + 1}/"))
+        assert elsewhere.status_code == 404  # an image is served only within its own conversation

@@ -3,12 +3,13 @@ classification of every failure, media, read status."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
 
 from config import DingTalkSettings
-from runtime.ports import MediaPayload, OutboundSend, SendFailure
+from runtime.ports import MediaFetchFailure, MediaPayload, MediaTooLarge, OutboundSend, SendFailure
 from tests.fakes.dingtalk import FakeDingTalk
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.openapi import DingTalkOpenAPI
@@ -148,3 +149,28 @@ def test_read_status_names_the_readers(fake_dingtalk, credentials):
     assert api.read_by(credentials, key) == {}
     fake_dingtalk.mark_read(key, "staff-9")
     assert list(api.read_by(credentials, key)) == ["staff-9"]
+
+
+def test_a_reply_with_markdown_goes_as_sample_markdown_with_a_plain_title(fake_dingtalk, credentials):
+    api = api_for(fake_dingtalk)
+    api.send(credentials, direct("## 发货说明\n- 现货 **48 小时**内发出\n- 预售 7 天"))
+    api.send(credentials, direct("订单 A1001 今天发货。", request_id="r2"))
+    markdown, plain = fake_dingtalk.sends
+    assert markdown.body["msgKey"] == "sampleMarkdown"
+    assert json.loads(markdown.body["msgParam"]) == {
+        "title": "发货说明",
+        "text": "## 发货说明\n- 现货 **48 小时**内发出\n- 预售 7 天",
+    }
+    assert plain.body["msgKey"] == "sampleText" and plain.text == "订单 A1001 今天发货。"
+
+
+def test_a_buyers_file_is_downloaded_by_its_code_within_the_size_limit(fake_dingtalk, credentials):
+    api = api_for(fake_dingtalk)
+    fake_dingtalk.files["code-1"] = b"\x89PNG\r\n\x1a\n" + b"\x00" * 100
+    assert api.download(credentials, "code-1", 1000) == fake_dingtalk.files["code-1"]
+    with pytest.raises(MediaTooLarge) as too_large:
+        api.download(credentials, "code-1", 50)
+    assert too_large.value.size == 108  # refused by its declared length, before reading it
+    with pytest.raises(MediaFetchFailure) as unknown:
+        api.download(credentials, "no-such-code", 1000)
+    assert not unknown.value.transient and unknown.value.code.startswith("DINGTALK_")

@@ -121,3 +121,30 @@ def test_bad_callbacks_are_refused_with_a_clear_code(headers, body, code):
     with pytest.raises(CallbackRejected) as refused:
         verify_callback(headers, body, SECRET, now_ms=NOW)
     assert refused.value.code == code and SECRET not in str(refused.value)
+
+
+def test_voice_file_and_video_messages_keep_their_references_and_read_as_text(store):
+    from runtime.accounts import AccountSpec, create_account
+    from runtime.rendering import content_text
+    from runtime.store.sql import sql
+
+    voice = robot(
+        msgtype="audio", text=None, content={"duration": 3200, "downloadCode": "dl-v", "recognition": "我要退货"}
+    )
+    file = robot(
+        msgId="m2", msgtype="file", text=None, content={"downloadCode": "dl-f", "fileName": "发票.pdf", "spaceId": "1"}
+    )
+    video = robot(
+        msgId="m3", msgtype="video", text=None, content={"duration": "12", "downloadCode": "dl-m", "videoType": "mp4"}
+    )
+    pages = [robot_page("ding", parse_robot_message(d)) for d in (voice, file, video)]
+    contents = [page.groups[0].messages[0].content for page in pages]
+    assert (contents[0].type, contents[0].recognition, contents[0].duration_ms) == ("voice", "我要退货", 3200)
+    assert (contents[1].type, contents[1].ref, contents[1].name) == ("file", "dl-f", "发票.pdf")
+    assert (contents[2].type, contents[2].duration_ms) == ("video", 12_000)
+    create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="ding-robot"))
+    for page in pages:
+        ingest_page(store, page)
+    with store.read() as conn:
+        rows = conn.execute(sql("SELECT content_type, body FROM inbound_message ORDER BY id")).all()
+    assert [content_text(*row) for row in rows] == ["[voice] 我要退货", "[file 发票.pdf]", "[video]"]

@@ -13,6 +13,7 @@ from runtime.accounts import AccountSpec, create_account
 from runtime.admission import evaluate, load_customer, open_batch
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
+from runtime.inbound_media import image_body
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, query_manual, send_manual, send_manual_parts
 from runtime.media import AttachmentPolicy, describe, read_media_file
@@ -82,11 +83,13 @@ def test_a_stored_copy_is_sent_after_the_source_file_is_gone(store, customer, tr
     with store.read() as conn:
         mirror = conn.execute(
             sql(
-                "SELECT sender_role, content_type FROM inbound_message"
+                "SELECT sender_role, content_type, body FROM inbound_message"
                 " WHERE platform_message_id = 'console-manual:pic-1'"
             )
         ).one()
-    assert tuple(mirror) == ("human-console", "image")
+    assert tuple(mirror)[:2] == ("human-console", "image")
+    shown = image_body(mirror[2])  # the shop's own copy: stored, never fetched from the platform
+    assert (shown.state, shown.mime, shown.size) == ("stored", "image/png", len(PNG))
 
 
 def test_a_part_after_a_failed_or_unknown_part_is_never_submitted(store, customer, tmp_path):

@@ -12,11 +12,14 @@ import zstandard
 from pydantic import ValidationError
 
 from runtime.agent.turn import repair
+from runtime.agent.view import model_view
 from runtime.session_log import (
     SESSION_EVENT,
     AssistantMessage,
     CorruptSessionLog,
     EventType,
+    ExtensionEvent,
+    KnownEvent,
     MemoryRecall,
     SessionEvent,
     SessionLog,
@@ -98,6 +101,27 @@ def test_repair_closes_an_interrupted_turn_without_running_tools(tmp_path: Path)
         ("turn/end", "interrupted"),
     ]
     assert repair(reopened) is False  # a closed tail needs nothing more
+
+
+def test_repairing_the_same_log_twice_writes_the_same_closers(tmp_path: Path, monkeypatch) -> None:
+    log = SessionLog(tmp_path / "s.jsonl.zst")
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.append("step/start", turn="t0", step=0)
+    log.append("assistant/message", text="", tool_calls=[{"id": "c1", "name": "im_handoff", "arguments": "{}"}])
+    log.flush()
+    copy = tmp_path / "copy.jsonl.zst"
+    copy.write_bytes(log.path.read_bytes())
+    repaired = []
+    for path, clock in ((log.path, 10**13), (copy, 2 * 10**13)):  # two repairs, at two different times
+        monkeypatch.setattr("runtime.session_log.now_ms", lambda clock=clock: clock)
+        reopened = SessionLog(path)
+        reopened.open_for_append()
+        repair(reopened)
+        repaired.append(path.read_bytes())
+    assert repaired[0] == repaired[1]
+    closers = SessionLog(log.path).load()[3:]
+    assert [e.type for e in closers] == ["tool/result", "step/end", "turn/end"]
+    assert {e.at for e in closers} == {log.events[2].at}  # stamped with the last event's time
 
 
 def _frame(*lines: bytes) -> bytes:
@@ -192,7 +216,7 @@ def _legacy_lines() -> list[str]:
 def test_every_event_type_has_one_model_in_the_union() -> None:
     types = {type_ for type_, _ in LEGACY}
     assert types == set(get_args(EventType))
-    members = get_args(get_args(SessionEvent)[0])
+    members = get_args(get_args(KnownEvent)[0])
     assert sorted(m.model_fields["type"].default for m in members) == sorted(get_args(EventType))
 
 
@@ -253,6 +277,30 @@ def test_an_unknown_type_loads_as_it_always_did_as_an_event_that_is_not_whole(tm
     path.write_bytes(_frame(_event(0)) + _frame(newer))
     log = SessionLog(path)
     assert [e.seq for e in log.load()] == [0] and log.torn_bytes > 0
+
+
+def test_an_ignorable_extension_event_is_kept_in_place_and_skipped_by_readers(tmp_path: Path) -> None:
+    """Seed 002: an extension event an old reader does not know is refused unless its envelope
+    says `ignorable: true`; then it keeps its seq and nothing that reads the log sees it."""
+    extension = b'{"seq": 1, "type": "goal/change", "at": 1, "ignorable": true, "goal": "upsell"}'
+    path = tmp_path / "s.jsonl.zst"
+    path.write_bytes(_frame(_event(0), extension, _event(2)))
+    log = SessionLog(path)
+    events = log.load()
+    assert [e.seq for e in events] == [0, 1, 2] and isinstance(events[1], ExtensionEvent)
+    assert [m.content for m in model_view(log)] == ["第0条"]  # the system message; the extension is not shown
+    log.open_for_append()
+    log.append("user/message", source="b1", text="在吗")  # the log goes on after it
+    log.flush()
+    assert [e.seq for e in SessionLog(path).load()] == [0, 1, 2, 3]
+    required = extension.replace(b', "ignorable": true', b"")
+    path.write_bytes(_frame(_event(0), required, _event(2)))
+    with pytest.raises(CorruptSessionLog, match="event 1 is not a whole event"):
+        SessionLog(path).load()
+    known = b'{"seq": 1, "type": "turn/end", "at": 1, "ignorable": true}'  # damage to a known event stays damage
+    path.write_bytes(_frame(_event(0), known, _event(2)))
+    with pytest.raises(CorruptSessionLog):
+        SessionLog(path).load()
 
 
 def _appended_frame(*events: dict[str, Any]) -> bytes:

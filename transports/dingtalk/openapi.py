@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from config import DingTalkSettings
-from runtime.ports import OutboundSend, SendFailure, SendReceipt
+from runtime.ports import MediaFetchFailure, MediaTooLarge, OutboundSend, SendFailure, SendReceipt
 from transports.dingtalk.credentials import DingTalkCredentials
 
 # httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
@@ -56,6 +56,17 @@ def classify(response: httpx.Response) -> SendFailure | None:
     if response.status_code >= 500:
         return SendFailure("unknown", _safe(code))
     return SendFailure("rejected", _safe(code))
+
+
+# Markdown a reply would lose as plain text: a heading, a list, a quote, bold, code or a link.
+_MARKDOWN = re.compile(r"(?m)^(#{1,6} |[-*+] |\d+\. |> )|\*\*[^*\n]+\*\*|`[^`\n]+`|\[[^\]\n]+\]\([^)\s]+\)")
+_MARKUP = re.compile(r"[#*`>\[\]]|\(http\S*\)")
+
+
+def _title(text: str) -> str:
+    """The markdown message's title (DingTalk shows it in the chat list): its first line, plain."""
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return _MARKUP.sub("", first).strip()[:30] or "消息"
 
 
 class DingTalkOpenAPI:
@@ -135,6 +146,8 @@ class DingTalkOpenAPI:
 
     def _content(self, credentials: DingTalkCredentials, message: OutboundSend) -> tuple[str, dict[str, str]]:
         media = message.media
+        if media is None and _MARKDOWN.search(message.text):  # DingTalk renders it: headings, lists, bold, links
+            return "sampleMarkdown", {"title": _title(message.text), "text": message.text}
         if media is None:
             return "sampleText", {"content": message.text}
         media_id = self.upload(credentials, media.kind, media.file_name, media.mime, media.data)
@@ -160,6 +173,43 @@ class DingTalkOpenAPI:
         if body.get("errcode", 0) != 0 or not body.get("media_id"):
             raise SendFailure("not-submitted", _safe(f"UPLOAD_{body.get('errcode', response.status_code)}"))
         return str(body["media_id"])
+
+    # -- a buyer's media -------------------------------------------------------------------
+
+    def download(self, credentials: DingTalkCredentials, download_code: str, max_bytes: int) -> bytes:
+        """A robot message's file by its `downloadCode`: DingTalk answers a short-lived URL,
+        which is read up to `max_bytes` (MediaTooLarge past it)."""
+        try:
+            response = self._call(
+                credentials,
+                "POST",
+                f"{self._settings.openapi_url}/v1.0/robot/messageFiles/download",
+                json={"downloadCode": download_code, "robotCode": credentials.robot_code},
+            )
+        except SendFailure as failure:
+            raise MediaFetchFailure(failure.code, transient=failure.kind != "rejected") from None
+        if refused := classify(response):
+            raise MediaFetchFailure(refused.code, transient=refused.kind != "rejected")
+        url = response.json().get("downloadUrl")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise MediaFetchFailure("DINGTALK_NO_DOWNLOAD_URL", transient=False)
+        try:
+            with self._http.stream("GET", url) as download:
+                if not download.is_success:
+                    raise MediaFetchFailure(
+                        f"DINGTALK_DOWNLOAD_HTTP_{download.status_code}", download.status_code >= 500
+                    )
+                declared = int(download.headers.get("Content-Length") or 0)
+                if declared > max_bytes:
+                    raise MediaTooLarge(declared)
+                data = bytearray()
+                for chunk in download.iter_bytes():
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise MediaTooLarge(len(data))
+                return bytes(data)
+        except httpx.TransportError as error:
+            raise MediaFetchFailure(f"DINGTALK_DOWNLOAD_{type(error).__name__}", transient=True) from None
 
     # -- read status -----------------------------------------------------------------------
 

@@ -15,13 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import PageRejected, validation_problems
 from runtime.pages import (
+    Content,
     ConversationGroup,
+    FileContent,
     ImageContent,
     InboundMessage,
     InboundPage,
     Sender,
     TextContent,
     UnsupportedContent,
+    VideoContent,
+    VoiceContent,
 )
 
 ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
@@ -37,10 +41,13 @@ class RobotText(_Part):
 
 
 class RobotContent(_Part):
-    """`content` of picture and richText messages."""
+    """`content` of picture, richText, audio, video and file messages."""
 
     downloadCode: str | None = Field(None, min_length=1, max_length=1024)  # noqa: N815 (DingTalk's names)
     richText: list[dict[str, Any]] | None = Field(None, max_length=200)  # noqa: N815
+    recognition: str | None = Field(None, max_length=65_536)  # an audio message, as DingTalk heard it
+    duration: float | None = Field(None, ge=0)  # ms (audio), s (video)
+    fileName: str | None = Field(None, min_length=1, max_length=256)  # noqa: N815
 
 
 class RobotMessage(_Part):
@@ -74,11 +81,21 @@ def parse_robot_message(data: Any) -> RobotMessage:
     return message
 
 
-def _content(message: RobotMessage) -> TextContent | ImageContent | UnsupportedContent:
+def _content(message: RobotMessage) -> Content:
     if message.msgtype == "text" and message.text is not None:
         return TextContent(text=message.text.content.strip())
-    if message.msgtype == "picture" and message.content is not None and message.content.downloadCode:
-        return ImageContent(ref=message.content.downloadCode)  # fetched later with the download code
+    content = message.content
+    code = content.downloadCode if content is not None else None
+    if message.msgtype == "picture" and code:
+        return ImageContent(ref=code)  # fetched later with the download code
+    if message.msgtype == "audio" and content is not None and (code or content.recognition):
+        duration = int(content.duration) if content.duration is not None else None
+        return VoiceContent(ref=code, recognition=content.recognition, duration_ms=duration)
+    if message.msgtype == "video" and content is not None and code:
+        duration = int(content.duration * 1000) if content.duration is not None else None  # DingTalk gives seconds
+        return VideoContent(ref=code, duration_ms=duration)
+    if message.msgtype == "file" and content is not None and code and content.fileName:
+        return FileContent(ref=code, name=content.fileName)
     if message.msgtype == "richText" and message.content is not None and message.content.richText:
         parts = []
         for part in message.content.richText:

@@ -59,6 +59,9 @@ class DingTalkTransport:
             raise _token_failure(failure) from None
         return open_stream(account_id, credentials, self._settings)
 
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        return self.api.download(self._credentials(account_id), ref, max_bytes)
+
     def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
         return self.api.read_by(self._credentials(account_id), platform_message_id)
 

@@ -7,6 +7,7 @@ failed one as `assistant/attempt` (never shown to the model) and decides about b
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import openai
@@ -16,11 +17,23 @@ from config import OpenAISettings
 from runtime.errors import KefuError
 from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
 
+# A 1x1 white PNG: the startup probe of a vision model.
+_PIXEL = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4//8/AwAI/AL+hc2rNAAAAABJRU5ErkJggg=="
+)
+
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.images:  # a vision model's user message: its text, then its images
+        images = [
+            {"type": "image_url", "image_url": {"url": f"data:{i.mime};base64,{base64.b64encode(i.data).decode()}"}}
+            for i in message.images
+        ]
+        wire["content"] = [{"type": "text", "text": message.content}, *images]
     if message.tool_calls:
         wire["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -57,6 +70,29 @@ class OpenAIChatProvider:
             timeout=settings.timeout_s,
             max_retries=0,
         )
+
+    def check_vision(self) -> None:
+        """Ask the model about a one-pixel image: KEFU_PROVIDER_NO_VISION if it refuses images
+        (KEFU_AGENT__OPENAI__VISION is set). Unreachable now: the turns will tell."""
+        probe = [
+            {"type": "text", "text": "这张图是什么颜色？只答一个字。"},
+            {"type": "image_url", "image_url": {"url": _PIXEL}},
+        ]
+        try:
+            self.client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": probe}],  # type: ignore[list-item,misc]
+                max_tokens=5,
+            )
+        except openai.APIStatusError as error:
+            if 400 <= error.status_code < 500 and error.status_code not in (401, 403, 408, 429):
+                raise KefuError(
+                    "KEFU_PROVIDER_NO_VISION",
+                    f"model {self.model} refused an image (HTTP {error.status_code})",
+                    "use a vision model, or unset KEFU_AGENT__OPENAI__VISION",
+                ) from None
+        except openai.APIError:
+            pass
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         try:

@@ -22,6 +22,8 @@ from runtime.ports import (
     BuyerReadReceipt,
     Heartbeat,
     ListenerFailure,
+    MediaFetchFailure,
+    MediaTooLarge,
     NeverReceived,
     OutboundSend,
     Received,
@@ -86,6 +88,16 @@ class SimulatorTransport:
 
     def connect(self, account_id: str, cursor: str | None) -> SimulatorConnection:
         return SimulatorConnection(self, account_id, cursor)
+
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        """A buyer's media by the id it was paged with (`media_ref`)."""
+        seq = ref.removeprefix("sim-media-")
+        media = self.far_side.media_of(int(seq)) if seq.isdigit() and ref != seq else None
+        if media is None:
+            raise MediaFetchFailure("SIMULATOR_MEDIA_UNKNOWN", transient=False)
+        if len(media.data) > max_bytes:
+            raise MediaTooLarge(len(media.data))
+        return media.data
 
     def echo_page(self, account_id: str, received: ReceivedSend) -> InboundPage:
         """The platform's echo of a send it received, as the shop side's message carrying the

@@ -18,6 +18,7 @@ from worker.cli.common import (
     hint_simulation,
     open_store,
     operator_errors,
+    print_rows,
     print_table,
     report_source,
     shop_time,
@@ -210,3 +211,33 @@ def _outcome(line: TranscriptLine) -> str:
         return "  · sent, read by the buyer" if line.read else "  · sent"
     code = f" {line.error_code}" if line.error_code else ""
     return f"  · {line.state}{code} (request {line.request_id})"
+
+
+@cli.command()
+def rounds(
+    customer: Annotated[int | None, typer.Option(help="only this customer's rounds")] = None,
+    interrupted: Annotated[
+        bool, typer.Option("--interrupted", help="only rounds that did not finish: pending or interrupted")
+    ] = False,
+    day: Annotated[
+        str | None, typer.Option(help="only rounds started on this local day (YYYY-MM-DD, KEFU_TIMEZONE)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+) -> None:
+    """The agent's rounds (one per turn) with their status: pending, complete, error or
+    interrupted, whether each is settled (ended) and successful (complete); for salvage, the
+    unfinished ones of a day."""
+    from datetime import date
+
+    from runtime.errors import KefuError
+    from runtime.rounds import rounds as list_rounds
+
+    settings = current_settings()
+    with operator_errors():
+        try:
+            on = date.fromisoformat(day) if day is not None else None
+        except ValueError:
+            raise KefuError("KEFU_INVALID_INPUT", "--day must be a date as YYYY-MM-DD") from None
+        found = list_rounds(settings.sessions_dir, customer, interrupted, on, settings.zone)
+    columns = ["customer_id", "turn", "kind", "started_at", "status", "reason", "settled", "successful"]
+    print_rows(found, as_json, "rounds", columns)

@@ -42,6 +42,7 @@ from runtime.checkpoints import checkpoint_views
 from runtime.customers import ack_customer_read, display_name, list_customers
 from runtime.errors import KefuError
 from runtime.handling import pause_handling, resume_handling
+from runtime.inbound_media import buyer_image
 from runtime.input_pause import input_pauses, pause_input
 from runtime.manual import message_parts, retry_manual, send_manual_parts
 from runtime.media import check_media_size
@@ -180,6 +181,15 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
+    def image(request: Request) -> Response:
+        require(signed_in(request, store), Role.VIEWER)
+        found = buyer_image(store, int(request.path_params["customer_id"]), request.path_params["sha256"])
+        if found is None:
+            raise HTTPException(404, "no such image in this conversation")
+        mime, data = found
+        headers = {"Cache-Control": "private, max-age=86400", "X-Content-Type-Options": "nosniff"}
+        return Response(data, media_type=mime, headers=headers)
+
     # -- actions ------------------------------------------------------------------------------
 
     def back(customer_id: int) -> Response:
@@ -309,6 +319,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/", conversations),
         Route("/c/{customer_id:int}", conversation),
         Route("/c/{customer_id:int}/events", events),
+        Route("/c/{customer_id:int}/image/{sha256}", image),
         Route("/c/{customer_id:int}/take-over", take_over, methods=["POST"]),
         Route("/c/{customer_id:int}/hand-back", hand_back, methods=["POST"]),
         Route("/c/{customer_id:int}/send", send, methods=["POST"]),

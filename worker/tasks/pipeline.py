@@ -38,6 +38,11 @@ def ingest(self: Task, page: dict[str, Any]) -> str:
     return step.outcome
 
 
+@kefu_task("kefu.ingest.fetch_image")
+def fetch_image(self: Task, message_id: int) -> str:
+    return _run(self, pipeline.fetch_image(runtime_for(self.app), message_id))
+
+
 @kefu_task("kefu.agent.admit")
 def admit(self: Task, customer_id: int) -> str:
     return _run(self, pipeline.admit(runtime_for(self.app), customer_id))
