@@ -101,6 +101,15 @@ class ReconcileSettings(_Section):
     grace_s: float = Field(30.0, ge=0, le=3600)
 
 
+class RetentionSettings(_Section):
+    """Days each kind of record is kept (runtime.retention); unset: forever, the default."""
+
+    delivery_days: int | None = Field(None, ge=1, le=36_500)  # settled messages, replies, batches
+    media_days: int | None = Field(None, ge=1, le=36_500)  # stored images and files no open send needs
+    sessions_days: int | None = Field(None, ge=1, le=36_500)  # damaged session logs kept aside
+    interval_s: float = Field(3600.0, ge=10, le=86_400)  # how often beat prunes
+
+
 class CheckpointSettings(_Section):
     # At most one report per account per interval (SPEC 3.10 checkpoint_interval_ms).
     interval_ms: int = Field(10_000, ge=100, le=3_600_000)
@@ -284,6 +293,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = AgentSettings()
     outbox: OutboxSettings = OutboxSettings()
     reconcile: ReconcileSettings = ReconcileSettings()
+    retention: RetentionSettings = RetentionSettings()
     simulator: SimulatorSettings = SimulatorSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
     alerts: AlertSettings = AlertSettings()

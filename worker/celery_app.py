@@ -43,6 +43,11 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
         },
         "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
         "memory-audit": {"task": memory.audit.name, "schedule": 86_400.0, "options": {"expires": 3600}},
+        "retention": {
+            "task": pipeline.retention.name,
+            "schedule": settings.retention.interval_s,
+            "options": {"expires": settings.retention.interval_s},
+        },
         "read-status": {
             "task": pipeline.read_status.name,
             "schedule": min(max(settings.dingtalk.read_status_interval_s / 2, 0.5), 30.0),

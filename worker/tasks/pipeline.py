@@ -12,6 +12,7 @@ from celery import Task
 
 from runtime import pipeline
 from runtime.alerts import deliver_alerts
+from runtime.retention import prune
 from runtime.store import now_ms
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
@@ -104,6 +105,13 @@ def alerts(self: Task) -> int:
     """Beat: deliver the alerts raised since the last round (runtime.alerts, worker.alert_sinks)."""
     runtime = runtime_for(self.app)
     return deliver_alerts(runtime.store, runtime.alert_sink)
+
+
+@kefu_task("kefu.receipts.retention")
+def retention(self: Task) -> dict[str, int]:
+    """Beat: prune what the retention policy no longer keeps (runtime.retention; default: nothing)."""
+    runtime = runtime_for(self.app)
+    return prune(runtime.store, runtime.settings.sessions_dir, runtime.settings.retention).model_dump()
 
 
 @kefu_task("kefu.ingest.ping", ignore_result=False)

@@ -1,0 +1,63 @@
+"""Retention: what the policy no longer keeps is pruned, nothing in flight ever is, and with no
+policy (the default) nothing at all."""
+
+from __future__ import annotations
+
+import os
+from zoneinfo import ZoneInfo
+
+from config import RetentionSettings
+from runtime.admission import evaluate
+from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.sessions import damaged_folder
+from runtime.agent.turn import run_turn
+from runtime.ingest import ingest_page
+from runtime.manual import ManualSend, send_manual
+from runtime.outbox import begin_attempt, record_sent
+from runtime.ports import SendReceipt
+from runtime.retention import DAY_MS, Pruned, prune
+from runtime.store import now_ms
+from runtime.store.sql import sql
+from runtime.transcript import transcript
+
+ZONE = ZoneInfo("Asia/Shanghai")
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+
+
+def say(store, transport, platform, buyer, text):
+    return ingest_page(
+        store, transport.page_of("shop", [platform.buyer_says("shop", buyer, buyer, text)])
+    ).customer_ids[0]
+
+
+def count(store, table, where="1"):
+    with store.read() as conn:
+        return conn.execute(sql(f"SELECT count(*) FROM {table} WHERE {where}")).scalar()
+
+
+def test_old_settled_records_go_and_nothing_in_flight_does(store, settings, shop, transport, platform):
+    answered = say(store, transport, platform, "b1", "什么时候发货？")
+    evaluate(store, answered, 1000)
+    sent: list[str] = []
+    run_turn(store, RulesProvider(load_knowledge(None)), answered, settings.sessions_dir, ZONE, settings.agent,
+             on_registered=sent.append)  # fmt: skip
+    for request_id in sent:
+        grant = begin_attempt(store, request_id, "w", 60)
+        record_sent(store, request_id, grant.attempt_no, SendReceipt(platform_message_id=f"pm-{request_id}"))
+    send_manual(store, ManualSend(request_id="pic", customer_id=answered, file_name="a.png", file_data=PNG))
+    waiting = say(store, transport, platform, "b2", "在吗")  # input not admitted yet: in flight
+    kept = damaged_folder(settings.sessions_dir) / f"s{waiting}-1.jsonl.zst"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"damaged")
+    os.utime(kept, (1, 1))
+
+    assert prune(store, settings.sessions_dir, RetentionSettings(), now_ms() + 400 * DAY_MS) == Pruned()
+    policy = RetentionSettings(delivery_days=30, media_days=30, sessions_days=30)
+    pruned = prune(store, settings.sessions_dir, policy, now_ms() + 31 * DAY_MS)
+    assert (pruned.messages, pruned.batches, pruned.replies, pruned.sessions) == (1, 1, len(sent), 1)
+    assert pruned.media == 0  # the image's send is still pending: its copy stays
+    assert count(store, "inbound_message", f"customer_id = {waiting}") == 1  # pending input stays
+    assert count(store, "outbox_request", "request_id = 'pic'") == 1 and count(store, "media") == 1
+    assert count(store, "customer") == 2 and not kept.exists()
+    assert [line.request_id for line in transcript(store, answered).lines] == ["pic"]  # what is left still reads
+    assert prune(store, settings.sessions_dir, policy, now_ms() + 31 * DAY_MS) == Pruned()  # idempotent
