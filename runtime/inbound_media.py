@@ -98,31 +98,37 @@ def fetch_image(
     if not data or sniff(data) is None:
         return _record(store, message_id, body, "refused", code="KEFU_MEDIA_NOT_AN_IMAGE", size=len(data))
     with store.write() as conn:
+        current = _body_now(conn, message_id)
+        if current is None or current.state != "pending":  # erased or pruned meanwhile, or another fetcher won
+            return current
         ref = stage_media(conn, data, f"image-{message_id}")
         return _update(conn, message_id, body, "stored", sha256=ref.sha256, mime=ref.mime, size=ref.size)
 
 
 def _record(
     store: DeliveryStore, message_id: int, body: ImageBody, media: MediaState | None, **fields: object
-) -> ImageBody:
+) -> ImageBody | None:
     with store.write() as conn:
         return _update(conn, message_id, body, media, **fields)
 
 
+def _body_now(conn: Connection, message_id: int) -> ImageBody | None:
+    current = conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": message_id}).scalar()
+    return image_body(current) if current is not None else None
+
+
 def _update(
     conn: Connection, message_id: int, body: ImageBody, media: MediaState | None, **fields: object
-) -> ImageBody:
-    """Write the outcome unless another fetcher wrote one first (then that one stands)."""
+) -> ImageBody | None:
+    """Write the outcome unless another fetcher wrote one first (then that one stands); None
+    when the message is gone (erased or pruned while its image was being fetched)."""
     attempts = body.attempts + (1 if media is None else 0)
     new = body.model_copy(update={"media": media, "attempts": attempts, **fields})
     stored = new.model_dump_json(exclude_none=True, exclude_defaults=True)
     changed = conn.execute(
         sql(f"UPDATE inbound_message SET body = :b WHERE id = :m AND {PENDING}"), {"b": stored, "m": message_id}
     ).rowcount
-    if changed:
-        return new
-    current = conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": message_id}).scalar_one()
-    return image_body(current)
+    return new if changed else _body_now(conn, message_id)
 
 
 def is_pending_image(content_type: str, body: str) -> bool:

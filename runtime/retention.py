@@ -39,8 +39,9 @@ _DELIVERY = (
     # Input no batch waits on: pruned first, so a batch is finished and empty when its turn comes.
     (
         "messages",
-        "DELETE FROM inbound_message WHERE id IN (SELECT id FROM inbound_message WHERE received_at < :cutoff"
-        " AND state NOT IN ('pending', 'claimed') LIMIT :n)",
+        "DELETE FROM inbound_message WHERE id IN (SELECT id FROM inbound_message m WHERE received_at < :cutoff"
+        " AND state NOT IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM admission_batch b"
+        "  WHERE b.id = m.batch_id AND b.state IN ('claimed', 'committed')) LIMIT :n)",
     ),
     (
         "batches",

@@ -183,11 +183,15 @@ def _line(row: _Row, clock: ConversationClock) -> TranscriptLine:
     )
 
 
+def _size(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size / 1024:.0f} KB" if size < 1024 * 1024 else f"{size / 1048576:.1f} MB"
+
+
 def _buyer_image(body: str) -> tuple[str, str | None]:
     """How a buyer's image reads to an operator, and its stored copy if there is one."""
     found = image_body(body)
     if found.state == "stored" and found.sha256 is not None:
-        return f"[image {found.mime}, {(found.size or 0) / 1024:.0f} KB]", found.sha256
+        return f"[image {found.mime}, {_size(found.size or 0)}]", found.sha256
     if found.state == "pending":
         return "[image, not fetched yet]", None
     return f"[image {found.state}: {found.code}]", None

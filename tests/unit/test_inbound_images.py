@@ -15,6 +15,7 @@ from runtime.inbound_media import fetch_image, image_body
 from runtime.ingest import ingest_page
 from runtime.ports import AssistantReply, ChatMessage, ToolSpec
 from runtime.store.sql import sql
+from runtime.transcript import transcript
 from transports.simulator.platform import BuyerMedia
 
 ZONE = ZoneInfo("Asia/Shanghai")
@@ -84,6 +85,8 @@ def test_an_image_reaches_a_vision_model_then_ages_out(store, settings, shop, tr
         body = image_body(conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": image_id}).scalar())
         assert body.state == "stored" and body.mime == "image/png" and body.size == len(picture)
         assert conn.execute(sql("SELECT data FROM media WHERE sha256 = :s"), {"s": body.sha256}).scalar() == picture
+    [line] = [line for line in transcript(store, customer).lines if line.speaker == "buyer"]
+    assert (line.text, line.image) == (f"[image image/png, {len(picture)} B]", body.sha256)  # what operators see
     for text in ("这个有货吗", "什么时候发"):
         send(store, transport, platform, text)
         turn(store, settings, customer, model)
@@ -129,3 +132,16 @@ def test_a_platform_that_cannot_hand_out_media_fails_the_fetch_after_a_few_tries
     assert states[-1].code == "PLATFORM_BUSY"
     unsupported = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).images[0]
     assert fetch_image(store, lambda _: object(), unsupported, MAX).code == "KEFU_MEDIA_FETCH_UNSUPPORTED"
+
+
+def test_an_image_whose_buyer_is_erased_mid_download_leaves_nothing(store, settings, shop, transport, platform):
+    ingested = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png()))
+
+    class ErasedMeanwhile:
+        def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+            erase_customer(store, None, settings.sessions_dir, None, ingested.customer_ids[0], "tester")
+            return png()
+
+    assert fetch_image(store, lambda _: ErasedMeanwhile(), ingested.images[0], MAX) is None
+    with store.read() as conn:
+        assert conn.execute(sql("SELECT count(*) FROM media")).scalar() == 0
