@@ -3,7 +3,7 @@
 What a policy may prune, each with its own number of days (KEFU_RETENTION__*_DAYS):
 - delivery rows: buyer messages no batch still waits on, replies whose outcome is settled
   (with their attempts, read checks and read receipts), and finished batches;
-- media: stored copies of images and files that no unsettled send still needs;
+- media: stored copies of images and files no reply refers to any more (its reply pruned first);
 - retired sessions: damaged session logs kept aside (the customer went on in a new session).
 
 Never pruned: anything in flight (pending or claimed input, an open batch, a reply being sent
@@ -53,7 +53,7 @@ _DELIVERY = (
 )
 _MEDIA = (
     "DELETE FROM media WHERE sha256 IN (SELECT sha256 FROM media m WHERE created_at < :cutoff AND NOT EXISTS"
-    f" (SELECT 1 FROM outbox_request r WHERE r.media_sha256 = m.sha256 AND r.state NOT IN {_SETTLED}) LIMIT :n)"
+    " (SELECT 1 FROM outbox_request r WHERE r.media_sha256 = m.sha256) LIMIT :n)"
 )
 
 

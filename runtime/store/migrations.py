@@ -547,6 +547,12 @@ V19 = Migration(
         " WHERE content_type = 'image' AND json_extract(body, '$.media') IS NULL",
         "CREATE INDEX inbound_image_media ON inbound_message (json_extract(body, '$.sha256'))"
         " WHERE content_type = 'image'",
+        # Pruning and erasing look replies up by what refers to them: without these, each
+        # reply deleted read the whole table inside the write transaction.
+        "CREATE INDEX outbox_by_follows ON outbox_request (follows) WHERE follows IS NOT NULL",
+        "CREATE INDEX outbox_by_retry ON outbox_request (retry_of) WHERE retry_of IS NOT NULL",
+        "CREATE INDEX outbox_by_media ON outbox_request (media_sha256) WHERE media_sha256 IS NOT NULL",
+        "CREATE INDEX buyer_read_by_request ON buyer_read (request_id)",
     ),
 )
 

@@ -61,3 +61,19 @@ def test_old_settled_records_go_and_nothing_in_flight_does(store, settings, shop
     assert count(store, "customer") == 2 and not kept.exists()
     assert [line.request_id for line in transcript(store, answered).lines] == ["pic"]  # what is left still reads
     assert prune(store, settings.sessions_dir, policy, now_ms() + 31 * DAY_MS) == Pruned()  # idempotent
+
+
+def test_a_sent_image_reply_and_then_its_copy_are_pruned_without_breaking_a_reference(
+    store, settings, shop, transport, platform
+):
+    customer = say(store, transport, platform, "b1", "尺码表有吗")
+    send_manual(store, ManualSend(request_id="pic", customer_id=customer, file_name="a.png", file_data=PNG))
+    grant = begin_attempt(store, "pic", "w", 60)
+    record_sent(store, "pic", grant.attempt_no, SendReceipt(platform_message_id="pm-pic"))
+    media_only = RetentionSettings(media_days=30)
+    assert (
+        prune(store, settings.sessions_dir, media_only, now_ms() + 31 * DAY_MS).media == 0
+    )  # its reply still refers to it
+    everything = RetentionSettings(delivery_days=30, media_days=30)
+    pruned = prune(store, settings.sessions_dir, everything, now_ms() + 31 * DAY_MS)
+    assert (pruned.replies, pruned.media) == (1, 1) and count(store, "media") == 0
