@@ -85,7 +85,17 @@ class AgentSettings(_Section):
     # With a vision model: the turns a buyer's image stays in the model's view as an image
     # (older ones read `[image]` again, so a long conversation does not carry every picture).
     image_rounds: int = Field(3, ge=0, le=100)
+    # A customer's session ends and a new one begins (long-term memory carries the customer
+    # across, runtime.agent.rotation) when its last event is older than this; unset: never.
+    session_idle_h: float | None = Field(None, gt=0, le=87_600)
+    # ... and when the configured model is not the one the session began with.
+    rotate_on_model_change: bool = True
     openai: OpenAISettings = OpenAISettings()
+
+    @property
+    def model_name(self) -> str:
+        """The model a session's header and request headers name."""
+        return "rules" if self.provider == "rules" else f"openai:{self.openai.model or 'default'}"
 
 
 class OutboxSettings(_Section):

@@ -18,13 +18,16 @@ refuses while the agent or the memory engine holds the customer's writer lease, 
 being sent (its outcome comes first); after the transaction nothing can write for the customer
 again: its rows are gone, and a holder that lost its lease writes nothing. Deleted content is
 overwritten in the database files (`secure_delete`) and the write-ahead log checkpointed, so the
-words are not left behind in free pages.
+words are not left behind in free pages. A checkpoint that readers keep from finishing is tried a
+few times; if it still cannot finish, the report says so (`wal_pending`): the old pages leave the
+log at the next checkpoint, and erasing again tries once more.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +70,14 @@ class ErasureReport(BaseModel):
     dry_run: bool
     erased_at: int | None = None  # the tombstone's time (None: a dry run of a customer not erased)
     operator: str | None = None
+    # The delivery store's write-ahead log could not be checkpointed (readers kept it busy): it
+    # may still hold the erased rows' old pages until its next checkpoint.
+    wal_pending: bool = False
+
+
+log = logging.getLogger(__name__)
+CHECKPOINT_TRIES = 5  # of the checkpoint after an erasure, each waiting CHECKPOINT_WAIT_MS for readers
+CHECKPOINT_WAIT_MS = 100
 
 
 def conversation_key(conversation_id: str) -> str:
@@ -118,6 +129,8 @@ _DELETES = (
     "DELETE FROM inbound_message WHERE customer_id = :c",
     "DELETE FROM admission_batch WHERE customer_id = :c",
     "DELETE FROM damaged_session WHERE customer_id = :c",
+    "DELETE FROM agent_session WHERE customer_id = :c",
+    "DELETE FROM pending_question WHERE customer_id = :c",
     "DELETE FROM group_receipt WHERE account_id = :a AND conversation_id = :conv",
     "UPDATE operator_action SET detail = NULL WHERE customer_id = :c",
     "DELETE FROM lease WHERE name = 'customer:' || :c",
@@ -199,8 +212,30 @@ def erase_customer(
         memory.erase_scope(scope_of(customer_id))
     drop_files(memory, sessions_dir, images_dir, [customer_id])
     with store.raw() as db:  # the write-ahead log still holds the pages as they were
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return _report(tombstone, ErasureCounts.model_validate_json(tombstone.counts), dry_run=False)
+        checkpointed = _checkpoint(db)
+    if not checkpointed:
+        log.warning(
+            "erasure of customer %s: the write-ahead log stayed busy; the old pages leave it at its next checkpoint",
+            customer_id,
+        )
+    report = _report(tombstone, ErasureCounts.model_validate_json(tombstone.counts), dry_run=False)
+    return report.model_copy(update={"wal_pending": not checkpointed})
+
+
+def _checkpoint(db: sqlite3.Connection) -> bool:
+    """Copy the write-ahead log into the database file and empty it: whether that finished
+    (`wal_checkpoint(TRUNCATE)` answers busy while a reader still uses the log), after a few
+    brief tries."""
+    timeout = int(db.execute("PRAGMA busy_timeout").fetchone()[0])
+    db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+    try:
+        for _ in range(CHECKPOINT_TRIES):
+            busy, pages, copied = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy and pages == copied:
+                return True
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {timeout}")
+    return False
 
 
 def _erase_rows(
@@ -232,7 +267,11 @@ def _erase_rows(
         account_id=found["account_id"],
         conversation_key=conversation_key(found["conversation_id"]),
         conversation_type=found["conversation_type"],
-        through_ms=max(through, latest),
+        # Retention may have pruned every message already: then the customer's last activity
+        # (when kefu last stored input for it) stands in, no earlier than the platform time of
+        # anything it stored. Not otherwise: on a simulation's script clock, platform times may
+        # be far behind real ones, and the buyer's next message must not be dropped.
+        through_ms=max(through, latest) or found["last_activity_at"],
         erased_at=now_ms(),
         operator=operator,
         counts=counts.model_copy(update={"pages": cut}).model_dump_json(),
@@ -257,7 +296,10 @@ def _busy(customer_id: int, why: str) -> KefuError:
 def _customer(conn: Connection, customer_id: int) -> dict[str, Any] | None:
     row = (
         conn.execute(
-            sql("SELECT id, account_id, conversation_id, conversation_type FROM customer WHERE id = :c"),
+            sql(
+                "SELECT id, account_id, conversation_id, conversation_type, last_activity_at FROM customer"
+                " WHERE id = :c"
+            ),
             {"c": customer_id},
         )
         .mappings()

@@ -6,8 +6,9 @@ never as bytes, and a reference expires. So each image is fetched soon after ing
 follow-up work), by the turn that needs it if that has not happened yet, and by the reconciler
 after a lost broker message. The outcome is written into the message's stored body, next to
 the reference: `stored` (with the copy's sha256, type and size), `refused` (too big, or not an
-image: final) or `failed` (the platform cannot hand it out: final after a few tries). An image
-that is not stored reads as `[image]` everywhere, as before.
+image: final) or `failed` (the platform cannot hand it out: final after a few tries, backed off
+between them; or it came in too long ago to be fetched at all). An image that is not stored reads
+as `[image]` everywhere, as before.
 """
 
 from __future__ import annotations
@@ -23,11 +24,24 @@ from runtime.media import sniff, stage_media
 from runtime.ports import ChatMessage, MediaDownloads, MediaFetchFailure, MediaTooLarge
 from runtime.rendering import RenderableMessage
 from runtime.session_log import ImageRef
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
 MAX_ATTEMPTS = 3  # transient fetch failures before an image is given up as `failed`
+# After a transient failure the reconciler leaves the image alone until its `retry_at`: this
+# times 4 ** (attempts - 1) from the failure (30 s, then 2 min), so a platform that is down is
+# not asked again on every pass, and the fetch task's own retry (runtime.pipeline) comes first.
+RETRY_BACKOFF_MS = 30_000
+# An image still pending this long after it came in is given up as `failed` with EXPIRED_CODE,
+# without asking the platform: its reference has expired by then (a DingTalk `downloadCode`
+# lives for hours, not days), and a store upgraded from before images were fetched holds old
+# image messages that read as pending; asking the platform for each would only fail slowly.
+MAX_PENDING_AGE_MS = 24 * 3600 * 1000
+EXPIRED_CODE = "KEFU_MEDIA_EXPIRED"
+# The image types OpenAI-compatible vision APIs take as image content (OpenAI, Qwen, vLLM …): a
+# buyer's BMP is fetched and stored like the others but never sent to the model as an image.
+VISION_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 # SQL over inbound_message: an image not fetched yet (the partial index of V19 serves it), and a
 # stored image's copy (its expression index).
 PENDING = "content_type = 'image' AND json_extract(body, '$.media') IS NULL"
@@ -46,6 +60,7 @@ class ImageBody(BaseModel):
     size: int | None = None
     code: str | None = None  # why refused or failed
     attempts: int = 0
+    retry_at: int | None = None  # ms: after a transient failure, when the reconciler may try again
 
     @property
     def state(self) -> MediaState:
@@ -56,10 +71,36 @@ def image_body(body: str) -> ImageBody:
     return ImageBody.model_validate_json(body)
 
 
-def pending_images(conn: Connection, limit: int, received_before: int) -> list[int]:
-    """Images not fetched yet that came in before then (their own fetch is overdue), oldest first."""
-    query = f"SELECT id FROM inbound_message WHERE {PENDING} AND received_at < :t ORDER BY id LIMIT :n"
-    return list(conn.execute(sql(query), {"t": received_before, "n": limit}).scalars())
+def pending_images(conn: Connection, limit: int, received_before: int, now: int) -> list[int]:
+    """Images not fetched yet that came in before then (their own fetch is overdue), oldest
+    first; not one whose backoff after a transient failure runs past `now` (its `retry_at`), nor
+    one too old to fetch (`expire_images` gives those up)."""
+    query = (
+        f"SELECT id FROM inbound_message WHERE {PENDING} AND received_at < :t AND received_at >= :old"
+        " AND coalesce(json_extract(body, '$.retry_at'), 0) <= :now ORDER BY id LIMIT :n"
+    )
+    params = {"t": received_before, "old": now - MAX_PENDING_AGE_MS, "now": now, "n": limit}
+    return list(conn.execute(sql(query), params).scalars())
+
+
+def expire_images(store: DeliveryStore, now: int, limit: int) -> int:
+    """Give up images pending for longer than MAX_PENDING_AGE_MS as `failed` EXPIRED_CODE, in
+    one write and without a platform call: how many (at most `limit`; the next pass takes the
+    rest). No write when there are none, the usual case."""
+    with store.read() as conn:
+        old = conn.execute(
+            sql(f"SELECT id FROM inbound_message WHERE {PENDING} AND received_at < :old ORDER BY id LIMIT :n"),
+            {"old": now - MAX_PENDING_AGE_MS, "n": limit},
+        ).scalars()
+        ids = json.dumps(list(old))
+    if ids == "[]":
+        return 0
+    update = (
+        "UPDATE inbound_message SET body = json_remove(json_set(body, '$.media', 'failed', '$.code', :code),"
+        f" '$.retry_at') WHERE id IN (SELECT value FROM json_each(:ids)) AND {PENDING}"
+    )
+    with store.write() as conn:
+        return conn.execute(sql(update), {"ids": ids, "code": EXPIRED_CODE}).rowcount
 
 
 def fetch_image(
@@ -70,7 +111,7 @@ def fetch_image(
     copy. Never holds the write lock across the download."""
     with store.read() as conn:
         row = conn.execute(
-            sql("SELECT account_id, body FROM inbound_message WHERE id = :m AND content_type = 'image'"),
+            sql("SELECT account_id, body, received_at FROM inbound_message WHERE id = :m AND content_type = 'image'"),
             {"m": message_id},
         ).first()
     if row is None:
@@ -78,6 +119,8 @@ def fetch_image(
     account_id, body = row[0], image_body(row[1])
     if body.state != "pending":
         return body
+    if row[2] < now_ms() - MAX_PENDING_AGE_MS:  # its reference has expired: the platform is not asked
+        return _record(store, message_id, body, "failed", code=EXPIRED_CODE)
     try:
         downloads = downloads_of(account_id)
     except KefuError as error:  # no transport in this process now: another try later
@@ -123,7 +166,8 @@ def _update(
     """Write the outcome unless another fetcher wrote one first (then that one stands); None
     when the message is gone (erased or pruned while its image was being fetched)."""
     attempts = body.attempts + (1 if media is None else 0)
-    new = body.model_copy(update={"media": media, "attempts": attempts, **fields})
+    retry_at = now_ms() + RETRY_BACKOFF_MS * 4 ** (attempts - 1) if media is None else None
+    new = body.model_copy(update={"media": media, "attempts": attempts, "retry_at": retry_at, **fields})
     stored = new.model_dump_json(exclude_none=True, exclude_defaults=True)
     changed = conn.execute(
         sql(f"UPDATE inbound_message SET body = :b WHERE id = :m AND {PENDING}"), {"b": stored, "m": message_id}
@@ -142,9 +186,11 @@ def stored_images(lines: Iterable[RenderableMessage]) -> list[ImageRef]:
 
 
 def with_image_data(store: DeliveryStore, view: list[ChatMessage]) -> list[ChatMessage]:
-    """The model's view with each image's bytes loaded from the store, for the call (an image
-    whose copy is gone, e.g. erased meanwhile, is left out)."""
-    wanted = {image.sha256 for message in view for image in message.images}
+    """The model's view with each image's bytes loaded from the store, for the call. Left out:
+    an image whose copy is gone (e.g. erased meanwhile), and one of a type vision models do not
+    take (not in VISION_MIMES: a BMP). Such an image is stored all the same, so operators see it,
+    and the model reads its line's `[image]`, as for any model without vision."""
+    wanted = {image.sha256 for message in view for image in message.images if image.mime in VISION_MIMES}
     if not wanted:
         return view
     with store.read() as conn:

@@ -62,7 +62,11 @@ def _invalid(message: str, action: str) -> KefuError:
 
 
 def sniff(data: bytes) -> tuple[str, str, str] | None:
-    """(kind, extension, mime) of a recognised image, else None (sent as a plain file)."""
+    """(kind, extension, mime) of a recognised image (PNG, JPEG, GIF, WebP, BMP), else None
+    (sent as a plain file). Which of them a vision model is shown is runtime.inbound_media's
+    call (VISION_MIMES: not BMP)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":  # a RIFF container (4-byte size between) of WebP
+        return "image", ".webp", "image/webp"
     for magic, extension, mime in _IMAGE_MAGIC:
         if data.startswith(magic):
             if magic == b"BM" and (len(data) < 26 or data[14:18] not in (b"\x0c\0\0\0", b"(\0\0\0", b"|\0\0\0")):
@@ -93,7 +97,12 @@ def describe(data: bytes, name: str) -> tuple[str, str, str]:
     suffix = Path(name).suffix.lower()
     if _SAME_EXTENSION.get(suffix, suffix) != extension:
         name += extension
-    return kind, name, mime
+    return kind if mime in SENDABLE_IMAGES else "file", name, mime
+
+
+# What the platforms take as an image message (DingTalk's image upload: jpg, gif, png, bmp);
+# another image, a WebP, goes out as a file instead of being refused.
+SENDABLE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/bmp"})
 
 
 def read_media_file(path: Path, max_bytes: int) -> tuple[bytes, str]:

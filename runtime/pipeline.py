@@ -393,12 +393,13 @@ def reconcile(services: Services) -> Step:
     settings, store, now = services.settings, services.store, now_ms()
     quiet = now - int(settings.reconcile.grace_s * 1000)
     lease = now - int(settings.outbox.attempt_lease_s * 1000)
+    expired = inbound_media.expire_images(store, now, RECONCILE_LIMIT)  # too old to fetch: no platform call
     with store.read() as conn:
         admissions = customers_waiting(conn, quiet, RECONCILE_LIMIT)
         turns = batches_left_open(conn, quiet, RECONCILE_LIMIT)
         attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
         settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
-        images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet)
+        images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet, now=now)
     recorded = overdue_pages(store, int(settings.reconcile.grace_s * 1000))
     prune_ingested(store)
     caught_up = _catch_up(services)
@@ -413,8 +414,8 @@ def reconcile(services: Services) -> Step:
     )
     counts = (
         f"{len(admissions)} admissions, {len(turns)} turns, {len(attempts)} attempts,"
-        f" {len(settlements)} settlements, {len(images)} images, {len(recorded)} received pages,"
-        f" {len(caught_up)} pages"
+        f" {len(settlements)} settlements, {len(images)} images{f' ({expired} expired)' if expired else ''},"
+        f" {len(recorded)} received pages, {len(caught_up)} pages"
     )
     return Step(counts, follow_ups)
 

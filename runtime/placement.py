@@ -122,6 +122,8 @@ TABLES: tuple[_Table, ...] = (
     _Table("provider_cursor", _OWN),
     _Table("held_page", _OWN),
     _Table("damaged_session", _OF_CUSTOMER, None),
+    _Table("agent_session", _OF_CUSTOMER, None),
+    _Table("pending_question", _OF_CUSTOMER, None),
     _Table("admission_batch", _OF_CUSTOMER, None),
     _Table("outbox_request", _OWN),
     _Table("outbox_attempt", _OF_REQUEST, None),
@@ -136,6 +138,7 @@ _REFS = {
     "customer_id": "customer",
     "session_id": "session",
     "replaced_by": "session",
+    "parent": "session",
     "request_id": "request",
     "retry_of": "request",
     "follows": "request",
@@ -214,7 +217,8 @@ def check_slice(s: AccountSlice) -> None:
         "media": {r.get("sha256") for r in s.media},
     }
     customers = {c for c in keys["customer"] if isinstance(c, int)}
-    sessions = (r.get(c) for rows in s.tables.values() for r in rows for c in ("session_id", "replaced_by"))
+    sessions = [r.get(c) for rows in s.tables.values() for r in rows for c in ("session_id", "replaced_by", "parent")]
+    sessions += [r.get("id") for r in s.tables.get("agent_session", [])]
     keys["session"] = {v for v in sessions if _customer_of(_SESSION, v) in customers}
     if [r.get("id") for r in s.tables.get("account", [])] != [s.account_id]:
         problems.append("tables.account: not exactly the slice's account")

@@ -4,7 +4,8 @@ What a policy may prune, each with its own number of days (KEFU_RETENTION__*_DAY
 - delivery rows: buyer messages no batch still waits on, replies whose outcome is settled
   (with their attempts, read checks and read receipts), and finished batches;
 - media: stored copies of images and files no reply refers to any more (its reply pruned first);
-- retired sessions: damaged session logs kept aside (the customer went on in a new session).
+- retired sessions: damaged session logs kept aside, and logs of sessions that ended (the customer
+  went on in a new one: runtime.agent.rotation); their headers stay.
 
 Never pruned: anything in flight (pending or claimed input, an open batch, a reply being sent
 or of unknown outcome), the customers themselves (an erasure removes a buyer: runtime.erasure),
@@ -21,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from config import RetentionSettings
-from runtime.agent.sessions import damaged_folder
+from runtime.agent.sessions import damaged_folder, session_path
 from runtime.states import SETTLED
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -98,7 +99,7 @@ def _replies(store: DeliveryStore, cutoff: int) -> int:
         with store.write() as conn:
             ids = list(conn.execute(sql(_OLD_REPLIES), {"cutoff": cutoff, "n": CHUNK}).scalars())
             chunk = {"ids": json.dumps(ids)}
-            for table in ("read_check", "outbox_attempt", "buyer_read"):
+            for table in ("read_check", "outbox_attempt", "buyer_read", "pending_question"):
                 conn.execute(sql(f"DELETE FROM {table} WHERE {_OF_CHUNK}"), chunk)
             conn.execute(sql(f"DELETE FROM outbox_request WHERE {_OF_CHUNK}"), chunk)
         total += len(ids)
@@ -117,4 +118,27 @@ def _retired_sessions(store: DeliveryStore, sessions_dir: Path, cutoff: int) -> 
         with store.write() as conn:
             conn.execute(sql("DELETE FROM damaged_session WHERE kept_path = :p"), {"p": str(path)})
         removed += 1
+    return removed + _ended_sessions(store, sessions_dir, cutoff)
+
+
+def _ended_sessions(store: DeliveryStore, sessions_dir: Path, cutoff: int) -> int:
+    """Logs of sessions that ended (rotated or forked away from) and were not written to since
+    the cutoff. Their headers stay: a session that existed is still named, its log is gone. A
+    customer's current session is never pruned (nothing ends it but a new one)."""
+    with store.read() as conn:
+        ended = list(
+            conn.execute(
+                sql(
+                    "SELECT s.id FROM agent_session s JOIN customer c ON c.id = s.customer_id"
+                    " WHERE c.session_id IS NOT s.id AND s.created_at < :cutoff"
+                ),
+                {"cutoff": cutoff},
+            ).scalars()
+        )
+    removed = 0
+    for session_id in ended:
+        path = session_path(sessions_dir, session_id)
+        if path.exists() and os.stat(path).st_mtime * 1000 < cutoff:
+            path.unlink(missing_ok=True)
+            removed += 1
     return removed

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from runtime.agent.sessions import damaged_folder
-from runtime.session_log import CorruptSessionLog, SessionLog, TurnEnd, TurnStart
+from runtime.session_log import CorruptSessionLog, SessionLog, TurnEnd, TurnStart, own_from
 
 RoundStatus = Literal["pending", "complete", "error", "interrupted"]
 _SESSION_FILE = re.compile(r"s(\d+)-(\d+)\.jsonl\.zst")
@@ -93,15 +93,17 @@ def _session_files(sessions_dir: Path, customer_id: int | None) -> Iterator[Path
 def _rounds_of(path: Path) -> list[Round]:
     match = _SESSION_FILE.fullmatch(path.name)
     assert match is not None
+    log = SessionLog(path)
     try:
-        events = SessionLog(path).load()
+        events = log.load()
     except (CorruptSessionLog, OSError):
         return []
     ends = {e.turn: e for e in events if isinstance(e, TurnEnd)}
     out = []
-    for start in (e for e in events if isinstance(e, TurnStart)):
+    own = own_from(log)  # a fork's copied turns are its parent's rounds
+    for start in (e for e in events if isinstance(e, TurnStart) and e.seq >= own):
         end = ends.get(start.turn)
-        status: RoundStatus = end.outcome if end is not None else "pending"
+        status: RoundStatus = "pending" if end is None else "interrupted" if end.outcome == "forked" else end.outcome
         out.append(
             Round(
                 customer_id=int(match[1]),

@@ -148,8 +148,48 @@ class ToolResult(_Event):
 class TurnEnd(_Event):
     type: Literal["turn/end"] = "turn/end"
     turn: str
-    outcome: Literal["complete", "interrupted", "error"]
+    # forked: a fork's closer of a turn its parent had open at the cut (runtime.agent.rotation)
+    outcome: Literal["complete", "interrupted", "error", "forked"]
     reason: Literal["handling-paused", "model-unavailable"] | None = None
+
+
+class DeveloperMessage(_Event):
+    """The tools the model may call changed since the session's last request (a setting changed
+    between turns): shown to the model, so it neither calls a tool that is gone nor ignores a
+    new one."""
+
+    type: Literal["developer/message"] = "developer/message"
+    text: str
+    added: list[str] = []
+    removed: list[str] = []
+
+
+class RequestHeader(_Event):
+    """What the next model requests are made with: the model and the tools offered. Written when
+    it changes (the session's first request, a setting changed), never shown to the model."""
+
+    type: Literal["request/header"] = "request/header"
+    model: str
+    tools: list[str]
+
+
+class RequestContext(_Event):
+    """One model request's context use as kefu estimated it before the call (the provider's own
+    count, when it gives one, is in the reply's usage). For operators; never shown to the model."""
+
+    type: Literal["request/context"] = "request/context"
+    step: int = Field(ge=0)
+    estimated_tokens: int = Field(ge=0)
+    window_tokens: int | None = None
+
+
+class EndSeed(_Event):
+    """Where a session's seed ends: in a fork, right after the events copied from its parent
+    (`inherited`); everything after it is the session's own."""
+
+    type: Literal["session/end-seed"] = "session/end-seed"
+    inherited: bool
+    parent: str | None = None
 
 
 class MessageRead(_Event):
@@ -203,6 +243,10 @@ KnownEvent = Annotated[
     | ToolCallStart
     | ToolResult
     | TurnEnd
+    | DeveloperMessage
+    | RequestHeader
+    | RequestContext
+    | EndSeed
     | MessageRead
     | MemoryArchive
     | MemoryRecall,
@@ -220,6 +264,10 @@ EventType = Literal[
     "assistant/attempt",
     "tool/call",
     "tool/result",
+    "developer/message",
+    "request/header",
+    "request/context",
+    "session/end-seed",
     "im/message-read",
     "memory/archive",
     "memory/recall",
@@ -241,6 +289,29 @@ def parse_event(line: bytes) -> SessionEvent:
         if extension is None or extension.type in _KNOWN_TYPES:  # a damaged known event stays damage
             raise
         return extension
+
+
+def own_from(log: SessionLog) -> int:
+    """The seq a session's own events begin at: after a fork's copy of its parent's prefix (its
+    inherited end-seed marker), else 0. Rounds and notes of a fork count only its own."""
+    marker = next((e for e in log.of_type("session/end-seed") if isinstance(e, EndSeed) and e.inherited), None)
+    return marker.seq + 1 if marker is not None else 0
+
+
+def write_log(path: Path, events: Sequence[SessionEvent]) -> None:
+    """A new session log holding `events` (a fork's seed), whole or not at all: written beside
+    it, synced, then renamed into place (a stale file of that name is replaced)."""
+    partial = path.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    body = "".join(map(event_line, events)).encode()
+    frame = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compress(body)
+    _append_durably(partial, frame)
+    os.replace(partial, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def event_line(event: SessionEvent) -> str:

@@ -110,3 +110,30 @@ class AlertState(StrEnum):
     RAISED = "raised"
     DELIVERED = "delivered"
     REFUSED = "refused"  # the sink answered that it will never take it (e.g. HTTP 400)
+
+
+class SessionOrigin(StrEnum):
+    """How an agent session began (its header, runtime.agent.rotation)."""
+
+    FIRST = "first"  # the customer's first session
+    ROTATED = "rotated"  # continues the customer's previous session, which ended (header reason)
+    FORKED = "forked"  # a copy of a prefix of its parent, then its own
+    LEGACY = "legacy"  # began before sessions had headers
+
+
+class RotationReason(StrEnum):
+    """Why a customer's session ended and a new one began."""
+
+    OPERATOR = "operator"  # `kefu sessions rotate`
+    INACTIVITY = "inactivity"  # nothing happened for KEFU_AGENT__SESSION_IDLE_H
+    MODEL_CHANGE = "model-change"  # the configured model is not the session's
+    DAMAGED = "damaged"  # its log was damaged before its tail (runtime.agent.sessions)
+    FORK = "fork"  # `kefu sessions fork`
+
+
+class QuestionState(StrEnum):
+    """pending_question.state (runtime.pending_questions)."""
+
+    PENDING = "pending"  # asked; no later turn has seen it yet
+    OFFERED = "offered"  # a later batch's turn was given it (again on that batch's retries)
+    SUPERSEDED = "superseded"  # the agent asked something else before any turn saw it

@@ -18,14 +18,16 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from runtime.agent.sessions import session_path
+from runtime.agent.sessions import customer_sessions, session_path
 from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import KefuError
 from runtime.inbound_media import image_body
 from runtime.rendering import OPERATOR_DM, content_text, label
-from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog
+from runtime.session_log import AssistantMessage, CorruptSessionLog, SessionLog, own_from
+from runtime.states import SessionOrigin
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
+from runtime.store.tables import SessionHeader
 
 Speaker = Literal["buyer", "native-operator", "operator-dm", "assistant", "console-operator", "agent-note"]
 
@@ -98,16 +100,17 @@ def transcript(
     at, key = _parse_cursor(before) if before is not None else (None, None)
     with store.read() as conn:
         rows = conn.execute(_LINES, {"c": customer_id, "n": limit + 1, "at": at, "key": key}).mappings().all()
-        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+        sessions = customer_sessions(conn, customer_id)
         clock = conversation_clock(conn, customer_id)
     more = len(rows) > limit
     lines = [_line(_Row.model_validate(dict(row)), clock) for row in reversed(rows[:limit])]
     older = lines[0].cursor if more else None
-    if sessions_dir is not None and session_id is not None and lines:
+    if sessions_dir is not None and sessions and lines:
         since = lines[0].at if more else 0  # the first page back in time also has what came before any line
         notes = [
             note.model_copy(update={"shown_at": clock.shown(note.at)})
-            for note in agent_notes(sessions_dir, session_id)
+            for header in sessions
+            for note in agent_notes(sessions_dir, header)
             if since <= note.at and (at is None or note.at < at)
         ]
         lines = sorted(lines + notes, key=_order)
@@ -129,19 +132,31 @@ def _order(line: TranscriptLine) -> tuple[int, int]:
     return line.at, 2 if line.request_id else 0
 
 
-def agent_notes(sessions_dir: Path, session_id: str) -> list[TranscriptLine]:
-    """What the agent said to operators, and which tools it called, per model reply."""
+def agent_notes(sessions_dir: Path, header: SessionHeader) -> list[TranscriptLine]:
+    """What the agent said to operators, and which tools it called, per model reply of one of
+    the customer's sessions (a fork's own replies only), after a line saying why the session
+    began when it continues another."""
+    session_id = header.id
+    notes = [_note(header.created_at, f"{session_id}:begin", _began(header))] if header.parent else []
+    log = SessionLog(session_path(sessions_dir, session_id))
     try:
-        events = SessionLog(session_path(sessions_dir, session_id)).load()
+        events = log.load()
     except (CorruptSessionLog, OSError) as error:
-        return [_note(now_ms(), f"{session_id}:damaged", f"[the session log cannot be read: {type(error).__name__}]")]
-    notes = []
-    for event in events:
+        return [
+            *notes,
+            _note(now_ms(), f"{session_id}:damaged", f"[the session log cannot be read: {type(error).__name__}]"),
+        ]
+    for event in events[own_from(log) :]:
         if isinstance(event, AssistantMessage) and (event.text or event.tool_calls):
             calls = [call["name"] for call in event.tool_calls]
             text = " ".join(part for part in (event.text, f"[called {', '.join(calls)}]" if calls else "") if part)
             notes.append(_note(event.at, f"{session_id}:{event.seq}", text, calls))
     return notes
+
+
+def _began(header: SessionHeader) -> str:
+    how = "forked from" if header.origin == SessionOrigin.FORKED else "continues"
+    return f"[new agent session {header.id}: {how} {header.parent}, {header.reason or 'unknown reason'}]"
 
 
 def _note(at: int, key: str, text: str, calls: list[str] | None = None) -> TranscriptLine:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from config import Settings, load_settings
 from runtime.accounts import AccountSpec, create_account
@@ -83,3 +84,16 @@ def fake_wangwang() -> Iterator[FakeWangwangBridge]:
     bridge = FakeWangwangBridge().start()
     yield bridge
     bridge.stop()
+
+
+@pytest.fixture
+def kefu(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    """The `kefu` command in this process, on the test's data dir."""
+    from worker.celery_app import app
+    from worker.context import runtime_for
+
+    monkeypatch.setattr(app, "kefu_settings", settings, raising=False)
+    monkeypatch.setattr(app, "kefu_runtime", None, raising=False)
+    yield CliRunner()
+    if app.kefu_runtime is not None:
+        runtime_for(app).store.close()

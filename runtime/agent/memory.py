@@ -33,7 +33,15 @@ from runtime.media import sniff
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, TooManyFolders, plan_folders
 from runtime.memory.recall import RecallIndex, load_state, save_state, select, sigma
 from runtime.memory.store import ArchivedImage, ArchiveSource, Folder, FolderCapReached, IndexedFolder, MemoryStore
-from runtime.session_log import MemoryArchive, MemoryRecall, SessionEvent, SessionLog, ToolResult, TurnStart
+from runtime.session_log import (
+    DeveloperMessage,
+    MemoryArchive,
+    MemoryRecall,
+    SessionEvent,
+    SessionLog,
+    ToolResult,
+    TurnStart,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +151,12 @@ def _archived_messages(
     images: dict[str, Path] = {}
     for event in events:
         message = chat_message(event)
-        if message is None or message.role == "system" or (isinstance(event, ToolResult) and _sent_ok(event)):
+        if (
+            message is None
+            or message.role == "system"
+            or isinstance(event, DeveloperMessage)  # kefu's note on the tools, not the conversation
+            or (isinstance(event, ToolResult) and _sent_ok(event))
+        ):
             continue
         parts = [message.content] if message.content else []
         for call in message.tool_calls:
@@ -264,6 +277,52 @@ def _archive_turns(
     if fitting is None:
         _log_skip(memory, "no-cut")
         return ArchiveOutcome("no-cut", trimmed=trimmed)
+    folders = _commit_plan(log, session_id, memory, upto, fitting, used, trimmed)
+    if folders is None:
+        return ArchiveOutcome("folder-cap", trimmed=trimmed)
+    return ArchiveOutcome("archived", folders, trimmed)
+
+
+def archive_rest(log: SessionLog, session_id: str, memory: SessionMemory) -> int:
+    """Archive every turn of an ending session (runtime.agent.rotation) that memory does not hold
+    yet, the latest one included, so the customer's next session can recall them; in as many
+    runs as the per-run folder limit needs. Idempotent: a plan is keyed by its span, and a crash
+    after a commit is adopted, never archived twice. Returns the folders made."""
+    if not memory.settings.enabled:
+        return 0
+    made = 0
+    while True:
+        used = view_tokens(log, judge_task(memory))
+        adopted = _adopt_orphans(log, session_id, memory, used)
+        if adopted:
+            made += adopted
+            continue
+        upto = archived_upto(log)
+        starts = _turn_starts(log, upto)
+        if not starts:
+            return made
+        cuts, removed = [], 0
+        for start, end in zip(starts, [*starts[1:], log.offset], strict=True):
+            removed += span_tokens(log, start, end)
+            cuts.append((end, removed))
+        fitting = _fitting_plan(log.all_events, starts[0], cuts, memory)
+        folders = None if fitting is None else _commit_plan(log, session_id, memory, upto, fitting, used)
+        if folders is None:  # nothing fits one run, or the customer's folder cap is reached
+            return made
+        made += folders
+
+
+def _commit_plan(
+    log: SessionLog,
+    session_id: str,
+    memory: SessionMemory,
+    upto: int,
+    fitting: tuple[int, int, list[PlannedFolder], dict[str, Path]],
+    used: int,
+    trimmed: int = 0,
+) -> int | None:
+    """Commit one planned archive run and mark it in the log; its folder count, None when the
+    customer's folder cap refused it."""
     cut, removed, planned, files = fitting
     images = _keep_images(planned, files, memory)
     source = ArchiveSource(session_id=session_id, from_seq=upto, to_seq=cut)
@@ -274,10 +333,10 @@ def _archive_turns(
     except FolderCapReached as full:
         _log_skip(memory, "folder-cap", full.message)
         memory.store.record(memory.scope, "archive-refused", reason="folder-cap", planned=len(planned))
-        return ArchiveOutcome("folder-cap", trimmed=trimmed)
+        return None
     _append_archive_event(log, memory, source, len(folders), used - removed)
     memory.store.record(memory.scope, "archive", folders=len(folders), removed_tokens=removed, trimmed=trimmed)
-    return ArchiveOutcome("archived", len(folders), trimmed)
+    return len(folders)
 
 
 def _fitting_plan(

@@ -25,8 +25,8 @@ from runtime.agent.memory import (
     rearchive,
     scope_of,
 )
+from runtime.agent.repair import repair
 from runtime.agent.sessions import open_session, session_path
-from runtime.agent.turn import repair
 from runtime.clock import conversation_clock
 from runtime.memory.heuristic import score_backlog
 from runtime.session_log import SessionLog
@@ -48,23 +48,32 @@ class SessionJobs:
 
     def run(self, customer_id: int, job: Callable[[SessionLog, str, SessionMemory], Result]) -> Result | Busy:
         """Run `job` on the customer's session under its writer lease; then, when no model
-        scores, score what the job left pending with the heuristic."""
-        with self.store.read() as conn:
-            customer = load_customer(conn, customer_id)
-            clock = conversation_clock(conn, customer_id)
-        session_id = customer.session_id if customer else None
-        if session_id is None or not session_path(self.sessions_dir, session_id).exists():
+        scores, score what the job left pending with the heuristic. "no-session" also for a
+        customer erased meanwhile (runtime.erasure): it is looked for again once the lease is
+        held, which an erasure waits for, so its session is never opened (created) again."""
+        if not self._has_session(customer_id):
             return "no-session"
+        with self.store.read() as conn:
+            clock = conversation_clock(conn, customer_id)
         memory = self.engine.session(customer_id, clock)
         with leases.held(self.store, f"customer:{customer_id}", self.lease_s) as fence:
             if fence is None:
                 return "busy"
+            if not self._has_session(customer_id):  # erased between the look and the lease
+                return "no-session"
             session = open_session(self.store, customer_id, self.sessions_dir, fence)
             repair(session.log)  # a turn that crashed mid-way is closed the same way its next turn would
             result = job(session.log, session.session_id, memory)
         if not self.engine.model_scores:
             score_scope(memory)
         return result
+
+    def _has_session(self, customer_id: int) -> bool:
+        """The customer is there (not erased) and has a session log."""
+        with self.store.read() as conn:
+            customer = load_customer(conn, customer_id)
+        session_id = customer.session_id if customer else None
+        return session_id is not None and session_path(self.sessions_dir, session_id).exists()
 
 
 def archive_job(log: SessionLog, session_id: str, memory: SessionMemory) -> str:

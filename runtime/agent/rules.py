@@ -28,6 +28,7 @@ _LABELLED = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] \[", re.MULTILINE)  
 class FaqEntry(BaseModel):
     keywords: list[str] = Field(min_length=1)
     answer: str = Field(min_length=1)
+    asks: bool = False  # the answer asks the buyer something (kept until the next turn sees it)
 
 
 class Knowledge(BaseModel):
@@ -60,18 +61,23 @@ class RulesProvider:
 
     def answer(self, buyer_lines: list[str]) -> str | None:
         """The reply to these lines, or None when nothing matches (a human should answer)."""
-        answers: list[str] = []
+        found = self._matches(buyer_lines)
+        return found[0] if found else None
+
+    def _matches(self, buyer_lines: list[str]) -> tuple[str, bool] | None:
+        """The reply and whether it asks the buyer something, or None when nothing matches."""
+        answers: list[FaqEntry] = []
         greeted = False
         for line in buyer_lines:
             lowered = line.lower()
-            matched = [e.answer for e in self.knowledge.faq if any(k.lower() in lowered for k in e.keywords)]
+            matched = [e for e in self.knowledge.faq if any(k.lower() in lowered for k in e.keywords)]
             if matched:
-                answers.extend(a for a in matched if a not in answers)
+                answers.extend(e for e in matched if e not in answers)
             elif any(k.lower() in lowered for k in self.knowledge.greeting_keywords):
                 greeted = True
         if answers:
-            return "\n".join(answers)
-        return self.knowledge.greeting if greeted else None
+            return "\n".join(e.answer for e in answers), any(e.asks for e in answers)
+        return (self.knowledge.greeting, False) if greeted else None
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         # Read notices carry no buyer lines: the reply is about the latest batch or follow-up.
@@ -101,15 +107,17 @@ class RulesProvider:
         to_operator = self._to_operator([text for text in inputs if not _LABELLED.search(text)])
         if not lines:
             return AssistantReply(text=to_operator or "本批次没有顾客消息，无需回复。")
-        answer = self.answer(lines)
-        if answer is None:
+        found = self._matches(lines)
+        if found is None:
             reason = json.dumps({"reason": self.knowledge.handoff_reason}, ensure_ascii=False)
             handoff = ToolCall(id=f"rules-{len(messages)}", name="im_handoff", arguments=reason)
             return AssistantReply(text=to_operator or "无匹配答案，转人工。", tool_calls=[handoff])
         send = ToolCall(
             id=f"rules-{len(messages)}",
             name="im_send_message",
-            arguments=json.dumps({"text": answer}, ensure_ascii=False),
+            arguments=json.dumps(
+                {"text": found[0], **({"awaits_answer": True} if found[1] else {})}, ensure_ascii=False
+            ),
         )
         return AssistantReply(text=to_operator, tool_calls=[send])
 

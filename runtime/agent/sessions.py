@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from runtime.errors import CustomerUnknown
 from runtime.leases import Fence, before_file_write, fenced
 from runtime.session_log import CorruptSessionLog, SessionLog
+from runtime.states import RotationReason, SessionOrigin
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import DamagedSession
+from runtime.store.tables import DamagedSession, SessionHeader
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +42,69 @@ def damaged_folder(sessions_dir: Path) -> Path:
     return sessions_dir / "damaged"
 
 
-def _ensure_session_id(store: DeliveryStore, customer_id: int, fence: Fence | None = None) -> tuple[str, bool]:
+def _ensure_session_id(
+    store: DeliveryStore, customer_id: int, fence: Fence | None = None, model: str | None = None
+) -> tuple[str, bool]:
     """The customer's session id, and whether it was given just now (the customer's first)."""
     with fenced(store, fence) as conn:
         session_id: str | None = conn.execute(
             sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
         ).scalar_one()
-        return (session_id, False) if session_id is not None else (begin_first_session(conn, customer_id), True)
+        return (session_id, False) if session_id is not None else (begin_first_session(conn, customer_id, model), True)
 
 
-def begin_first_session(conn: Connection, customer_id: int) -> str:
+def begin_first_session(conn: Connection, customer_id: int, model: str | None) -> str:
     """Inside the caller's write transaction, for a customer who has no session yet."""
     session_id = f"s{customer_id}-1"
-    conn.execute(sql("UPDATE customer SET session_id = :s WHERE id = :c"), {"s": session_id, "c": customer_id})
+    begin_session(conn, SessionHeader(id=session_id, customer_id=customer_id, created_at=now_ms(), model=model,
+                                      origin=SessionOrigin.FIRST), None)  # fmt: skip
     return session_id
+
+
+def begin_session(conn: Connection, header: SessionHeader, replacing: str | None) -> bool:
+    """Inside the caller's write transaction: record the new session's header and make it the
+    customer's current one, if `replacing` is still their current one (None: they have none).
+    False, and nothing written, if another job changed the customer's session meanwhile."""
+    switched = conn.execute(
+        sql("UPDATE customer SET session_id = :new WHERE id = :c AND session_id IS :old"),
+        {"new": header.id, "c": header.customer_id, "old": replacing},
+    ).rowcount
+    if switched:
+        conn.execute(
+            sql(
+                "INSERT OR REPLACE INTO agent_session (id, customer_id, created_at, model, origin, reason, parent,"
+                " inherited) VALUES (:id, :customer_id, :created_at, :model, :origin, :reason, :parent, :inherited)"
+            ),
+            header.model_dump(),
+        )
+    return bool(switched)
+
+
+def session_header(conn: Connection, session_id: str) -> SessionHeader | None:
+    row = conn.execute(sql("SELECT * FROM agent_session WHERE id = :s"), {"s": session_id}).mappings().first()
+    return SessionHeader.model_validate(dict(row)) if row else None
+
+
+def customer_sessions(conn: Connection, customer_id: int) -> list[SessionHeader]:
+    """The customer's sessions, oldest first (the current one is customer.session_id)."""
+    rows = conn.execute(
+        sql("SELECT * FROM agent_session WHERE customer_id = :c ORDER BY created_at, id"), {"c": customer_id}
+    ).mappings()
+    return [SessionHeader.model_validate(dict(row)) for row in rows]
+
+
+def next_session_id(conn: Connection, customer_id: int) -> str:
+    """A session id the customer never had: one past the highest number of their sessions."""
+    numbers = [_number(h.id) for h in customer_sessions(conn, customer_id)]
+    current = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+    if current is not None:
+        numbers.append(_number(current))
+    return f"s{customer_id}-{max(numbers, default=0) + 1}"
+
+
+def _number(session_id: str) -> int:
+    _, _, number = session_id.rpartition("-")
+    return int(number) if number.isdigit() else 1
 
 
 @dataclass
@@ -62,6 +113,7 @@ class OpenSession:
     session_id: str
     replaced: DamagedSession | None = None  # the damaged session this one continues
     first: bool = False  # the customer's first session, begun now: no turn of it replied yet
+    header: SessionHeader | None = None  # None: a session of a store from before headers
 
 
 def open_session(
@@ -87,7 +139,9 @@ def open_session(
     # Looked up until the new session has its first event, whichever job retired the old one
     # (a customer's first session replaces none).
     replaced = None if log.events or first else _replaced_session(store, session_id)
-    return OpenSession(log, session_id, replaced, first)
+    with store.read() as conn:
+        header = session_header(conn, session_id)
+    return OpenSession(log, session_id, replaced, first, header)
 
 
 def _replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:
@@ -95,11 +149,6 @@ def _replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession |
         row = conn.execute(sql("SELECT * FROM damaged_session WHERE replaced_by = :s"), {"s": session_id})
         found = row.mappings().first()
     return DamagedSession.model_validate(dict(found)) if found else None
-
-
-def _next_session_id(customer_id: int, session_id: str) -> str:
-    _, _, number = session_id.rpartition("-")
-    return f"s{customer_id}-{int(number) + 1 if number.isdigit() else 2}"
 
 
 def _retire_damaged(
@@ -117,15 +166,25 @@ def _retire_damaged(
         os.fsync(handle.fileno())
     os.replace(partial, kept)
     _fsync_folder(kept.parent)
-    record = DamagedSession(
-        session_id=session_id,
-        customer_id=customer_id,
-        replaced_by=_next_session_id(customer_id, session_id),
-        kept_path=str(kept),
-        problem=problem,
-        detected_at=now_ms(),
-    )
     with fenced(store, fence) as conn:
+        old = session_header(conn, session_id)
+        record = DamagedSession(
+            session_id=session_id,
+            customer_id=customer_id,
+            replaced_by=next_session_id(conn, customer_id),
+            kept_path=str(kept),
+            problem=problem,
+            detected_at=now_ms(),
+        )
+        header = SessionHeader(
+            id=record.replaced_by,
+            customer_id=customer_id,
+            created_at=record.detected_at,
+            model=old.model if old else None,
+            origin=SessionOrigin.ROTATED,
+            reason=RotationReason.DAMAGED,
+            parent=session_id,
+        )
         conn.execute(
             sql(
                 "INSERT OR IGNORE INTO damaged_session (session_id, customer_id, replaced_by, kept_path, problem,"
@@ -133,10 +192,7 @@ def _retire_damaged(
             ),
             record.model_dump(),
         )
-        conn.execute(
-            sql("UPDATE customer SET session_id = :new WHERE id = :c AND session_id = :old"),
-            {"new": record.replaced_by, "c": customer_id, "old": session_id},
-        )
+        begin_session(conn, header, session_id)
     path.unlink(missing_ok=True)
     log.error(
         "session %s of customer %s is damaged before its tail; kept at %s, continuing in %s",
@@ -159,3 +215,27 @@ def _fsync_folder(folder: Path) -> None:
 def damaged_sessions(conn: Connection) -> list[DamagedSession]:
     rows = conn.execute(sql("SELECT * FROM damaged_session ORDER BY detected_at")).mappings()
     return [DamagedSession.model_validate(dict(row)) for row in rows]
+
+
+class SessionRow(SessionHeader):
+    """A session as `kefu sessions list` shows it."""
+
+    current: bool
+    events: int | None  # None: its log cannot be read (damaged; kept aside)
+
+
+def list_sessions(store: DeliveryStore, sessions_dir: Path, customer_id: int) -> list[SessionRow]:
+    """The customer's sessions, oldest first, with which is current and each log's size."""
+    with store.read() as conn:
+        current = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).first()
+        headers = customer_sessions(conn, customer_id)
+    if current is None:
+        raise CustomerUnknown(customer_id)
+    rows = []
+    for header in headers:
+        try:
+            events: int | None = len(SessionLog(session_path(sessions_dir, header.id)).load())
+        except (CorruptSessionLog, OSError):
+            events = None
+        rows.append(SessionRow(**header.model_dump(), current=header.id == current[0], events=events))
+    return rows

@@ -22,6 +22,7 @@ from runtime.history import query_history
 from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
 from runtime.outbox import ReplyCheck, register_outbound, reply_check
+from runtime.pending_questions import ask
 from runtime.ports import ToolCall, ToolSpec
 from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, recipient_of
 from runtime.store import DeliveryStore
@@ -33,6 +34,11 @@ class ImSendMessageArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = Field(min_length=1, max_length=4000)
     attachments: list[str] = Field([], max_length=9, description="file names in the attachments folder")
+    awaits_answer: bool = Field(
+        False,
+        description="true when this message asks the customer a question you need answered: it is kept, and "
+        "your next turn is reminded of it even after a restart or a human operator's takeover",
+    )
 
 
 IM_SEND_MESSAGE = ToolSpec(
@@ -192,6 +198,8 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
                     request_id=check.earlier,
                 )
             requests, refused = _register_reply(binding, conn, call, args, check)
+            if refused is None and args.awaits_answer:
+                ask(conn, requests[-1].request_id, customer.id, args.text)  # type: ignore[arg-type]
             if refused is None and binding.begin_attempt is not None:
                 binding.begin_attempt(conn, requests[0], check)  # the later parts wait for the first
             binding.checked = (call.id, check.buyer_reads)

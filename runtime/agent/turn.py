@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import UnionType
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -27,6 +26,8 @@ from runtime.admission import (
 from runtime.agent.context import context_use, view_tokens
 from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, recall
 from runtime.agent.memory_tools import MEMORY_TOOLS
+from runtime.agent.repair import close_unfinished, repair, waiting_for_model
+from runtime.agent.rotation import rotate, rotated_note, rotation_due
 from runtime.agent.sessions import DAMAGED_NOTE, begin_first_session, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute
 from runtime.agent.view import model_view
@@ -36,19 +37,14 @@ from runtime.inbound_media import stored_images, with_fetched_images, with_image
 from runtime.leases import Fence, fenced
 from runtime.media import AttachmentPolicy
 from runtime.outbox import ReplyCheck, replied_for
+from runtime.pending_questions import offer, question_note
 from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
 from runtime.rendering import RenderableMessage, content_text, input_parts, shown
 from runtime.session_log import (
-    AssistantAttempt,
-    AssistantMessage,
     MessageRead,
-    SessionEvent,
+    RequestHeader,
     SessionLog,
-    StepEnd,
-    StepStart,
-    ToolCallStart,
-    ToolResult,
     TurnEnd,
     TurnStart,
 )
@@ -88,97 +84,12 @@ class TurnResult:
 
 
 @dataclass(frozen=True)
-class Waiting:
-    """The open turn at the tail of a log waits for the next attempt of its model call: its last
-    step started, and since then only failed attempts (after the step's own read notices and
-    memory events) were logged. The run that failed ended there instead of sleeping; the next
-    run goes on with that step, so the model sees the same view it would have."""
-
-    turn_id: str
-    batch_id: str
-    step: int
-    attempts: int
-    last_attempt_at: int
-
-
-def waiting_for_model(log: SessionLog) -> Waiting | None:
-    events = log.events
-    if not events or not isinstance(events[-1], AssistantAttempt):
-        return None
-    turn_at, step_at = _last(events, TurnStart | TurnEnd), _last(events, StepStart | StepEnd)
-    if turn_at is None or step_at is None or step_at < turn_at:
-        return None
-    turn, step = events[turn_at], events[step_at]
-    if not isinstance(turn, TurnStart) or not isinstance(step, StepStart):
-        return None
-    after = events[step_at + 1 :]
-    if any(isinstance(e, AssistantMessage | ToolCallStart | ToolResult) for e in after):
-        return None
-    attempts = sum(isinstance(e, AssistantAttempt) for e in after)
-    return Waiting(turn.turn, turn.batch_id, step.step, attempts, events[-1].at)
-
-
-def _last(events: list[SessionEvent], kinds: type | UnionType) -> int | None:
-    """The index of the last event of these kinds, searched from the tail (logs grow long)."""
-    return next((i for i in range(len(events) - 1, -1, -1) if isinstance(events[i], kinds)), None)
-
-
-@dataclass(frozen=True)
 class _RetryAfter:
     seconds: float
 
 
 def _backoff_s(retry: OpenAISettings, attempt: int) -> float:
     return float(retry.retry_backoff_s * 2 ** (attempt - 1))
-
-
-def repair(log: SessionLog) -> bool:
-    """Close an unfinished turn at the tail, unless it only waits for a model retry. Returns
-    True if closers were appended."""
-    if waiting_for_model(log) is not None:
-        return False
-    return _close_unfinished(log)
-
-
-def _close_unfinished(log: SessionLog) -> bool:
-    """Close the open turn at the tail: a result for each tool call without one, its step, the
-    turn. The closers carry the time of the last event, not of the repair, so repairing the same
-    log twice (two processes after a crash, a test) writes the very same events."""
-    start = _last(log.events, TurnStart | TurnEnd)
-    if start is None:
-        return False
-    turn = log.events[start]
-    if not isinstance(turn, TurnStart):
-        return False
-    tail = log.events[start:]
-    at = log.events[-1].at
-    requested = [c for e in tail if isinstance(e, AssistantMessage) for c in e.tool_calls]
-    started = {e.call_id for e in tail if isinstance(e, ToolCallStart)}
-    finished = {e.call_id for e in tail if isinstance(e, ToolResult)}
-    for call in requested:
-        if call["id"] in finished:
-            continue
-        code = "TOOL_OUTCOME_UNKNOWN" if call["id"] in started else "TOOL_NOT_STARTED"
-        note = (
-            "outcome unknown: query outside state before any retry"
-            if code == "TOOL_OUTCOME_UNKNOWN"
-            else "never started"
-        )
-        log.append(
-            "tool/result",
-            at=at,
-            call_id=call["id"],
-            name=call["name"],
-            is_error=True,
-            code=code,
-            content=f"Error: {code}: {note}",
-        )
-    step = next((e for e in reversed(tail) if isinstance(e, StepStart | StepEnd)), None)
-    if isinstance(step, StepStart):
-        log.append("step/end", at=at, turn=step.turn, step=step.step)
-    log.append("turn/end", at=at, turn=turn.turn, outcome="interrupted")
-    log.flush()
-    return True
 
 
 def _deliver_reads(store: DeliveryStore, log: SessionLog, reads: list[BuyerRead], zone: ZoneInfo) -> None:
@@ -238,6 +149,7 @@ def _call_model(
     tools: list[ToolSpec],
     agent: AgentSettings,
     store: DeliveryStore,
+    step: int,
     task: str = "",
     attempts_before: int = 0,
 ) -> AssistantReply | _RetryAfter | None:
@@ -252,6 +164,8 @@ def _call_model(
         return None
     try:
         view = model_view(log, task, agent.image_rounds if retry.vision else 0)
+        log.append("request/context", step=step, estimated_tokens=view_tokens(log, task),
+                   window_tokens=agent.context_window_tokens)  # fmt: skip
         reply = provider.complete(with_image_data(store, view), tools)
     except ModelError as error:
         log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
@@ -302,15 +216,20 @@ def run_turn(
         if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
-        known = (customer.session_id, False) if customer.session_id else (begin_first_session(conn, customer_id), True)
+        known = (
+            (customer.session_id, False)
+            if customer.session_id
+            else (begin_first_session(conn, customer_id, agent.model_name), True)
+        )
         clock = conversation_clock(conn, customer_id)
+        question = offer(conn, customer_id, batch.id)
         checked: _StepCheck | None = (True, rows.reads)  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id, clock) if memory_engine else None
     waiting = waiting_for_model(log)
     if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
-        _close_unfinished(log)
+        close_unfinished(log)
         waiting = None
     if waiting is not None:
         due_in_ms = waiting.last_attempt_at + _backoff_s(agent.openai, waiting.attempts) * 1000 - now_ms()
@@ -318,10 +237,15 @@ def run_turn(
             return TurnResult(batch.id, "waiting", session_id, retry_after_s=due_in_ms / 1000)
         turn_id, first_step, attempts_before = waiting.turn_id, waiting.step, waiting.attempts
     else:
+        ending = rotation_due(session, batch.id, agent, now_ms())
+        if ending is not None:
+            session = rotate(store, customer_id, sessions_dir, fence, ending, agent.model_name, memory, session)
+            log, session_id = session.log, session.session_id
         repair(log)
-        if not log.events:
+        if not log.of_type("system/message"):  # a new session (a fork of an empty one has its marker)
+            note = DAMAGED_NOTE if session.replaced else rotated_note(session.header)
             prompt = _system_prompt(agent.persona)
-            log.append("system/message", text=f"{prompt}\n\n{DAMAGED_NOTE}" if session.replaced else prompt)
+            log.append("system/message", text=f"{prompt}\n\n{note}" if note else prompt)
 
         turns = _turns_of(log, batch.id)
         if _reconcile_session(store, turns, batch, fence, session.first):
@@ -334,7 +258,9 @@ def run_turn(
         else:
             log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
             lines = with_fetched_images(store, lines, fetch_images)
-            for text, rendered in input_parts([shown(line, clock) for line in lines], zone):
+            for n, (text, rendered) in enumerate(input_parts([shown(line, clock) for line in lines], zone)):
+                if n == 0 and question is not None:
+                    text = f"{question_note(question, clock, zone)}\n{text}"
                 images = stored_images(rendered)
                 log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
         log.flush()
@@ -383,7 +309,8 @@ def run_turn(
                 inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
                 if inline.folders or inline.trimmed:  # new pending or review folders: a new task
                     archived_inline, task = True, judge_task(memory)
-        reply = _call_model(provider, log, tools, agent, store, task, attempts_before)
+        _note_request(log, agent.model_name, tools)
+        reply = _call_model(provider, log, tools, agent, store, step, task, attempts_before)
         resuming, attempts_before = False, 0
         if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
             _commit_if_logged(binding)
@@ -443,6 +370,23 @@ def run_turn(
         archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
     return TurnResult(batch.id, outcome, session_id, archive_due=due, admit_next=admit_next)
+
+
+def _note_request(log: SessionLog, model: str, tools: list[ToolSpec]) -> None:
+    """Log what the next request is made with when it changed (`request/header`); when the
+    tools changed since the session's last request (a setting changed between runs), tell the
+    model first (`developer/message`), so it neither calls a tool that is gone nor ignores one."""
+    names = [spec.name for spec in tools]
+    last = log.last("request/header")
+    if isinstance(last, RequestHeader) and last.model == model and last.tools == names:
+        return
+    if isinstance(last, RequestHeader) and last.tools != names:
+        added = [n for n in names if n not in last.tools]
+        removed = [n for n in last.tools if n not in names]
+        parts = [f"新增：{', '.join(added)}" if added else "", f"已移除：{', '.join(removed)}" if removed else ""]
+        text = "[kefu] 可用工具有变化（" + "；".join(p for p in parts if p) + "）。只调用现在可用的工具。"
+        log.append("developer/message", text=text, added=added, removed=removed)
+    log.append("request/header", model=model, tools=names)
 
 
 def _commit_if_logged(binding: TurnBinding) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from runtime.ports import ChatMessage, ImageInput, ToolCall
 from runtime.session_log import (
     AssistantMessage,
+    DeveloperMessage,
     MemoryArchive,
     MemoryRecall,
     MessageRead,
@@ -37,6 +38,8 @@ def chat_message(event: SessionEvent) -> ChatMessage | None:
         return ChatMessage(role="assistant", content=event.text, tool_calls=calls)
     if isinstance(event, ToolResult):
         return ChatMessage(role="tool", content=event.content, tool_call_id=event.call_id)
+    if isinstance(event, DeveloperMessage):  # a user message: not every provider takes a late system one
+        return ChatMessage(role="user", content=event.text)
     return None  # lifecycle, attempts, memory bookkeeping, extension events
 
 

@@ -556,6 +556,42 @@ V19 = Migration(
     ),
 )
 
+V20 = Migration(
+    20,
+    "session headers (each agent session's customer, model and origin), and pending questions",
+    (
+        # Written once when a session begins and never changed (seed 002: the header is
+        # frozen); which session is a customer's current one stays customer.session_id.
+        """CREATE TABLE agent_session (
+            id TEXT PRIMARY KEY,
+            customer_id INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            model TEXT,  -- the agent's model when it began; NULL: began before headers
+            origin TEXT NOT NULL,  -- runtime.states.SessionOrigin
+            reason TEXT,  -- why the previous session ended (rotated), or who forked it
+            parent TEXT,  -- the session it continues or was forked from
+            inherited INTEGER NOT NULL DEFAULT 0  -- events a fork copied from its parent
+        )""",
+        "CREATE INDEX agent_session_by_customer ON agent_session (customer_id, created_at)",
+        # A question the agent asked the buyer, kept until a later turn is offered it
+        # (runtime.pending_questions), so a takeover, a restart or a new session loses none.
+        """CREATE TABLE pending_question (
+            request_id TEXT PRIMARY KEY,  -- the reply that asked it
+            customer_id INTEGER NOT NULL,
+            question TEXT NOT NULL,
+            asked_at INTEGER NOT NULL,
+            state TEXT NOT NULL,  -- runtime.states.QuestionState
+            offered_batch TEXT  -- the batch whose turn was offered it
+        )""",
+        "CREATE INDEX pending_question_by_customer ON pending_question (customer_id, state)",
+        # Sessions begun before headers: their customers' current ones and the damaged ones.
+        "INSERT OR IGNORE INTO agent_session (id, customer_id, created_at, origin)"
+        " SELECT session_id, customer_id, detected_at, 'legacy' FROM damaged_session",
+        "INSERT OR IGNORE INTO agent_session (id, customer_id, created_at, origin)"
+        " SELECT session_id, id, last_activity_at, 'legacy' FROM customer WHERE session_id IS NOT NULL",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -576,5 +612,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     V17,
     V18,
     V19,
+    V20,
 )
 LATEST_VERSION = MIGRATIONS[-1].version

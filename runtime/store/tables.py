@@ -15,7 +15,16 @@ from typing import Literal
 from sqlalchemy import Table
 from sqlmodel import AutoString, Field, SQLModel
 
-from runtime.states import AttemptState, BatchState, ListenerState, MessageState, OutboxState, PlacementState
+from runtime.states import (
+    AttemptState,
+    BatchState,
+    ListenerState,
+    MessageState,
+    OutboxState,
+    PlacementState,
+    RotationReason,
+    SessionOrigin,
+)
 
 
 def table_of(model: type[SQLModel]) -> Table:
@@ -176,6 +185,23 @@ class DamagedSession(SQLModel):
 
 class DamagedSessionTable(DamagedSession, table=True):
     __tablename__ = "damaged_session"
+
+
+class SessionHeader(SQLModel):
+    """An agent session's header (seed 002 5.1): written when it begins, never changed."""
+
+    id: str = Field(primary_key=True)
+    customer_id: int
+    created_at: int
+    model: str | None = None
+    origin: SessionOrigin = Field(sa_type=AutoString)
+    reason: RotationReason | None = Field(default=None, sa_type=AutoString)
+    parent: str | None = None
+    inherited: int = 0
+
+
+class SessionHeaderTable(SessionHeader, table=True):
+    __tablename__ = "agent_session"
 
 
 class AdmissionBatch(SQLModel):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from runtime.agent.sessions import session_path
+from runtime.session_log import SessionLog, UserMessage
 from runtime.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.audit import audit
@@ -63,3 +65,45 @@ def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, s
     assert states == {"sent": len(platform.received(shop))}
     # The interrupted attempt was settled by a receipt query, never attempted a second time.
     assert attempts == states["sent"]
+
+
+QUESTION = "好的，请问您的订单号是多少？我帮您处理。"
+
+
+def _question(store) -> tuple[str, str, str | None] | None:
+    with store.read() as conn:
+        return conn.exec_driver_sql("SELECT request_id, state, offered_batch FROM pending_question").first()
+
+
+def test_a_question_asked_before_a_sigkill_is_offered_to_the_buyers_answer(settings, store, shop, platform, transport):
+    app = make_app(settings)
+    log = settings.data_dir / "worker.log"
+    worker = WorkerProcess(_env(settings, KEFU_SIMULATOR__SEND_LATENCY_MS="5000"), log).start()
+    try:
+        worker.wait_ready(app)
+        asked = platform.buyer_says(shop, "b1", "买家b1", "我的地址写错了")
+        app.send_task("kefu.ingest.page", args=[transport.page_of(shop, [asked]).model_dump(mode="json")])
+        wait_for(lambda: len(platform.received(shop)) >= 1, 30, "the question to reach the platform")
+        worker.kill()  # mid-send: the process that asked is gone, with all it held in memory
+    finally:
+        worker.stop()
+    kept = _question(store)
+    assert kept is not None and kept[1] == "pending"
+
+    restarted = WorkerProcess(_env(settings), log).start()
+    try:
+        restarted.wait_ready(app)
+        answer = platform.buyer_says(shop, "b1", "买家b1", "订单号 A7731")
+        app.send_task("kefu.ingest.page", args=[transport.page_of(shop, [answer]).model_dump(mode="json")])
+        wait_for(lambda: (_question(store) or ("", "", None))[1] == "offered", 60, "the answer's turn")
+        wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet", lambda: stage_counts(store))
+    finally:
+        restarted.stop()
+    request_id, _, batch_id = _question(store)  # type: ignore[misc]
+    assert request_id == kept[0]
+    with store.read() as conn:
+        session_id = conn.exec_driver_sql("SELECT session_id FROM customer").scalar_one()
+    events = SessionLog(session_path(settings.sessions_dir, session_id)).load()
+    [text] = [e.text for e in events if isinstance(e, UserMessage) and e.source == batch_id]
+    assert text.startswith("[kefu] 你在 ") and f"「{QUESTION}」" in text and "订单号 A7731" in text
+    assert [m.text for m in platform.received(shop)].count(QUESTION) == 1  # asked once, kill or not

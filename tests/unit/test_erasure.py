@@ -4,28 +4,29 @@ starts a new customer, and erasing twice changes nothing."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 import zstandard
-from typer.testing import CliRunner
 
+from config import RetentionSettings
 from runtime.admission import evaluate
 from runtime.agent.memory import scope_of
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.erasure import erase_customer, plan_erasure
 from runtime.errors import KefuError
-from runtime.inbox import record_received
+from runtime.inbox import prune_ingested, record_received
 from runtime.ingest import ingest_page
 from runtime.leases import claimed
 from runtime.memory.folders import ArchivedMessage, plan_folders
 from runtime.memory.store import MemoryStore
+from runtime.retention import DAY_MS, prune
+from runtime.store import now_ms
 from runtime.store.sql import sql
-from worker.celery_app import app
 from worker.cli import cli
-from worker.context import runtime_for
 
 ZONE = ZoneInfo("Asia/Shanghai")
 SECRET = "订单A7731什么时候发货"  # what the erased buyer said: found nowhere afterwards
@@ -153,13 +154,32 @@ def test_erasing_waits_for_the_agent_and_refuses_an_unknown_customer(settings, s
         erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, 999_999, "tester")
 
 
-@pytest.fixture
-def kefu(settings, monkeypatch):
-    monkeypatch.setattr(app, "kefu_settings", settings, raising=False)
-    monkeypatch.setattr(app, "kefu_runtime", None, raising=False)
-    yield CliRunner()
-    if app.kefu_runtime is not None:
-        runtime_for(app).store.close()
+def test_a_redelivered_message_is_dropped_even_after_retention_pruned_the_conversation(settings, store, two_buyers):
+    erased, _, page, memory = two_buyers
+    later = now_ms() + 2 * DAY_MS  # two days on: the buyer's settled lines are pruned, the received pages long gone
+    assert prune(store, settings.sessions_dir, RetentionSettings(delivery_days=1), now=later).messages == 2
+    with store.write() as conn:
+        conn.execute(sql("UPDATE received_page SET ingested_at = ingested_at - :d"), {"d": 2 * DAY_MS})
+    assert prune_ingested(store) == 2
+    report = erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "tester")
+    assert report.counts.messages == 0
+    redelivered = page.model_copy(update={"page_op_id": "reconnect-leftover"})
+    assert ingest_page(store, redelivered).customer_ids == []  # still the erased conversation's
+    assert traces(settings, SECRET) == []
+
+
+def test_an_erasure_says_when_a_reader_kept_the_write_ahead_log_from_being_emptied(settings, store, two_buyers):
+    erased, _, _, memory = two_buyers
+    reader = sqlite3.connect(settings.delivery_path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM customer").fetchone()  # a snapshot that still uses the log
+    report = erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "tester")
+    assert report.wal_pending
+    reader.execute("COMMIT")
+    reader.close()
+    again = erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "tester")
+    assert not again.wal_pending and again.erased_at == report.erased_at  # erasing again finishes it
+    assert traces(settings, SECRET) == []
 
 
 def test_the_cli_shows_a_dry_run_erases_once_and_refuses_a_group_without_group(

@@ -8,14 +8,18 @@ import struct
 import zlib
 from zoneinfo import ZoneInfo
 
+from runtime import pipeline
 from runtime.admission import evaluate
 from runtime.agent.turn import run_turn
 from runtime.erasure import erase_customer
-from runtime.inbound_media import fetch_image, image_body
+from runtime.inbound_media import buyer_image, fetch_image, image_body, pending_images
 from runtime.ingest import ingest_page
-from runtime.ports import AssistantReply, ChatMessage, ToolSpec
+from runtime.pipeline import FetchImage
+from runtime.ports import AssistantReply, ChatMessage, MediaFetchFailure, ToolSpec
+from runtime.store import now_ms
 from runtime.store.sql import sql
 from runtime.transcript import transcript
+from tests.local_services import Local
 from transports.simulator.platform import BuyerMedia
 
 ZONE = ZoneInfo("Asia/Shanghai")
@@ -33,6 +37,29 @@ def png(width: int = 2, filler: bytes = b"") -> bytes:
     extra = chunk(b"teXt", filler) if filler else b""
     body = chunk(b"IHDR", header) + extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
     return b"\x89PNG\r\n\x1a\n" + body
+
+
+# The smallest lossless WebP (1x1), and a 1x1 24-bit BMP.
+WEBP = b"RIFF\x1a\x00\x00\x00WEBPVP8L\r\x00\x00\x00/\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00"
+BMP = (
+    b"BM" + struct.pack("<IHHI", 58, 0, 0, 54)
+    + struct.pack("<IiiHHIIiiII", 40, 1, 1, 1, 24, 0, 4, 2835, 2835, 0, 0) + b"\x00\x00\xff\x00"
+)  # fmt: skip
+DAY_MS = 24 * 3600 * 1000
+
+
+class Busy:
+    """A platform that cannot hand out media right now (a transient failure)."""
+
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        raise MediaFetchFailure("PLATFORM_BUSY", transient=True)
+
+
+class NeverAsked:
+    """A platform that must not be asked."""
+
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        raise AssertionError(f"{ref} was fetched")
 
 
 class Recorder:
@@ -145,3 +172,63 @@ def test_an_image_whose_buyer_is_erased_mid_download_leaves_nothing(store, setti
     assert fetch_image(store, lambda _: ErasedMeanwhile(), ingested.images[0], MAX) is None
     with store.read() as conn:
         assert conn.execute(sql("SELECT count(*) FROM media")).scalar() == 0
+
+
+def body_of(store, message_id):
+    with store.read() as conn:
+        return image_body(
+            conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": message_id}).scalar()
+        )
+
+
+def test_a_webp_reaches_a_vision_model_and_a_bmp_is_stored_for_operators_only(
+    store, settings, shop, transport, platform
+):
+    _TRANSPORTS[id(store)] = transport
+    webp = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.webp", data=WEBP))
+    bmp = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.bmp", data=BMP))
+    model = Recorder()
+    turn(store, settings, webp.customer_ids[0], model)
+    assert images_seen(model) == [[WEBP]]  # the BMP of the same turn is not image content: `[image]`
+    assert model.views[0][-1].content.count("[image]") == 2
+    stored = {m: body_of(store, m) for m in (webp.images[0], bmp.images[0])}
+    assert [(b.state, b.mime) for b in stored.values()] == [("stored", "image/webp"), ("stored", "image/bmp")]
+    bmp_body = stored[bmp.images[0]]
+    assert buyer_image(store, bmp.customer_ids[0], bmp_body.sha256) == ("image/bmp", BMP)  # operators see it
+
+
+def test_the_reconciler_backs_off_a_failing_image_and_expires_one_too_old_to_fetch(
+    store, settings, shop, transport, platform
+):
+    quick = settings.model_copy(update={"reconcile": settings.reconcile.model_copy(update={"grace_s": 0})})
+    services = Local(quick, store)
+    [failing] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
+    [old] = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).images
+    [older] = send(store, transport, platform, media=BuyerMedia(kind="image", name="c.png", data=png())).images
+    with store.write() as conn:  # all overdue; two came in more than a day ago (e.g. a store upgraded)
+        conn.exec_driver_sql("UPDATE inbound_message SET received_at = received_at - 1000")
+        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS} WHERE id >= {old}")
+
+    first = fetch_image(store, lambda _: Busy(), failing, MAX)
+    assert first.state == "pending" and first.retry_at > now_ms()
+    step = pipeline.reconcile(services)
+    assert [f for f in step.follow_ups if isinstance(f, FetchImage)] == []  # backing off; the others expired
+    assert "0 images (2 expired)" in step.outcome
+    for expired in (old, older):
+        body = body_of(store, expired)
+        assert (body.state, body.code, body.attempts) == ("failed", "KEFU_MEDIA_EXPIRED", 0)
+    with store.read() as conn:
+        assert pending_images(conn, 10, now_ms(), now=first.retry_at) == [failing]  # once the backoff is over
+    second = fetch_image(store, lambda _: Busy(), failing, MAX)
+    assert second.retry_at - first.retry_at >= 90_000  # a longer backoff after the second failure
+    with store.write() as conn:  # the backoff passed
+        conn.exec_driver_sql(f"UPDATE inbound_message SET body = json_set(body, '$.retry_at', 0) WHERE id = {failing}")
+    assert FetchImage(failing) in pipeline.reconcile(services).follow_ups
+
+
+def test_an_image_pending_for_over_a_day_is_not_fetched(store, shop, transport, platform):
+    [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
+    with store.write() as conn:
+        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS + 1000}")
+    expired = fetch_image(store, lambda _: NeverAsked(), image, MAX)
+    assert (expired.state, expired.code) == ("failed", "KEFU_MEDIA_EXPIRED")

@@ -4,18 +4,21 @@ recall into the system prompt (restored byte for byte), re-archive of recalled b
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from config import Settings
 from runtime.admission import evaluate
-from runtime.agent.memory import MemoryEngine, archive, block_entries, rearchive, scope_of
+from runtime.agent.memory import MemoryEngine, SessionMemory, archive, block_entries, rearchive, scope_of
 from runtime.agent.memory_jobs import SessionJobs, archive_job, score_scope
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import TurnResult, run_turn
 from runtime.agent.view import model_view, system_text
+from runtime.clock import REAL_TIME, ConversationClock
+from runtime.erasure import erase_customer
 from runtime.ingest import ingest_page
 from runtime.memory.recall import load_state
 from runtime.memory.store import MemoryStore
@@ -365,3 +368,25 @@ def test_an_archive_past_the_customers_folder_cap_is_refused_whole(
     assert roomy.store.telemetry(scope_of(customer), "archive-refused")[0]["reason"] == "folder-cap"
     opened = small_chunks(roomy, settings, max_folders=10_000)
     assert archive(log, session_of(result), opened.session(customer), 10).reason == "archived"
+
+
+def test_a_memory_job_of_a_customer_erased_before_it_holds_the_lease_finds_no_session(
+    store: DeliveryStore, settings: Settings, shop: str, transport: SimulatorTransport, platform: SimulatedPlatform
+) -> None:
+    memory = engine(settings)
+    customer, result = say_and_turn(store, settings, transport, platform, memory, EARLY[0])
+
+    @dataclass(frozen=True)
+    class ErasedMeanwhile(MemoryEngine):
+        """The engine as configured; an erasure runs while the job prepares, before its lease."""
+
+        def session(self, customer_id: int, clock: ConversationClock = REAL_TIME) -> SessionMemory:
+            erase_customer(store, self.store, settings.sessions_dir, None, customer_id, "tester")
+            return super().session(customer_id, clock)
+
+    erasing = ErasedMeanwhile(memory.store, memory.settings, memory.window_tokens, memory.zone, memory.model_scores)
+    ran: list[str] = []
+    jobs = SessionJobs(store, settings.sessions_dir, erasing, 60)
+    assert jobs.run(customer, lambda log, session_id, _: ran.append(session_id)) == "no-session"
+    assert ran == [] and not session_path(settings.sessions_dir, session_of(result)).exists()  # not made again
+    assert jobs.run(customer, archive_job) == "no-session"  # and once it is gone before the job looks

@@ -8,14 +8,16 @@ from zoneinfo import ZoneInfo
 
 from config import RetentionSettings
 from runtime.admission import evaluate
+from runtime.agent.rotation import rotate_by_operator
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.agent.sessions import damaged_folder
+from runtime.agent.sessions import damaged_folder, list_sessions, session_path
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import begin_attempt, record_sent
 from runtime.ports import SendReceipt
 from runtime.retention import DAY_MS, Pruned, prune
+from runtime.session_log import SessionLog
 from runtime.store import now_ms
 from runtime.store.sql import sql
 from runtime.transcript import transcript
@@ -77,3 +79,24 @@ def test_a_sent_image_reply_and_then_its_copy_are_pruned_without_breaking_a_refe
     everything = RetentionSettings(delivery_days=30, media_days=30)
     pruned = prune(store, settings.sessions_dir, everything, now_ms() + 31 * DAY_MS)
     assert (pruned.replies, pruned.media) == (1, 1) and count(store, "media") == 0
+
+
+def test_an_ended_sessions_log_is_pruned_and_the_current_one_never(store, settings, shop, transport, platform):
+    customer = say(store, transport, platform, "b1", "什么时候发货？")
+    evaluate(store, customer, 1000)
+    run_turn(store, RulesProvider(load_knowledge(None)), customer, settings.sessions_dir, ZONE, settings.agent)
+    ended = session_path(settings.sessions_dir, f"s{customer}-1")
+    rotate_by_operator(store, customer, settings.sessions_dir, None, settings.agent)
+    say(store, transport, platform, "b1", "发什么快递？")
+    evaluate(store, customer, 1000)
+    run_turn(store, RulesProvider(load_knowledge(None)), customer, settings.sessions_dir, ZONE, settings.agent)
+    current = session_path(settings.sessions_dir, f"s{customer}-2")
+    for path in (ended, current):
+        os.utime(path, (1, 1))
+    policy = RetentionSettings(sessions_days=30)
+    assert prune(store, settings.sessions_dir, policy, now_ms() + 31 * DAY_MS).sessions == 1
+    assert not ended.exists() and current.exists()
+    assert [(row.id, row.events) for row in list_sessions(store, settings.sessions_dir, customer)] == [
+        (f"s{customer}-1", 0),  # its header stays: it existed, its log is gone
+        (f"s{customer}-2", len(SessionLog(current).load())),
+    ]

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 from pydantic import ValidationError
 
-from runtime.agent.turn import repair
+from runtime.agent.repair import repair
 from runtime.agent.view import model_view
 from runtime.session_log import (
     SESSION_EVENT,
@@ -202,6 +202,11 @@ LEGACY: list[tuple[EventType, dict[str, Any]]] = [
         {"plan_id": "ab12", "upto": 14, "folders": 2, "segments": 2, "after_percent": 41.5, "note": "[memory] 2"},
     ),
     ("memory/recall", {"entries": [{"folder_id": "f1", "turn": "t3"}], "text": "[长期记忆] …"}),
+    ("request/header", {"model": "openai:gpt-4o-mini", "tools": ["im_send_message", "im_handoff"]}),
+    ("request/context", {"step": 0, "estimated_tokens": 812, "window_tokens": None}),
+    ("developer/message", {"text": "[kefu] 可用工具有变化", "added": ["memory_recall"], "removed": []}),
+    ("session/end-seed", {"inherited": True, "parent": "s1-1"}),
+    ("turn/end", {"turn": "t3", "outcome": "forked"}),
 ]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -25,9 +24,7 @@ from runtime.pages import parse_page
 from runtime.status import stage_counts
 from runtime.store import DeliveryStore
 from runtime.store.tables import OutboundIntent
-from worker.celery_app import app
 from worker.cli import cli
-from worker.context import runtime_for
 
 REAL = "ww-seller"  # a real platform's account (the `shop` fixture is the simulated one)
 
@@ -69,16 +66,6 @@ def remember(settings: Settings, customer_id: int) -> None:
     said = [ArchivedMessage(role="user", text=f"订单A10{customer_id}什么时候发货？", at_ms=1)]
     memory.commit_archive(scope_of(customer_id), f"plan-{customer_id}", plan_folders(said))
     memory.close()
-
-
-@pytest.fixture
-def kefu(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    """The `kefu` command in this process, on the test's data dir."""
-    monkeypatch.setattr(app, "kefu_settings", settings, raising=False)
-    monkeypatch.setattr(app, "kefu_runtime", None, raising=False)
-    yield CliRunner()
-    if app.kefu_runtime is not None:
-        runtime_for(app).store.close()
 
 
 def run(kefu: CliRunner, *args: str) -> Result:

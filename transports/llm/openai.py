@@ -8,7 +8,8 @@ failed one as `assistant/attempt` (never shown to the model) and decides about b
 from __future__ import annotations
 
 import base64
-from typing import Any
+import logging
+from typing import Any, Literal
 
 import openai
 from pydantic import ValidationError
@@ -16,6 +17,8 @@ from pydantic import ValidationError
 from config import OpenAISettings
 from runtime.errors import KefuError
 from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
+
+log = logging.getLogger(__name__)
 
 # A 1x1 white PNG: the startup probe of a vision model.
 _PIXEL = (
@@ -72,27 +75,42 @@ class OpenAIChatProvider:
         )
 
     def check_vision(self) -> None:
-        """Ask the model about a one-pixel image: KEFU_PROVIDER_NO_VISION if it refuses images
-        (KEFU_AGENT__OPENAI__VISION is set). Unreachable now: the turns will tell."""
-        probe = [
-            {"type": "text", "text": "这张图是什么颜色？只答一个字。"},
+        """Ask the model about a one-pixel image: KEFU_PROVIDER_NO_VISION if it refuses it (a 4xx
+        other than auth, timeout or rate limit) while it answers the same question without the
+        image, so a refusal about something else (a parameter, the model name) is not taken for
+        one about images; that one is logged and the turns will tell, as when the model cannot be
+        reached now. The answer's length is not limited: newer OpenAI models refuse `max_tokens`
+        and older servers `max_completion_tokens`, and the question asks for one character."""
+        question = "这张图是什么颜色？只答一个字。"
+        image: list[dict[str, Any]] = [
+            {"type": "text", "text": question},
             {"type": "image_url", "image_url": {"url": _PIXEL}},
         ]
+        refused = self._probe(image)
+        if not isinstance(refused, int):
+            return
+        if self._probe(question) == "answered":
+            raise KefuError(
+                "KEFU_PROVIDER_NO_VISION",
+                f"model {self.model} refused an image (HTTP {refused})",
+                "use a vision model, or unset KEFU_AGENT__OPENAI__VISION",
+            )
+        log.warning("vision probe of model %s inconclusive: HTTP %s with or without an image", self.model, refused)
+
+    def _probe(self, content: str | list[dict[str, Any]]) -> int | Literal["answered", "unknown"]:
+        """One probe request: answered, the status of a 4xx that refused it (about the request,
+        not auth, timeout or rate limit), or unknown (unreachable, those, a 5xx)."""
         try:
             self.client.chat.completions.create(
                 model=self.model,
-                messages=[{"role": "user", "content": probe}],  # type: ignore[list-item,misc]
-                max_tokens=5,
+                messages=[{"role": "user", "content": content}],  # type: ignore[list-item,misc]
             )
         except openai.APIStatusError as error:
-            if 400 <= error.status_code < 500 and error.status_code not in (401, 403, 408, 429):
-                raise KefuError(
-                    "KEFU_PROVIDER_NO_VISION",
-                    f"model {self.model} refused an image (HTTP {error.status_code})",
-                    "use a vision model, or unset KEFU_AGENT__OPENAI__VISION",
-                ) from None
+            status = error.status_code
+            return status if 400 <= status < 500 and status not in (401, 403, 408, 429) else "unknown"
         except openai.APIError:
-            pass
+            return "unknown"
+        return "answered"
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         try:

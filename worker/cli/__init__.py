@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli import accounts, control, customers, memory, routes, sending, shards, simulate, views, web  # noqa: F401  (each registers its commands)
+from worker.cli import accounts, control, customers, memory, routes, sending, sessions, shards, simulate, views, web  # noqa: F401  (each registers its commands)
 from worker.cli.common import cli, console, operator_errors
 
 

@@ -117,3 +117,9 @@ def _print(report: ErasureReport) -> None:
         head = f"customer {report.customer_id}: erased at {when} by {report.operator}"
     counts = report.counts.model_dump()
     print_table(head, ["what", "count"], [[name.replace("_", " "), str(n)] for name, n in counts.items()])
+    if report.wal_pending:
+        console.print(
+            "[yellow]the delivery store's write-ahead log was busy: erased rows leave it at its next checkpoint"
+            " (run the erase again to retry now)[/yellow]",
+            soft_wrap=True,
+        )

@@ -239,5 +239,5 @@ def rounds(
         except ValueError:
             raise KefuError("KEFU_INVALID_INPUT", "--day must be a date as YYYY-MM-DD") from None
         found = list_rounds(settings.sessions_dir, customer, interrupted, on, settings.zone)
-    columns = ["customer_id", "turn", "kind", "started_at", "status", "reason", "settled", "successful"]
+    columns = ["customer_id", "session_id", "turn", "kind", "started_at", "status", "reason", "settled", "successful"]
     print_rows(found, as_json, "rounds", columns)
