@@ -116,7 +116,8 @@ class RetentionSettings(_Section):
 
     delivery_days: int | None = Field(None, ge=1, le=36_500)  # settled messages, replies, batches
     media_days: int | None = Field(None, ge=1, le=36_500)  # stored images and files no open send needs
-    sessions_days: int | None = Field(None, ge=1, le=36_500)  # damaged session logs kept aside
+    sessions_days: int | None = Field(None, ge=1, le=36_500)  # ended and damaged session logs
+    memory_images_days: int | None = Field(None, ge=1, le=36_500)  # images archived with memories
     interval_s: float = Field(3600.0, ge=10, le=86_400)  # how often beat prunes
 
 

@@ -13,7 +13,10 @@ as `[image]` everywhere, as before.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Literal
 
@@ -21,6 +24,7 @@ from pydantic import BaseModel
 
 from runtime.errors import KefuError
 from runtime.media import sniff, stage_media
+from runtime.pages import InboundPage, MarkdownContent, TextContent
 from runtime.ports import ChatMessage, MediaDownloads, MediaFetchFailure, MediaTooLarge
 from runtime.rendering import RenderableMessage
 from runtime.session_log import ImageRef
@@ -241,3 +245,39 @@ def buyer_image(store: DeliveryStore, customer_id: int, sha256: str) -> tuple[st
             {"s": sha256, "c": customer_id},
         ).first()
     return (row[0], bytes(row[1])) if row is not None else None
+
+
+# A text or Markdown message that is nothing but an image as a data URL (seed 001: PNG, JPEG, WebP
+# or GIF inline): stored as an image, never as base64 text in the history or the model's input.
+_DATA_URL = re.compile(r"data:(image/(?:png|jpeg|webp|gif));base64,([A-Za-z0-9+/]+={0,2})")
+
+
+def inline_images(conn: Connection, page: InboundPage) -> dict[tuple[str, str], str]:
+    """Inside ingest's transaction: the stored image body of each text message of the page that
+    is an inline image, by (conversation id, platform message id); its bytes staged in `media`
+    (content-addressed, so a replay stores nothing twice). Bytes that are not the image the URL
+    says are kept as a refused image, never as text."""
+    bodies: dict[tuple[str, str], str] = {}
+    for group in page.groups:
+        for message in group.messages:
+            content = message.content
+            if not isinstance(content, TextContent | MarkdownContent) or not content.text.lstrip().startswith(
+                "data:image/"
+            ):
+                continue
+            match = _DATA_URL.fullmatch(content.text.strip())
+            if match is None:
+                continue
+            try:
+                data = base64.b64decode(match[2], validate=True)
+            except binascii.Error:
+                data = b""
+            found = sniff(data)
+            if found is None or found[2] != match[1]:
+                body = ImageBody(ref="inline", media="refused", code="KEFU_MEDIA_NOT_AN_IMAGE", size=len(data))
+            else:
+                ref = stage_media(conn, data, f"inline-{message.platform_message_id}")
+                body = ImageBody(ref="inline", media="stored", sha256=ref.sha256, mime=ref.mime, size=ref.size)
+            key = (group.conversation_id, message.platform_message_id)
+            bodies[key] = body.model_dump_json(exclude_none=True, exclude_defaults=True)
+    return bodies

@@ -26,10 +26,12 @@ from runtime.classification import evidence_role, role_sql
 from runtime.erasure import without_erased
 from runtime.errors import KefuError
 from runtime.inbound_media import PENDING as PENDING_IMAGE
+from runtime.inbound_media import inline_images
 from runtime.inbox import advance_cursor, mark_ingested
 from runtime.input_pause import PAUSED_OR_HELD_COLUMNS, held_unless_paused, release_held
 from runtime.outbox import PLACEHOLDER_WAITING, adopt_console_echoes, settle_by_echo
 from runtime.pages import ConversationGroup, InboundMessage, InboundPage
+from runtime.recipients import kept_webhook
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import Account, Customer
 
@@ -56,10 +58,10 @@ _UPSERT_CUSTOMER = (
 _INSERT_MESSAGE = (
     "INSERT INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id,"
     " sender_id, sender_name, sender_role, content_type, body, occurred_at, received_at, mention,"
-    " direct_peer_id, origin, state)"
+    " direct_peer_id, origin, state, reply_webhook)"
     " SELECT ?1, ?2, ?3, ?4, ?5, ?6, role, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
     " CASE WHEN ?13 = 'history' THEN 'history' WHEN role = 'ai' THEN 'ignored'"
-    "  WHEN ?15 THEN 'suppressed' ELSE 'pending' END"
+    "  WHEN ?15 THEN 'suppressed' ELSE 'pending' END, ?16"
     f" FROM (SELECT {role_sql('?2', '?4', '?14')} AS role) WHERE true"
     " ON CONFLICT (account_id, conversation_id, platform_message_id) DO UPDATE SET mention = 1"
     " WHERE excluded.mention = 1 AND inbound_message.mention IS NOT 1"
@@ -88,11 +90,14 @@ class IngestResult:
     images: list[int] = field(default_factory=list)
 
 
-def _body(message: InboundMessage) -> str:
+def _stored(message: InboundMessage, conversation_id: str, inline: dict[tuple[str, str], str]) -> tuple[str, str]:
+    """(content type, body) as stored: an inline image (runtime.inbound_media) as an image."""
     content = message.content
+    if (conversation_id, message.platform_message_id) in inline:
+        return "image", inline[conversation_id, message.platform_message_id]
     if content.type in ("text", "markdown"):
-        return content.text
-    return json.dumps(content.model_dump(exclude={"type"}), ensure_ascii=False)
+        return content.type, content.text
+    return content.type, json.dumps(content.model_dump(exclude={"type"}), ensure_ascii=False)
 
 
 _ACCOUNT_AND_PAUSE = f"SELECT *, {PAUSED_OR_HELD_COLUMNS} FROM account WHERE id = :a"
@@ -125,8 +130,9 @@ def ingest_page(
         touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
         rows: list[tuple[Any, ...]] = []
         page = without_erased(db, page)  # the page as recorded as ingested, too
+        inline = inline_images(conn, page)
         for group in page.groups:
-            upserted, group_rows = _upsert_group(db, page, group, origin, store.customer_id_base)
+            upserted, group_rows = _upsert_group(db, page, group, origin, store.customer_id_base, inline)
             rows += group_rows
             if origin == "live":
                 touched[upserted.row["id"]] = upserted
@@ -180,7 +186,12 @@ class _Upserted:
 
 
 def _upsert_group(
-    db: sqlite3.Connection, page: InboundPage, group: ConversationGroup, origin: str, customer_base: int
+    db: sqlite3.Connection,
+    page: InboundPage,
+    group: ConversationGroup,
+    origin: str,
+    customer_base: int,
+    inline: dict[tuple[str, str], str],
 ) -> tuple[_Upserted, list[tuple[Any, ...]]]:
     """Inside the page's transaction: the customer as upserted, and the group's message rows to
     insert (messages stored before, by a replay or a page an earlier version committed partway,
@@ -219,8 +230,7 @@ def _upsert_group(
             m.platform_message_id,
             m.sender.id,
             m.sender.display_name,
-            m.content.type,
-            _body(m),
+            *_stored(m, conversation, inline),
             int(m.occurred_at.timestamp() * 1000),
             at,
             m.mention,
@@ -228,6 +238,7 @@ def _upsert_group(
             origin,
             evidence_role(m.sender.role),
             paused,
+            kept_webhook(m.reply_webhook),
         )
         for m in group.messages
     ]

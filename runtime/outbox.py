@@ -27,7 +27,7 @@ from runtime.errors import KefuError, RequestUnknown
 from runtime.media import load_media
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
 from runtime.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
-from runtime.recipients import RECIPIENT_COLUMNS, RecipientFacts
+from runtime.recipients import RECIPIENT_COLUMNS, REPLY_WEBHOOK, RecipientFacts, reply_webhook
 from runtime.states import SETTLED, AttemptState, OutboxState, PlacementState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
@@ -280,6 +280,9 @@ def begin_in(
     if request.media_sha256 is not None:
         ref, data = load_media(conn, request.media_sha256)
         media = MediaPayload(kind=ref.kind, mime=ref.mime, file_name=request.body, data=data)  # type: ignore[arg-type]
+    # A reply to the conversation's session webhook posts to the latest one valid now (None: the
+    # transport sends nothing and fails the attempt, runtime.recipients).
+    hook = reply_webhook(conn, request.customer_id, at) if request.recipient_id == REPLY_WEBHOOK else None
     send = OutboundSend(
         request_id=request.request_id,
         account_id=request.account_id,
@@ -287,6 +290,7 @@ def begin_in(
         recipient_id=request.recipient_id,
         text=request.body,
         media=media,
+        reply_webhook=hook,
     )
     return AttemptGrant(attempt_no, send)
 

@@ -69,6 +69,15 @@ Content = Annotated[
 ]
 
 
+class ReplyWebhook(_Model):
+    """A URL the platform gave with a message to post a reply into its conversation, until
+    `expires_at` (DingTalk's `sessionWebhook`). The URL is the credential: it never appears in a
+    repr, a log or an error; it is kept with the stored message only (runtime.recipients)."""
+
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://", repr=False)
+    expires_at: AwareDatetime
+
+
 class InboundMessage(_Model):
     platform_message_id: Id
     sender: Sender
@@ -79,6 +88,9 @@ class InboundMessage(_Model):
     # Set on the platform's echo of a message kefu sent: the client reference kefu gave it
     # (its outbox request id). Transports set it only when the platform returns that reference.
     outbound_ref: Id | None = None
+    # Direct conversations only, set by a transport whose platform lets a reply reach this sender
+    # no other way (a DingTalk user without a staff id): where to post a reply, for a while.
+    reply_webhook: ReplyWebhook | None = Field(None, repr=False)
 
 
 class ConversationGroup(_Model):

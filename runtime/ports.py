@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from runtime.pages import Id, InboundPage
+from runtime.pages import Id, InboundPage, ReplyWebhook
 
 if TYPE_CHECKING:
     from config import Settings
@@ -44,6 +44,9 @@ class OutboundSend(BaseModel):
     recipient_id: str | None
     text: str  # a media message's file name
     media: MediaPayload | None = None
+    # With recipient_id REPLY_WEBHOOK (runtime.recipients): the conversation's latest reply
+    # webhook still valid when the attempt began, or None when there is none (nothing may be sent).
+    reply_webhook: ReplyWebhook | None = Field(None, repr=False)
 
 
 class SendReceipt(BaseModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from runtime.recipients import REPLY_WEBHOOK
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 
@@ -22,13 +23,17 @@ class DueCheck(BaseModel):
 
 
 def schedule_read_checks(store: DeliveryStore, request_id: str, checks: int, interval_ms: int, now: int) -> None:
-    """Plan `checks` queries, the first one `interval_ms` from now (idempotent)."""
+    """Plan `checks` queries, the first one `interval_ms` from now (idempotent). None for a reply
+    posted to a DingTalk session webhook: DingTalk keeps no read status of those (it stays sent)."""
     if checks <= 0:
         return
     with store.write() as conn:
         conn.execute(
-            sql("INSERT OR IGNORE INTO read_check (request_id, due_at, checks_left) VALUES (:r, :d, :n)"),
-            {"r": request_id, "d": now + interval_ms, "n": checks},
+            sql(
+                "INSERT OR IGNORE INTO read_check (request_id, due_at, checks_left) SELECT :r, :d, :n"
+                " WHERE NOT EXISTS (SELECT 1 FROM outbox_request WHERE request_id = :r AND recipient_id = :hook)"
+            ),
+            {"r": request_id, "d": now + interval_ms, "n": checks, "hook": REPLY_WEBHOOK},
         )
 
 

@@ -4,6 +4,7 @@ What a policy may prune, each with its own number of days (KEFU_RETENTION__*_DAY
 - delivery rows: buyer messages no batch still waits on, replies whose outcome is settled
   (with their attempts, read checks and read receipts), and finished batches;
 - media: stored copies of images and files no reply refers to any more (its reply pruned first);
+- memory images: images archived with long-term memories (the memories themselves stay);
 - retired sessions: damaged session logs kept aside, and logs of sessions that ended (the customer
   went on in a new one: runtime.agent.rotation); their headers stay.
 
@@ -64,9 +65,16 @@ class Pruned(BaseModel):
     batches: int = 0
     media: int = 0
     sessions: int = 0
+    memory_images: int = 0
 
 
-def prune(store: DeliveryStore, sessions_dir: Path, policy: RetentionSettings, now: int | None = None) -> Pruned:
+def prune(
+    store: DeliveryStore,
+    sessions_dir: Path,
+    policy: RetentionSettings,
+    now: int | None = None,
+    memory_images_dir: Path | None = None,
+) -> Pruned:
     """One pass of the policy: what it pruned. Idempotent, and nothing when no days are set."""
     now = now_ms() if now is None else now
     pruned = Pruned()
@@ -79,7 +87,20 @@ def prune(store: DeliveryStore, sessions_dir: Path, policy: RetentionSettings, n
         pruned.media = _in_chunks(store, _MEDIA, now - policy.media_days * DAY_MS)
     if policy.sessions_days is not None:
         pruned.sessions = _retired_sessions(store, sessions_dir, now - policy.sessions_days * DAY_MS)
+    if policy.memory_images_days is not None and memory_images_dir is not None:
+        pruned.memory_images = _memory_images(memory_images_dir, now - policy.memory_images_days * DAY_MS)
     return pruned
+
+
+def _memory_images(images_dir: Path, cutoff: int) -> int:
+    """Images archived with memories (`memory-images/<scope>/…`) kept longer than the policy. The
+    memory that names one stays; `memory_image` then reports the file as gone (exists=False)."""
+    removed = 0
+    for path in sorted(images_dir.rglob("*")) if images_dir.is_dir() else []:
+        if path.is_file() and not path.name.endswith(".partial") and os.stat(path).st_mtime * 1000 < cutoff:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def _in_chunks(store: DeliveryStore, statement: str, cutoff: int) -> int:

@@ -23,8 +23,14 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
-from runtime.agent.sessions import damaged_folder
+from runtime import leases
+from runtime.admission import load_customer
+from runtime.agent.repair import repair
+from runtime.agent.sessions import damaged_folder, open_session
 from runtime.session_log import CorruptSessionLog, SessionLog, TurnEnd, TurnStart, own_from
+from runtime.states import BatchState
+from runtime.store import DeliveryStore
+from runtime.store.sql import sql
 
 RoundStatus = Literal["pending", "complete", "error", "interrupted"]
 _SESSION_FILE = re.compile(r"s(\d+)-(\d+)\.jsonl\.zst")
@@ -119,4 +125,46 @@ def _rounds_of(path: Path) -> list[Round]:
                 successful=is_successful(status),
             )
         )
+    return out
+
+
+# --- salvage ---------------------------------------------------------------------------------
+
+SalvageOutcome = Literal["closed", "busy", "not-current", "already-ended"]
+
+
+class Salvaged(BaseModel):
+    customer_id: int
+    session_id: str
+    turn: str
+    outcome: SalvageOutcome
+    batch_open: bool  # its batch still waits: a follow-up turn answers it
+
+
+def salvage(store: DeliveryStore, sessions_dir: Path, found: list[Round], lease_s: float) -> list[Salvaged]:
+    """Close pending rounds a crash left open as `interrupted` (seed 000: salvage turns crash
+    residue into ended rounds), each under its customer's writer lease, with the same closers the
+    customer's next turn would append; never re-running a tool. A round whose turn is running
+    now (the lease is held) is left alone (`busy`). Only a customer's current session is written:
+    an ended one was closed when it ended."""
+    out = []
+    for r in (r for r in found if r.status == "pending"):
+        with store.read() as conn:
+            customer = load_customer(conn, r.customer_id)
+            open_batch = conn.execute(
+                sql("SELECT 1 FROM admission_batch WHERE id = :b AND state IN (:claimed, :committed)"),
+                {"b": r.batch_id, "claimed": BatchState.CLAIMED, "committed": BatchState.COMMITTED},
+            ).first()
+        outcome: SalvageOutcome
+        if customer is None or customer.session_id != r.session_id:
+            outcome = "not-current"
+        else:
+            with leases.held(store, f"customer:{r.customer_id}", lease_s) as fence:
+                if fence is None:
+                    outcome = "busy"
+                else:
+                    session = open_session(store, r.customer_id, sessions_dir, fence)
+                    outcome = "closed" if repair(session.log) else "already-ended"
+        out.append(Salvaged(customer_id=r.customer_id, session_id=r.session_id, turn=r.turn, outcome=outcome,
+                            batch_open=open_batch is not None))  # fmt: skip
     return out

@@ -14,6 +14,7 @@ from runtime.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.wangwang import FakeWangwangBridge
+from transports.dingtalk.credentials import DingTalkCredentials
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
 ACCOUNT = "shop"
@@ -97,3 +98,13 @@ def kefu(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRun
     yield CliRunner()
     if app.kefu_runtime is not None:
         runtime_for(app).store.close()
+
+
+@pytest.fixture
+def credentials(fake_dingtalk: FakeDingTalk) -> DingTalkCredentials:
+    """The fake DingTalk's app and robot, as an account stores them."""
+    return DingTalkCredentials(
+        client_id=fake_dingtalk.client_id,
+        client_secret=fake_dingtalk.client_secret,
+        robot_code=fake_dingtalk.robot_code,
+    )

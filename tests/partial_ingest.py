@@ -14,5 +14,5 @@ def commit_groups(store: DeliveryStore, page: InboundPage, groups: list[Conversa
     with store.raw() as db:
         for group in groups:
             with immediate(db):
-                _, rows = ingest._upsert_group(db, page, group, "live", store.customer_id_base)
+                _, rows = ingest._upsert_group(db, page, group, "live", store.customer_id_base, {})
                 db.executemany(ingest._INSERT_MESSAGE, rows)

@@ -24,7 +24,7 @@ from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_med
 from runtime.outbox import ReplyCheck, register_outbound, reply_check
 from runtime.pending_questions import ask
 from runtime.ports import ToolCall, ToolSpec
-from runtime.recipients import WANGWANG_RECIPIENT_HELP, RecipientUnavailable, recipient_of
+from runtime.recipients import RecipientUnavailable, recipient_of
 from runtime.store import DeliveryStore
 from runtime.store.connection import Connection
 from runtime.store.tables import AdmissionBatch, BuyerRead, Customer, OutboundIntent, OutboxRequest
@@ -210,7 +210,7 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     text_id = requests[-1].request_id
     if refused is not None:
         return ToolOutcome(
-            f"Error: IM reply failed ({refused.code} {text_id}): {WANGWANG_RECIPIENT_HELP}", True, text_id
+            f"Error: IM reply failed ({refused.code} {text_id}): {refused.help_text}", True, text_id
         )
     for request in requests:
         binding.on_registered(request.request_id)

@@ -558,7 +558,7 @@ V19 = Migration(
 
 V20 = Migration(
     20,
-    "session headers (each agent session's customer, model and origin), and pending questions",
+    "session headers (customer, model, origin), pending questions, and reply webhooks kept with messages",
     (
         # Written once when a session begins and never changed (seed 002: the header is
         # frozen); which session is a customer's current one stays customer.session_id.
@@ -584,6 +584,10 @@ V20 = Migration(
             offered_batch TEXT  -- the batch whose turn was offered it
         )""",
         "CREATE INDEX pending_question_by_customer ON pending_question (customer_id, state)",
+        # Where a reply to a buyer without a staff id can be posted for a while (a DingTalk
+        # sessionWebhook, runtime.recipients): JSON {url, expires_at}; the URL is a credential.
+        "ALTER TABLE inbound_message ADD COLUMN reply_webhook TEXT",
+        "CREATE INDEX inbound_reply_webhook ON inbound_message (customer_id, id) WHERE reply_webhook IS NOT NULL",
         # Sessions begun before headers: their customers' current ones and the damaged ones.
         "INSERT OR IGNORE INTO agent_session (id, customer_id, created_at, origin)"
         " SELECT session_id, customer_id, detected_at, 'legacy' FROM damaged_session",

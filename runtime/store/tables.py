@@ -114,6 +114,7 @@ class InboundMessageRow(SQLModel):
     origin: str = "live"  # live | history
     state: MessageState = Field(default=MessageState.PENDING, sa_type=AutoString)
     batch_id: str | None = None
+    reply_webhook: str | None = Field(default=None, repr=False)  # JSON; a credential (runtime.recipients)
 
 
 class InboundMessageRowTable(InboundMessageRow, table=True):

@@ -2,7 +2,10 @@
 
 The HTTP side issues tokens and connection tickets (or, scripted, refuses them or answers
 only after a stall), takes robot sends (recorded before any scripted stall, like a platform
-whose answer is lost) and answers read-status queries. The
+whose answer is lost) and answers read-status queries. Like DingTalk, batchSend takes staff ids
+only: an encrypted senderId (`$:LWCP_v1:$…`) comes back in invalidStaffIdList and nothing is
+sent. Each robot message carries a session webhook served here for real (`/robot/sendBySession`,
+no token, until it expires); its posts are recorded in `session_posts`. The
 gateway pushes robot messages as CALLBACK frames, answers nothing itself but records ACKs,
 redelivers a frame not ACKed within `redeliver_after_s`, and can ping, ask the client to
 disconnect, or drop the socket. Sends recorded here are the ground truth for "one reply per
@@ -12,6 +15,8 @@ buyer message".
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import itertools
 import json
 import threading
@@ -46,6 +51,29 @@ class RecordedSend:
 
 
 @dataclass
+class SessionPost:
+    """One reply posted to a session webhook."""
+
+    conversation_id: str
+    body: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        if self.body.get("msgtype") == "markdown":
+            return str(self.body["markdown"]["text"])
+        return str(self.body["text"]["content"])
+
+
+SENDER_ID_PREFIX = "$:LWCP_v1:$"  # DingTalk's encrypted senderId: no staff id, batchSend refuses it
+SESSION_EXPIRED_ERRCODE = 300001  # a stand-in nonzero errcode for an unknown or expired session
+
+
+def sender_id_of(user: str) -> str:
+    """The encrypted senderId the fake gives `user` (stable per user)."""
+    return SENDER_ID_PREFIX + base64.b64encode(hashlib.sha256(user.encode()).digest()[:16]).decode()
+
+
+@dataclass
 class Delivery:
     frame: dict[str, Any]
     sent_at: float = 0.0
@@ -58,6 +86,7 @@ class FakeDingTalk:
     robot_code: str = "ding-robot"
     redeliver_after_s: float = 1.0
     token_expires_in: int = 7200
+    session_webhook_ttl_s: float = 5400.0  # DingTalk's are good for about 90 minutes
     # scripted behaviour of the next sends
     throttle_sends: int = 0  # answer 403 QpsLimit to this many
     stall_sends: int = 0  # record, then answer only after this long:
@@ -81,6 +110,8 @@ class FakeDingTalk:
     prompt_readers: set[str] = field(default_factory=set)  # users who read every message at once
     files: dict[str, bytes] = field(default_factory=dict)  # downloadCode -> what the buyer sent
     downloads: list[str] = field(default_factory=list)  # download codes fetched, in order
+    session_posts: list[SessionPost] = field(default_factory=list)  # replies posted to session webhooks
+    session_refusals: int = 0  # posts to an unknown or expired session webhook
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -88,6 +119,7 @@ class FakeDingTalk:
         self._tickets: set[str] = set()
         self._keys = itertools.count(1)
         self._unacked: dict[str, Delivery] = {}
+        self._sessions: dict[str, tuple[str, float]] = {}  # session -> (conversation, expiry in epoch seconds)
         self._socket: ServerConnection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -122,21 +154,57 @@ class FakeDingTalk:
         """A robot message from `sender`; returns its msgId. Delivered now if a client is connected,
         else on the next connection (DingTalk keeps it)."""
         msg_id = f"msg-{uuid.uuid4().hex[:12]}"
+        conversation = conversation_id or f"cid-{sender}"
         data = {
-            "conversationId": conversation_id or f"cid-{sender}",
+            "conversationId": conversation,
             "conversationType": "2" if group else "1",
             "msgId": msg_id,
             "msgtype": "text",
             "text": {"content": text},
             "createAt": int(time.time() * 1000),
             "senderStaffId": sender,
+            "senderId": sender_id_of(sender),
             "senderNick": f"用户{sender}",
             "isInAtList": at_robot,
             "robotCode": self.robot_code,
             "chatbotUserId": "robot-user",
+            **self.session_webhook(conversation),
         }
         self.push(data)
         return msg_id
+
+    def external_says(
+        self, user: str, text: str, conversation_id: str | None = None, webhook_ttl_s: float | None = None
+    ) -> str:
+        """A 1:1 robot message from a user outside the organisation: a senderId and a session
+        webhook, no senderStaffId. Returns its msgId."""
+        msg_id = f"msg-{uuid.uuid4().hex[:12]}"
+        conversation = conversation_id or f"cid-{user}"
+        data = {
+            "conversationId": conversation,
+            "conversationType": "1",
+            "msgId": msg_id,
+            "msgtype": "text",
+            "text": {"content": text},
+            "createAt": int(time.time() * 1000),
+            "senderId": sender_id_of(user),
+            "senderNick": f"访客{user}",
+            "robotCode": self.robot_code,
+            "chatbotUserId": "robot-user",
+            **self.session_webhook(conversation, webhook_ttl_s),
+        }
+        self.push(data)
+        return msg_id
+
+    def session_webhook(self, conversation_id: str, ttl_s: float | None = None) -> dict[str, Any]:
+        """A new session webhook of the conversation, as a robot message's two fields."""
+        session, expires = uuid.uuid4().hex, time.time() + (self.session_webhook_ttl_s if ttl_s is None else ttl_s)
+        with self._lock:
+            self._sessions[session] = (conversation_id, expires)
+        return {
+            "sessionWebhook": f"{self.url}/robot/sendBySession?session={session}",
+            "sessionWebhookExpiredTime": int(expires * 1000),
+        }
 
     def buyer_sends_picture(self, sender: str, data: bytes, conversation_id: str | None = None) -> str:
         """A picture message (its bytes kept under a download code); returns its msgId."""
@@ -335,7 +403,7 @@ class FakeDingTalk:
             return 403, {"code": "Forbidden.AccessDenied.QpsLimitForAppkeyAndApi", "message": "qps limit"}
         key = f"pqk-{next(self._keys)}"
         users = body.get("userIds") or []
-        invalid = [u for u in users if u in self.invalid_users]
+        invalid = [u for u in users if u in self.invalid_users or str(u).startswith(SENDER_ID_PREFIX)]
         limited = [u for u in users if u in self.flow_controlled_users]
         if len(invalid) + len(limited) < len(users) or not users:
             self.sends.append(RecordedSend(path, body, key))
@@ -346,6 +414,22 @@ class FakeDingTalk:
         if path.endswith("batchSend"):
             answer |= {"invalidStaffIdList": invalid, "flowControlledStaffIdList": limited}
         return 200, answer
+
+    def session_post(self, session: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A reply posted to a session webhook: taken while the session lives (no token needed)."""
+        with self._lock:
+            conversation, expires = self._sessions.get(session, ("", 0.0))
+        if expires <= time.time():
+            self.session_refusals += 1
+            return 200, {"errcode": SESSION_EXPIRED_ERRCODE, "errmsg": "session webhook expired or unknown"}
+        kind = body.get("msgtype")
+        part = body.get(kind) if isinstance(kind, str) else None
+        if kind not in ("text", "markdown") or not isinstance(part, dict):
+            return 200, {"errcode": 40035, "errmsg": "msgtype invalid"}
+        if (kind == "text" and not part.get("content")) or (kind == "markdown" and not part.get("text")):
+            return 200, {"errcode": 40035, "errmsg": "content missing"}
+        self.session_posts.append(SessionPost(conversation, body))
+        return 200, {"errcode": 0, "errmsg": "ok"}
 
     def read_status(self, key: str) -> tuple[int, dict[str, Any]]:
         self.read_queries.append(key)
@@ -379,6 +463,8 @@ def _handler(fake: FakeDingTalk) -> type[BaseHTTPRequestHandler]:
                 return self._answer(*fake.issue_ticket(body))
             if url.path == "/v1.0/oauth2/accessToken":
                 return self._answer(*fake.issue_token(body))
+            if url.path == "/robot/sendBySession":  # the URL is the credential: no token
+                return self._answer(*fake.session_post(parse_qs(url.query).get("session", [""])[0], body))
             if not fake.authorised(self.headers.get("x-acs-dingtalk-access-token")):
                 return self._answer(401, {"code": "InvalidAuthentication", "message": "token invalid"})
             if url.path in ("/v1.0/robot/oToMessages/batchSend", "/v1.0/robot/groupMessages/send"):

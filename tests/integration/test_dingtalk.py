@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.accounts import load_account
+from runtime.status import is_quiet, stage_counts
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.integration.helpers import wait_for, worker_env
 from worker.celery_app import make_app
@@ -175,3 +176,28 @@ def test_malformed_stream_frames_are_acknowledged_and_dropped_and_nothing_is_wri
         assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1
     with store.read() as conn:
         assert load_account(conn, ACCOUNT).listener_state == "running"
+
+
+# A DingTalk user outside the organisation (a senderId, no senderStaffId) is answered through the
+# conversation's session webhook; the fake's batchSend refuses the encrypted senderId, as DingTalk does.
+def test_an_external_user_gets_exactly_one_reply_through_the_session_webhook(fake_dingtalk, worker, store, settings):
+    fake_dingtalk.external_says("guest-1", "你好，在吗")
+    wait_for(
+        lambda: fake_dingtalk.session_posts,
+        40,
+        "a reply posted to the session webhook",
+        lambda: (fake_dingtalk.sends, (settings.data_dir / "worker.log").read_text()[-3000:]),
+    )
+    wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet", lambda: stage_counts(store))
+    [post] = fake_dingtalk.session_posts
+    assert post.conversation_id == "cid-guest-1" and post.text
+    assert fake_dingtalk.sends == [] and fake_dingtalk.session_refusals == 0  # never batchSend to a senderId
+    assert fake_dingtalk.read_queries == []  # a session webhook send has no read status to ask for
+    with store.read() as conn:
+        sent = conn.exec_driver_sql("SELECT recipient_id, state, error_code, platform_message_id FROM outbox_request")
+        [(recipient, state, error, platform_id)] = sent.all()
+        reads = conn.exec_driver_sql("SELECT count(*) FROM read_check").scalar_one()
+    assert (recipient, state, error, reads) == ("@session-webhook", "sent", None, 0)
+    assert platform_id.startswith("session-webhook:")
+    log = (settings.data_dir / "worker.log").read_text()
+    assert "sendBySession" not in log and "session=" not in log  # the webhook URL is a credential

@@ -17,15 +17,6 @@ from transports.dingtalk.openapi import DingTalkOpenAPI
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
 
-@pytest.fixture
-def credentials(fake_dingtalk: FakeDingTalk) -> DingTalkCredentials:
-    return DingTalkCredentials(
-        client_id=fake_dingtalk.client_id,
-        client_secret=fake_dingtalk.client_secret,
-        robot_code=fake_dingtalk.robot_code,
-    )
-
-
 def api_for(fake_dingtalk: FakeDingTalk, timeout_s: float = 5.0) -> DingTalkOpenAPI:
     return DingTalkOpenAPI(
         DingTalkSettings(openapi_url=fake_dingtalk.url, oapi_url=fake_dingtalk.url, timeout_s=timeout_s)

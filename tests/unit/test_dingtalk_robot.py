@@ -51,12 +51,32 @@ def test_a_group_message_maps_to_a_page_with_mention_evidence():
     assert (page.page_op_id, page.stream_id) == ("dingtalk-msgA1", "dingtalk-robot")
 
 
-def test_a_direct_message_keeps_its_peer_and_missing_mention_evidence_stays_missing():
-    data = robot(conversationType="1", isInAtList=None, senderStaffId=None, conversationTitle=None)
-    [group] = robot_page("ding", parse_robot_message(data)).groups
+def test_a_direct_message_keeps_its_staff_id_as_peer_and_missing_mention_evidence_stays_missing():
+    staff = robot(conversationType="1", isInAtList=None, conversationTitle=None, sessionWebhookExpiredTime=NOW + 1)
+    [group] = robot_page("ding", parse_robot_message(staff)).groups
     [message] = group.messages
     assert group.conversation_type == "direct" and message.mention is None
-    assert message.sender.id == message.direct_peer_id == "$:LWCP_v1:$abc"  # senderId when no staff id
+    assert message.sender.id == message.direct_peer_id == "staff-7"
+    assert message.reply_webhook is None  # a reply goes by batchSend: the webhook is not kept
+
+
+def test_a_direct_sender_without_a_staff_id_has_no_peer_and_brings_the_session_webhook():
+    external = robot(
+        conversationType="1", senderStaffId=None, conversationTitle=None, sessionWebhookExpiredTime=NOW + 5_400_000
+    )
+    [message] = robot_page("ding", parse_robot_message(external)).groups[0].messages
+    assert message.sender.id == "$:LWCP_v1:$abc"  # the identity in history; batchSend cannot use it
+    assert message.direct_peer_id is None
+    assert message.reply_webhook is not None
+    assert message.reply_webhook.url == "https://oapi.dingtalk.com/robot/sendBySession?session=x"
+    assert message.reply_webhook.expires_at.timestamp() * 1000 == NOW + 5_400_000
+    assert "session=x" not in repr(message) and "session=x" not in repr(parse_robot_message(external))
+    group = robot(senderStaffId=None, sessionWebhookExpiredTime=NOW + 5_400_000)
+    assert robot_page("ding", parse_robot_message(group)).groups[0].messages[0].reply_webhook is None
+    for broken in ({"sessionWebhook": "ftp://x"}, {"sessionWebhookExpiredTime": "soon"}, {"sessionWebhook": 7}):
+        data = external | broken
+        [kept] = robot_page("ding", parse_robot_message(data)).groups[0].messages  # the message is kept
+        assert kept.reply_webhook is None
 
 
 def test_pictures_keep_their_download_code_and_rich_text_keeps_references_only():

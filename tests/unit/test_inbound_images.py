@@ -232,3 +232,28 @@ def test_an_image_pending_for_over_a_day_is_not_fetched(store, shop, transport, 
         conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS + 1000}")
     expired = fetch_image(store, lambda _: NeverAsked(), image, MAX)
     assert (expired.state, expired.code) == ("failed", "KEFU_MEDIA_EXPIRED")
+
+
+def test_an_inline_data_url_is_stored_as_an_image_never_as_base64_text(store, settings, shop, transport, platform):
+    import base64
+
+    picture = png(4)
+    url = "data:image/png;base64," + base64.b64encode(picture).decode()
+    ingested = send(store, transport, platform, f"  {url}\n")
+    [customer] = ingested.customer_ids
+    assert ingested.images == []  # nothing to fetch: it came with the page
+    lying = "data:image/jpeg;base64," + base64.b64encode(picture).decode()  # says JPEG, holds a PNG
+    send(store, transport, platform, lying)
+    send(store, transport, platform, url)  # the same picture again: one stored copy
+    with store.read() as conn:
+        rows = conn.execute(sql("SELECT content_type, body FROM inbound_message ORDER BY id")).all()
+        copies = conn.execute(sql("SELECT count(*) FROM media")).scalar()
+    assert [r[0] for r in rows] == ["image", "image", "image"] and copies == 1
+    assert not any("base64" in r[1] for r in rows)
+    stored, refused, _ = (image_body(r[1]) for r in rows)
+    assert (stored.state, stored.mime, stored.size) == ("stored", "image/png", len(picture))
+    assert (refused.state, refused.code) == ("refused", "KEFU_MEDIA_NOT_AN_IMAGE")
+    model = Recorder()
+    turn(store, settings, customer, model)
+    assert images_seen(model) == [[picture, picture]]  # the lying one reads [image]
+    assert "base64" not in "".join(m.content for m in model.views[0])

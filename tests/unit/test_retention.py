@@ -100,3 +100,16 @@ def test_an_ended_sessions_log_is_pruned_and_the_current_one_never(store, settin
         (f"s{customer}-1", 0),  # its header stays: it existed, its log is gone
         (f"s{customer}-2", len(SessionLog(current).load())),
     ]
+
+
+def test_old_memory_images_are_pruned_and_newer_ones_kept(store, settings, tmp_path):
+    folder = settings.memory_images_dir / "customer-7"
+    folder.mkdir(parents=True)
+    old, new = folder / "a.png", folder / "b.png"
+    for path in (old, new):
+        path.write_bytes(PNG)
+    os.utime(old, (1, 1))
+    policy = RetentionSettings(memory_images_days=30)
+    assert prune(store, settings.sessions_dir, policy).memory_images == 0  # no folder given: none
+    pruned = prune(store, settings.sessions_dir, policy, memory_images_dir=settings.memory_images_dir)
+    assert pruned.memory_images == 1 and not old.exists() and new.exists()

@@ -7,6 +7,13 @@ A send's failure is classified for the outbox (runtime.outbox.SendFailure):
 - anything else the platform refused (bad parameters, an invalid recipient, credentials that
   stay unauthorised after one token refresh): `rejected`.
 Codes are DingTalk's own error codes with a `DINGTALK_` prefix; bodies are never kept.
+
+A 1:1 reply to a user without a staff id (recipient REPLY_WEBHOOK, runtime.recipients) is
+posted to the conversation's session webhook instead: no token, `{msgtype, text|markdown}`,
+answered `{errcode, errmsg}`. Without a webhook still valid, nothing is sent
+(DINGTALK_RECIPIENT_UNAVAILABLE, rejected). Such a send has no processQueryKey, so no read status:
+its platform id is `session-webhook:<request id>`. The webhook URL is a credential: it appears in
+no log line, error or code.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import httpx
 
 from config import DingTalkSettings
 from runtime.ports import MediaFetchFailure, MediaTooLarge, OutboundSend, SendFailure, SendReceipt
+from runtime.recipients import DINGTALK_RECIPIENT_UNAVAILABLE, REPLY_WEBHOOK, REPLY_WEBHOOK_MARGIN_MS
 from transports.dingtalk.credentials import DingTalkCredentials
 
 # httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
@@ -125,6 +133,8 @@ class DingTalkOpenAPI:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, credentials: DingTalkCredentials, message: OutboundSend) -> SendReceipt:
+        if message.recipient_id == REPLY_WEBHOOK:
+            return self.send_to_session(message)
         msg_key, param = self._content(credentials, message)
         body: dict[str, Any] = {"robotCode": credentials.robot_code, "msgKey": msg_key, "msgParam": json.dumps(param)}
         if message.recipient_id is not None:  # 1:1
@@ -143,6 +153,38 @@ class DingTalkOpenAPI:
         if not isinstance(key, str) or not key:
             raise SendFailure("unknown", "DINGTALK_NO_PROCESS_QUERY_KEY")
         return SendReceipt(platform_message_id=key)
+
+    def send_to_session(self, message: OutboundSend) -> SendReceipt:
+        """Post a reply to the conversation's session webhook (`message.reply_webhook`). Checked
+        before any request: a webhook that is missing or about to expire, or media (a session
+        webhook takes text and markdown, not kefu's uploaded files), sends nothing."""
+        hook = message.reply_webhook
+        if hook is None or hook.expires_at.timestamp() * 1000 - REPLY_WEBHOOK_MARGIN_MS <= time.time() * 1000:
+            raise SendFailure("rejected", DINGTALK_RECIPIENT_UNAVAILABLE)
+        if message.media is not None:
+            raise SendFailure("rejected", "DINGTALK_SESSION_WEBHOOK_MEDIA_UNSUPPORTED")
+        body: dict[str, Any]
+        if _MARKDOWN.search(message.text):
+            body = {"msgtype": "markdown", "markdown": {"title": _title(message.text), "text": message.text}}
+        else:
+            body = {"msgtype": "text", "text": {"content": message.text}}
+        try:
+            response = self._http.post(hook.url, json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+            raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
+        except httpx.TransportError as error:  # the post may have reached DingTalk
+            raise SendFailure("unknown", f"DINGTALK_NO_RESPONSE_{type(error).__name__}") from None
+        if failure := classify(response):
+            raise failure
+        try:
+            errcode = str(response.json().get("errcode", 0))
+        except (ValueError, AttributeError):
+            raise SendFailure("unknown", "DINGTALK_SESSION_WEBHOOK_MALFORMED") from None
+        if errcode in THROTTLE_CODES:
+            raise SendFailure("not-submitted", "DINGTALK_THROTTLED", THROTTLE_RETRY_S)
+        if errcode != "0":
+            raise SendFailure("rejected", _safe(f"SESSION_WEBHOOK_{errcode}"))
+        return SendReceipt(platform_message_id=f"session-webhook:{message.request_id}")
 
     def _content(self, credentials: DingTalkCredentials, message: OutboundSend) -> tuple[str, dict[str, str]]:
         media = message.media

@@ -4,6 +4,10 @@ the one page it becomes.
 DingTalk pushes messages one by one and keeps no history kefu could page through, so each
 message is a page of its own whose operation id is derived from `msgId`: a redelivered
 message is the same page again, and ingestion's dedupe makes it harmless.
+
+A direct message's peer (who a reply goes to, runtime.recipients) is the sender's staff id
+only: batchSend refuses the encrypted `senderId`. A sender without a staff id (outside the
+organisation) brings the message's `sessionWebhook` instead, until `sessionWebhookExpiredTime`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from runtime.pages import (
     ImageContent,
     InboundMessage,
     InboundPage,
+    ReplyWebhook,
     Sender,
     TextContent,
     UnsupportedContent,
@@ -61,6 +66,10 @@ class RobotMessage(_Part):
     senderId: str | None = Field(None, max_length=256)  # noqa: N815
     senderNick: str | None = Field(None, max_length=256)  # noqa: N815
     isInAtList: bool | None = None  # noqa: N815
+    # Where to post a reply to this conversation, until the expiry (ms). A credential: no repr.
+    # Unchecked here: a malformed one is dropped (`_reply_webhook`), never the message with it.
+    sessionWebhook: Any = Field(None, repr=False)  # noqa: N815
+    sessionWebhookExpiredTime: Any = None  # noqa: N815
     robotCode: str | None = Field(None, max_length=128)  # noqa: N815
     text: RobotText | None = None
     content: RobotContent | None = None
@@ -107,6 +116,19 @@ def _content(message: RobotMessage) -> Content:
     return UnsupportedContent(platform_type=message.msgtype)
 
 
+def _reply_webhook(message: RobotMessage) -> ReplyWebhook | None:
+    """The session webhook of a direct message whose sender has no staff id (else None: a reply
+    goes by batchSend, and the URL is not kept at all). One that is not an http(s) URL is ignored."""
+    url, expires = message.sessionWebhook, message.sessionWebhookExpiredTime
+    if message.conversationType != "1" or message.senderStaffId:
+        return None
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2048:
+        return None
+    if not isinstance(expires, int) or isinstance(expires, bool) or not 0 < expires < 10**14:
+        return None
+    return ReplyWebhook(url=url, expires_at=datetime.fromtimestamp(expires / 1000, tz=UTC))
+
+
 def robot_page(account_id: str, message: RobotMessage) -> InboundPage:
     direct = message.conversationType == "1"
     sender_id = message.sender_id or ""
@@ -116,7 +138,8 @@ def robot_page(account_id: str, message: RobotMessage) -> InboundPage:
         content=_content(message),
         occurred_at=datetime.fromtimestamp(message.createAt / 1000, tz=UTC),
         mention=message.isInAtList,
-        direct_peer_id=sender_id if direct else None,
+        direct_peer_id=(message.senderStaffId or None) if direct else None,
+        reply_webhook=_reply_webhook(message),
     )
     group = ConversationGroup(
         conversation_id=message.conversationId,

@@ -15,6 +15,7 @@ from worker.cli.common import (
     cli,
     console,
     current_settings,
+    enqueue,
     hint_simulation,
     open_store,
     operator_errors,
@@ -25,7 +26,10 @@ from worker.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from runtime.customers import Source
+    from runtime.rounds import Round
     from runtime.status import StageCounts
     from runtime.transcript import TranscriptLine
 
@@ -222,6 +226,14 @@ def rounds(
     day: Annotated[
         str | None, typer.Option(help="only rounds started on this local day (YYYY-MM-DD, KEFU_TIMEZONE)")
     ] = None,
+    salvage: Annotated[
+        bool,
+        typer.Option(
+            "--salvage",
+            help="close the listed pending rounds a crash left open as interrupted (never re-running a tool),"
+            " and queue the follow-up turn of each whose batch still waits",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
     """The agent's rounds (one per turn) with their status: pending, complete, error or
@@ -239,5 +251,18 @@ def rounds(
         except ValueError:
             raise KefuError("KEFU_INVALID_INPUT", "--day must be a date as YYYY-MM-DD") from None
         found = list_rounds(settings.sessions_dir, customer, interrupted, on, settings.zone)
+        if salvage:
+            _salvage(found, settings.sessions_dir, settings.agent.turn_lease_s, as_json)
+            return
     columns = ["customer_id", "session_id", "turn", "kind", "started_at", "status", "reason", "settled", "successful"]
     print_rows(found, as_json, "rounds", columns)
+
+
+def _salvage(found: list[Round], sessions_dir: Path, lease_s: float, as_json: bool) -> None:
+    from runtime.pipeline import RunTurn
+    from runtime.rounds import salvage
+
+    done = salvage(open_store(), sessions_dir, found, lease_s)
+    for customer_id in sorted({s.customer_id for s in done if s.outcome == "closed" and s.batch_open}):
+        console.print(f"customer {customer_id}: follow-up turn {enqueue(RunTurn(customer_id))}")
+    print_rows(done, as_json, "salvaged rounds", ["customer_id", "session_id", "turn", "outcome", "batch_open"])

@@ -111,7 +111,10 @@ def alerts(self: Task) -> int:
 def retention(self: Task) -> dict[str, int]:
     """Beat: prune what the retention policy no longer keeps (runtime.retention; default: nothing)."""
     runtime = runtime_for(self.app)
-    return prune(runtime.store, runtime.settings.sessions_dir, runtime.settings.retention).model_dump()
+    settings = runtime.settings
+    return prune(
+        runtime.store, settings.sessions_dir, settings.retention, memory_images_dir=settings.memory_images_dir
+    ).model_dump()
 
 
 @kefu_task("kefu.ingest.ping", ignore_result=False)

@@ -1,0 +1,51 @@
+"""Salvage (seed 000): rounds a crash left pending are closed as interrupted under the customer's
+writer lease, with the closers the next turn would append; a round whose turn runs now is left
+alone, and salvaging again finds nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.admission import evaluate
+from runtime.agent.turn import run_turn
+from runtime.ingest import ingest_page
+from runtime.leases import held
+from runtime.rounds import rounds, salvage
+from worker.cli import cli
+
+
+class CrashesMidTurn:
+    """A model call that never returns: the process dies there (as under SIGKILL), leaving the
+    round open in the log."""
+
+    def complete(self, messages, tools):
+        raise SystemExit("killed")
+
+
+def test_salvage_closes_a_crashed_round_as_interrupted_and_leaves_a_busy_one(
+    kefu, store, settings, shop, transport, platform
+):
+    crashed = []
+    for buyer in ("b1", "b2"):
+        message = platform.buyer_says("shop", buyer, buyer, "什么时候发货？")
+        customer = ingest_page(store, transport.page_of("shop", [message])).customer_ids[0]
+        evaluate(store, customer, 1000)
+        with pytest.raises(SystemExit):
+            run_turn(store, CrashesMidTurn(), customer, settings.sessions_dir, settings.zone, settings.agent)
+        crashed.append(customer)
+    assert [r.status for r in rounds(settings.sessions_dir, unfinished=True)] == ["pending", "pending"]
+    with held(store, f"customer:{crashed[1]}", 60) as fence:  # b2's turn is running (again) now
+        assert fence is not None
+        salvaged = kefu.invoke(cli, ["rounds", "--interrupted", "--salvage", "--json"])
+    assert salvaged.exit_code == 0, salvaged.output
+    report = json.loads(salvaged.output[salvaged.output.index("[") :])
+    assert [(r["customer_id"], r["outcome"], r["batch_open"]) for r in report] == [
+        (crashed[0], "closed", True),
+        (crashed[1], "busy", True),
+    ]
+    after = {r.customer_id: r for r in rounds(settings.sessions_dir)}
+    assert (after[crashed[0]].status, after[crashed[1]].status) == ("interrupted", "pending")
+    again = salvage(store, settings.sessions_dir, rounds(settings.sessions_dir, customer_id=crashed[0]), 60)
+    assert again == []  # nothing pending is left to close: idempotent
