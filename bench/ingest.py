@@ -95,7 +95,9 @@ def run_raw(pages: list[dict], folder: Path, per_group: bool) -> float:
     # The inbound table with every index the migrations give it (kefu pays for each on insert).
     for migration in MIGRATIONS:
         for statement in migration.statements:
-            if "CREATE TABLE inbound_message" in statement or statement.startswith("CREATE INDEX inbound"):
+            if "CREATE TABLE inbound_message" in statement or statement.startswith(
+                ("CREATE INDEX inbound", "ALTER TABLE inbound_message")
+            ):
                 db.execute(statement.replace("REFERENCES customer(id)", ""))
 
     def row(g: dict, m: dict) -> tuple:
