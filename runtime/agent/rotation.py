@@ -28,7 +28,7 @@ from config import AgentSettings
 from runtime import leases
 from runtime.admission import load_customer
 from runtime.agent.memory import MemoryEngine, SessionMemory, archive_rest
-from runtime.agent.repair import open_turn_closers, repair
+from runtime.agent.repair import last_of, open_turn_closers, repair
 from runtime.agent.sessions import (
     OpenSession,
     begin_session,
@@ -40,9 +40,10 @@ from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.leases import Fence, fenced
 from runtime.memory.heuristic import score_backlog
-from runtime.session_log import SESSION_EVENT, SessionEvent, TurnStart, write_log
-from runtime.states import RotationReason, SessionOrigin
+from runtime.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, write_log
+from runtime.states import BatchState, RotationReason, SessionOrigin
 from runtime.store import Connection, DeliveryStore, now_ms
+from runtime.store.sql import sql
 from runtime.store.tables import SessionHeader
 
 ROTATED_NOTE = (
@@ -123,10 +124,12 @@ def fork(
     if boundary is not None and not 0 <= boundary < len(events):
         raise KefuError(
             "KEFU_SESSION_BOUNDARY",
-            f"session {parent.session_id} has events 0..{len(events) - 1}; no event {boundary}",
+            f"session {parent.session_id} has "
+            + (f"events 0..{len(events) - 1}; no event {boundary}" if events else "no events yet: nothing to fork"),
             "give the seq of the last event the fork keeps (`kefu rounds --customer ID`: turn t<N> starts at seq N)",
         )
     cut = len(events) - 1 if boundary is None else boundary
+    _refuse_cut_into_open_batch(store, parent.session_id, events[: cut + 1])
     seed = fork_seed(events[: cut + 1], parent.session_id)
     with fenced(store, fence) as conn:
         header = _next_header(conn, customer_id, model, SessionOrigin.FORKED, RotationReason.FORK, parent.session_id)
@@ -136,6 +139,27 @@ def fork(
     with fenced(store, fence) as conn:
         _begin(conn, header, parent.session_id)
     return header
+
+
+def _refuse_cut_into_open_batch(store: DeliveryStore, session_id: str, prefix: list[SessionEvent]) -> None:
+    """A cut inside the turn of a batch still waiting for its answer is refused: the child would
+    close it as forked and answer the batch again in a follow-up, while the parent may already
+    have sent replies after the cut that the child cannot know of (a second reply to one buyer
+    message). A cut before that turn (the child answers the batch afresh, or commits it if the
+    outbox shows it was answered) or after its end is safe."""
+    at = last_of(prefix, TurnStart | TurnEnd)
+    turn = prefix[at] if at is not None else None
+    if not isinstance(turn, TurnStart):
+        return
+    with store.read() as conn:
+        state = conn.execute(sql("SELECT state FROM admission_batch WHERE id = :b"), {"b": turn.batch_id}).scalar()
+    if state in (BatchState.CLAIMED, BatchState.COMMITTED):
+        raise KefuError(
+            "KEFU_SESSION_BOUNDARY",
+            f"event {len(prefix) - 1} of session {session_id} is inside turn {turn.turn}, whose batch still"
+            " waits for its answer",
+            f"fork at {turn.seq - 1} or earlier, or once the batch is answered",
+        )
 
 
 def fork_seed(prefix: list[SessionEvent], parent: str) -> list[SessionEvent]:

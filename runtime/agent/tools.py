@@ -209,9 +209,7 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
         return ToolOutcome(f"Error: {error.message} ({error.code}); nothing was sent. {error.action}.", True)
     text_id = requests[-1].request_id
     if refused is not None:
-        return ToolOutcome(
-            f"Error: IM reply failed ({refused.code} {text_id}): {refused.help_text}", True, text_id
-        )
+        return ToolOutcome(f"Error: IM reply failed ({refused.code} {text_id}): {refused.help_text}", True, text_id)
     for request in requests:
         binding.on_registered(request.request_id)
     listed = ", ".join(f"{r.content_type} {r.request_id}" for r in requests)

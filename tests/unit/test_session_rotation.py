@@ -229,3 +229,23 @@ def test_the_cli_lists_rotates_and_forks(kefu, store, settings, shop, transport,
     missing = kefu.invoke(cli, ["sessions", "rotate", "999999"])
     assert missing.exit_code == 2 and "KEFU_CUSTOMER_UNKNOWN" in missing.output
     assert Path(settings.sessions_dir).is_dir()
+
+
+def test_a_fork_into_the_turn_of_a_batch_still_waiting_is_refused_and_one_before_it_answers_once(
+    store, settings, shop, transport, platform
+):
+    customer, first = turn(store, settings, transport, platform, "在吗")
+    _, failed = turn(store, settings, transport, platform, "发货了吗", provider=Unavailable())
+    assert failed.outcome == "interrupted"  # its batch stays open for a follow-up
+    parent = load(settings, first.session_id)
+    start = [e for e in parent.events if e.type == "turn/start"][-1].seq
+    with pytest.raises(KefuError, match="KEFU_SESSION_BOUNDARY") as refused:
+        fork_by_operator(store, customer, settings.sessions_dir, settings.agent, start + 1)
+    assert f"fork at {start - 1} or earlier" in refused.value.action
+    assert [h.id for h in headers(store, customer)] == [first.session_id]  # nothing written
+    header = fork_by_operator(store, customer, settings.sessions_dir, settings.agent, start - 1)
+    registered: list[str] = []
+    again = run_turn(store, RulesProvider(KNOWLEDGE), customer, settings.sessions_dir, settings.zone,
+                     settings.agent, on_registered=registered.append)  # fmt: skip
+    assert again is not None and again.session_id == header.id and again.outcome == "complete"
+    assert len(registered) == 1  # the waiting batch is answered once, in the child
