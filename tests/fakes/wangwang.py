@@ -2,12 +2,15 @@
 signatures (a bad or stale one is refused), one ordered event log of buyer messages, the
 shop's echoes and read events, paged by opaque cursors until confirmed, and idempotent sends
 keyed by client reference. Its record of sends is the ground truth for duplicate replies.
+Buyers' images are paged by `media_id` and handed out by `media.get` as a short-lived download
+URL on the bridge itself (GET /media/<token>), which `downloads` records.
 """
 
 from __future__ import annotations
 
 import base64
 import itertools
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,10 +47,19 @@ class FakeWangwangBridge:
     stall_s: float = 0.0
     fail_confirms: int = 0  # answer 503 to this many confirms (kefu crashed before confirming)
     offline: bool = False
+    # the next `media.get` calls, one entry each: a gateway error code ("THROTTLED") or an HTTP status
+    fail_media_gets: list[str | int] = field(default_factory=list)
+    # the next downloads, one entry each: an HTTP status, or "stall" (headers, then `stall_s` of silence)
+    fail_downloads: list[str | int] = field(default_factory=list)
+    download_ttl_s: float = 60.0
+    relative_urls: bool = False  # answer `/media/<token>` instead of an absolute URL
+    content_length: bool = True  # send Content-Length with a download (else the body ends at close)
     # what happened
     sends: list[BridgeSend] = field(default_factory=list)
     confirms: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # error codes answered
+    media_gets: list[str] = field(default_factory=list)  # media ids asked for
+    downloads: list[str] = field(default_factory=list)  # media ids whose bytes were served
 
     def __post_init__(self) -> None:
         self._events: list[tuple[int, str, dict[str, Any]]] = []  # (seq, "message" | "read", item)
@@ -56,6 +68,8 @@ class FakeWangwangBridge:
         self._ids = itertools.count(1)
         self._changed = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
+        self._media: dict[str, tuple[bytes, str, int]] = {}  # media id -> (bytes, mime, declared size)
+        self._tokens: dict[str, tuple[str, float]] = {}  # download token -> (media id, valid until)
 
     def start(self) -> FakeWangwangBridge:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -90,6 +104,38 @@ class FakeWangwangBridge:
             },
         )
         return message_id
+
+    def buyer_sends_image(
+        self,
+        buyer: str,
+        data: bytes,
+        mime: str = "image/png",
+        conversation_id: str | None = None,
+        declared_size: int | None = None,
+    ) -> str:
+        """An image message (its bytes kept by the bridge under a media id); returns the media id.
+        `declared_size`: what `media.get` says the size is (a bridge bug), when not the truth."""
+        media_id = f"ww-media-{next(self._ids)}"
+        self._media[media_id] = (data, mime, len(data) if declared_size is None else declared_size)
+        self._append(
+            "message",
+            {
+                "message_id": f"ww-m{next(self._ids)}",
+                "conversation_id": conversation_id or f"conv-{buyer}",
+                "conversation_type": "direct",
+                "sender_id": buyer,
+                "sender_nick": buyer.removeprefix("cntaobao"),
+                "sender_role": "buyer",
+                "content_type": "image",
+                "media_id": media_id,
+                "sent_at": int(time.time() * 1000),
+            },
+        )
+        return media_id
+
+    def forget_media(self, media_id: str) -> None:
+        """The bridge no longer keeps the item (expired): `media.get` answers MEDIA_NOT_FOUND."""
+        self._media.pop(media_id, None)
 
     def push_message(self, item: dict[str, Any]) -> None:
         """Any message item as the bridge would serve it (a bridge bug included)."""
@@ -132,6 +178,7 @@ class FakeWangwangBridge:
             "kefu.wangwang.messages.confirm": self._confirm,
             "kefu.wangwang.message.send": self._send,
             "kefu.wangwang.send.get": self._lookup,
+            "kefu.wangwang.media.get": self._media_get,
         }.get(method)
         if handler is None:
             return self._error("INVALID_PARAMETER", "method")
@@ -223,6 +270,39 @@ class FakeWangwangBridge:
         sent = next((s for s in self.sends if s.client_ref == params.get("client_ref")), None)
         return self._ok(params, {"found": sent is not None, "message_id": sent.message_id if sent else None})
 
+    def _media_get(self, params: dict[str, str]) -> Answer:
+        media_id = params.get("media_id", "")
+        self.media_gets.append(media_id)
+        if self.fail_media_gets:
+            failure = self.fail_media_gets.pop(0)
+            if isinstance(failure, int):
+                return failure, {}
+            return self._error(failure, "scripted", retry_after_s=1 if failure == "THROTTLED" else None)
+        if self.offline:
+            return self._error("SELLER_OFFLINE", "Qianniu is not logged in", retry_after_s=5)
+        if not media_id:
+            return self._error("INVALID_PARAMETER", "media_id")
+        if media_id not in self._media:
+            return self._error("MEDIA_NOT_FOUND", "no such media, or no longer kept")
+        _, mime, size = self._media[media_id]
+        token = secrets.token_urlsafe(16)
+        self._tokens[token] = (media_id, time.monotonic() + self.download_ttl_s)
+        path = f"/media/{token}"
+        return self._ok(
+            params, {"size": size, "mime": mime, "download_url": path if self.relative_urls else self.url + path}
+        )
+
+    def download(self, token: str) -> tuple[int, bytes | None, bool]:
+        """GET /media/<token>: the status, the bytes (None for an error) and whether to stall."""
+        media_id, until = self._tokens.get(token, ("", 0.0))
+        if media_id not in self._media or time.monotonic() > until:
+            return 404, None, False  # an unknown or expired URL
+        failure = self.fail_downloads.pop(0) if self.fail_downloads else None
+        if isinstance(failure, int):
+            return failure, None, False
+        self.downloads.append(media_id)
+        return 200, self._media[media_id][0], failure == "stall"
+
     @staticmethod
     def _ok(params: dict[str, str], body: dict[str, Any]) -> Answer:
         return 200, {params["method"].removeprefix("kefu.wangwang.").replace(".", "_") + "_response": body}
@@ -241,6 +321,26 @@ def _handler(bridge: FakeWangwangBridge) -> type[BaseHTTPRequestHandler]:
             else:
                 status, body = bridge.handle(dict(parse_qsl(raw, keep_blank_values=True)))
             answer_json(self, status, body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if not self.path.startswith("/media/"):
+                return answer_json(self, 404, {})
+            status, data, stall = bridge.download(self.path.removeprefix("/media/"))
+            if data is None:
+                return answer_json(self, status, {})
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                if bridge.content_length:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if stall:  # the headers went out, the bytes come too late
+                    self.wfile.flush()
+                    time.sleep(bridge.stall_s)
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # kefu stopped reading (over its limit) or gave up waiting
+            return None
 
         def log_message(self, *args: object) -> None:
             pass

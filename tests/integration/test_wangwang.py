@@ -10,11 +10,14 @@ import pytest
 
 from runtime.accounts import AccountSpec, create_account
 from runtime.credentials import save_credentials
+from runtime.inbound_media import ImageBody, image_body
 from runtime.routes import RouteSpec, create_route
 from tests.fakes.wangwang import FakeWangwangBridge
 from tests.integration.helpers import wait_for, worker_env
+from tests.unit.test_inbound_images import png
 from transports.wangwang import WangwangCredentials
 from worker.celery_app import make_app
+from worker.cli import cli
 from worker.process import WorkerProcess
 
 pytestmark = pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
@@ -80,3 +83,38 @@ def test_a_lost_answer_is_settled_by_the_echo_and_never_resent(worker, store, fa
     wait_for(settled, 30, "the echo (or a receipt query) to settle the send")
     time.sleep(2)
     assert len(fake_wangwang.sends) == 1
+
+
+# A buyer's picture reaches the store: paged as its media id, fetched through `media.get` and the
+# bridge's download URL; an 11 MiB picture is refused on its declared size, never downloaded.
+PICTURE = png(4)
+BUYER = "cntaobao买家图"
+
+
+def images(store) -> list[ImageBody]:
+    with store.read() as conn:
+        rows = conn.exec_driver_sql("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
+        return [image_body(body) for (body,) in rows]
+
+
+def test_a_picture_is_stored_and_one_over_the_limit_refused_unread(worker, store, fake_wangwang, kefu):
+    small = fake_wangwang.buyer_sends_image(BUYER, PICTURE)
+    wait_for(
+        lambda: [b.state for b in images(store)] == ["stored"], 30, "the picture to be stored", lambda: images(store)
+    )
+    [stored] = images(store)
+    assert (stored.mime, stored.size, stored.ref) == ("image/png", len(PICTURE), small)
+    with store.read() as conn:
+        [customer] = conn.exec_driver_sql("SELECT DISTINCT customer_id FROM inbound_message").scalars()
+    history = kefu.invoke(cli, ["history", str(customer)])
+    assert history.exit_code == 0 and f"[image image/png, {len(PICTURE)} B]" in history.stdout
+
+    big = fake_wangwang.buyer_sends_image(BUYER, PICTURE + b"\x00" * (11 * 1024 * 1024))
+    wait_for(lambda: len(images(store)) == 2 and images(store)[1].state != "pending", 30, "the big picture's outcome")
+    refused = images(store)[1]
+    assert (refused.state, refused.code, refused.ref) == ("refused", "KEFU_MEDIA_TOO_LARGE", big)
+    assert refused.size == len(PICTURE) + 11 * 1024 * 1024
+    assert fake_wangwang.downloads == [small]  # asked about, never downloaded
+    assert big in fake_wangwang.media_gets
+    history = kefu.invoke(cli, ["history", str(customer)])
+    assert "[image refused: KEFU_MEDIA_TOO_LARGE]" in history.stdout

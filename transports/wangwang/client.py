@@ -47,6 +47,11 @@ class GatewayClient:
         self._timeout_s = timeout_s
         self._http = http or httpx.Client(timeout=timeout_s)
 
+    @property
+    def http(self) -> httpx.Client:
+        """The connection pool, for reading a download URL the bridge answered."""
+        return self._http
+
     def close(self) -> None:
         self._http.close()
 

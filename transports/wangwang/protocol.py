@@ -61,3 +61,11 @@ class SendLookup(_Answer):
 
 class Confirmed(_Answer):
     confirmed: bool
+
+
+class MediaInfo(_Answer):
+    """`media.get`: one inbound media item, described; its bytes are at `download_url`."""
+
+    size: int = Field(ge=0)  # bytes, exactly what the download serves
+    mime: str | None = Field(None, max_length=128)  # informational: kefu recognises images by their bytes
+    download_url: str = Field(min_length=1, max_length=4096)  # short-lived; never logged

@@ -7,6 +7,8 @@ cursor is committed, so a crash in between replays the page, and ingestion drops
 
 Outbound: `message.send` with kefu's request id as the bridge's idempotency key, and
 `send.get` to learn what became of a send whose answer was lost.
+
+A buyer's image is paged as a `media_id`; `media.get` hands it out (transports.wangwang.media).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from runtime.errors import KefuError
 from runtime.pages import (
     ConversationGroup,
     ConversationType,
@@ -31,6 +34,7 @@ from runtime.ports import (
     BuyerReadReceipt,
     Heartbeat,
     ListenerFailure,
+    MediaFetchFailure,
     NeverReceived,
     OutboundSend,
     Received,
@@ -40,6 +44,7 @@ from runtime.ports import (
 )
 from transports.wangwang.client import GatewayClient, GatewayFailure
 from transports.wangwang.credentials import WangwangCredentials
+from transports.wangwang.media import fetch_media
 from transports.wangwang.protocol import Confirmed, GatewayMessage, Identity, MessagesPage, Sent
 from transports.wangwang.protocol import SendLookup as SendGetAnswer
 
@@ -155,6 +160,14 @@ class WangwangTransport:
         if identity.seller_id != credentials.seller_id:
             raise GatewayFailure("refused", "UNKNOWN_SELLER")
         return identity
+
+    def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
+        """A buyer's media item by the `media_id` its message was paged with (MediaDownloads)."""
+        try:
+            credentials = self._credentials(account_id)
+        except KefuError as error:  # e.g. the account's credentials are gone: maybe renewed soon
+            raise MediaFetchFailure(error.code, transient=True) from None
+        return fetch_media(self.client, credentials, ref, max_bytes)
 
     # -- outbound --------------------------------------------------------------------------
 
