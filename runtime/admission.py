@@ -300,6 +300,17 @@ def batches_left_open(conn: Connection, updated_before: int, limit: int) -> list
     return [int(c) for c in conn.execute(query, {"t": updated_before, "n": limit}).scalars()]
 
 
+def stranded_batches(conn: Connection, now: int, limit: int) -> list[int]:
+    """Customers whose open batch's turn lost its holder: the customer's writer lease lapsed
+    (expired unrenewed, or its process was seen gone: runtime.leases) rather than being given
+    back. Their turn is run again at once, with no grace: nothing else is on its way."""
+    query = sql(
+        "SELECT b.customer_id FROM admission_batch b JOIN lease l ON l.name = 'customer:' || b.customer_id"
+        " WHERE b.state IN ('claimed', 'committed') AND l.expires_at > 0 AND l.expires_at < :now LIMIT :n"
+    )
+    return [int(c) for c in conn.execute(query, {"now": now, "n": limit}).scalars()]
+
+
 def suppress_waiting(conn: Connection, customer_id: int) -> None:
     """Handling was paused: the customer's waiting input is kept, never admitted."""
     conn.execute(

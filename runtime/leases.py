@@ -6,21 +6,27 @@ running when the lease passes to someone else. So every grant carries a fencing 
 increases with each new grant, and a holder's writes check, inside their own transaction, that
 the lease is still theirs under that token (renewing it as they go). A holder that lost its
 lease gets `LeaseLost` and writes nothing.
+
+Leases are short and renewed by a heartbeat (`_Renewals`) while their holder works, so a
+holder that died frees its work within one lease, whatever the work's length (a model call
+may take minutes). Sooner still where it can be seen: a holder's name tells its process
+(runtime.holders), and a holder found gone on this host is lapsed at once, by whoever asks for
+its lease next and by `lapse_gone_holders` (a worker's start, the rescue beat).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from runtime import holders
 from runtime.errors import KefuError
+from runtime.holders import new_owner as new_owner  # every holder's name tells its process
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
@@ -39,6 +45,11 @@ _RELEASE = sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o")
 _HOLDS = "name = :n AND owner = :o AND token = :t AND expires_at >= :now"
 _RENEW = sql(f"UPDATE lease SET expires_at = :e WHERE {_HOLDS}")
 _RELEASE_HELD = sql(f"UPDATE lease SET expires_at = 0 WHERE {_HOLDS}")
+# A lapsed lease (1, not 0: "released") reads as one its holder never gave back: a turn it held
+# is stranded (runtime.admission.stranded_batches), and the next grant takes a new token.
+_LAPSE = sql("UPDATE lease SET expires_at = 1 WHERE name = :n AND owner = :o AND expires_at >= :now")
+_HOLDER = sql("SELECT owner FROM lease WHERE name = :n AND expires_at >= :now")
+_UNEXPIRED = sql("SELECT name, owner FROM lease WHERE expires_at >= :now")
 
 
 class LeaseLost(KefuError):
@@ -59,8 +70,31 @@ class LeaseBusy(KefuError):
         )
 
 
-def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+def _lapse_if_gone(conn: Connection, name: str, at: int) -> bool:
+    """Inside a grant that found the lease held: lapse it when its holder's process is gone
+    (runtime.holders), so the grant can go on at once instead of waiting out the lease."""
+    owner = conn.execute(_HOLDER, {"n": name, "now": at}).scalar_one_or_none()
+    if owner is None or not holders.gone(owner):
+        return False
+    log.info("lease %s: its holder's process is gone; lapsed at once", name)
+    return conn.execute(_LAPSE, {"n": name, "o": owner, "now": at}).rowcount == 1
+
+
+def lapse_gone_holders(store: DeliveryStore) -> list[str]:
+    """Lapse every lease whose holder's process is gone on this host (a killed worker or pool
+    process, seen from its restart or a sibling); returns their names. Holders elsewhere are
+    left to expire."""
+    at = now_ms()
+    with store.read() as conn:
+        found = [(str(name), str(owner)) for name, owner in conn.execute(_UNEXPIRED, {"now": at})]
+    gone = [(name, owner) for name, owner in found if holders.gone(owner)]
+    if not gone:
+        return []
+    with store.write() as conn:
+        lapsed = [name for name, owner in gone if conn.execute(_LAPSE, {"n": name, "o": owner, "now": at}).rowcount]
+    if lapsed:
+        log.warning("%d lease(s) of processes gone on this host lapsed at once", len(lapsed))
+    return lapsed
 
 
 @dataclass
@@ -88,6 +122,8 @@ class Fence:
         params = self._params(self.ttl_ms)
         if self.token == 0:
             token = conn.execute(_GRANT, params).scalar_one_or_none()
+            if token is None and _lapse_if_gone(conn, self.name, params["now"]):  # type: ignore[arg-type]
+                token = conn.execute(_GRANT, params).scalar_one_or_none()
             if token is None:
                 raise LeaseBusy(self.name)
             self.token = token

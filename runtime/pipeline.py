@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runtime import inbound_media, leases
-from runtime.admission import batches_left_open, customers_waiting, customers_waiting_in, evaluate
+from runtime.admission import batches_left_open, customers_waiting, customers_waiting_in, evaluate, stranded_batches
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError, PageRejected, invalid_fields
 from runtime.inbox import (
@@ -418,6 +418,20 @@ def reconcile(services: Services) -> Step:
         f" {len(recorded)} received pages, {len(caught_up)} pages"
     )
     return Step(counts, follow_ups)
+
+
+def rescue(services: Services) -> Step:
+    """Turns whose holder died, run again now rather than after the reconciler's grace: leases
+    of processes gone on this host are lapsed first (a worker's restart, a pool process Celery
+    lost), then every open batch whose customer lease lapsed gets its turn. Cheap enough for a
+    beat a few times per lease: one scan of unexpired leases and of open batches."""
+    store = services.store
+    lapsed = leases.lapse_gone_holders(store)
+    with store.read() as conn:
+        stranded = stranded_batches(conn, now_ms(), RECONCILE_LIMIT)
+    return Step(
+        f"{len(lapsed)} lease(s) of gone holders, {len(stranded)} stranded turn(s)", tuple(RunTurn(c) for c in stranded)
+    )
 
 
 def _catch_up(services: Services) -> list[FollowUp]:

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from celery import Celery
-from celery.signals import beat_init, worker_init, worker_process_init, worker_shutdown
+from celery.signals import beat_init, worker_init, worker_process_init, worker_ready, worker_shutdown
 from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
@@ -31,9 +31,19 @@ def _shard_queues(shard: str) -> list[Queue]:
     return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
 
 
+def rescue_interval_s(settings: Settings) -> float:
+    return max(1.0, settings.agent.turn_lease_s / 3)
+
+
 def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     return {
         "reconcile": {"task": pipeline.reconcile.name, "schedule": settings.reconcile.interval_s},
+        # A turn whose holder died goes again within a third of its lease after the lease lapsed.
+        "rescue": {
+            "task": pipeline.rescue.name,
+            "schedule": rescue_interval_s(settings),
+            "options": {"expires": rescue_interval_s(settings)},
+        },
         "checkpoint": {"task": pipeline.checkpoint.name, "schedule": settings.checkpoint.interval_ms / 1000},
         # A round left waiting longer than its interval is superseded by the next one.
         "alerts": {
@@ -119,6 +129,17 @@ def _freeze_startup_heap(**_: object) -> None:
     pages the pool processes share with it. Runs after the runtime check (connected after it)."""
     gc.collect()
     gc.freeze()
+
+
+@worker_ready.connect
+def _rescue_at_start(sender: object, **_: object) -> None:
+    """A worker that starts (again) looks at once for turns its dead predecessor on this host
+    held: a restart, not the customer lease's expiry, paces their recovery. Sent as a task: this
+    main process forks pool processes and must not open the store."""
+    try:
+        pipeline.rescue.apply_async(expires=60)
+    except Exception as error:  # the broker is down: the rescue beat finds them
+        logging.getLogger(__name__).warning("rescue at start not sent (%s)", type(error).__name__)
 
 
 @worker_shutdown.connect

@@ -15,6 +15,7 @@ received sends and every session log.
     python -m bench.faults slow-turns     # a model slower than the customer writer lease
     python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
+    python -m bench.faults midturn-kill   # default settings: a worker killed mid-turn (bench/faults/midturn.py)
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -32,6 +33,11 @@ Scenarios:
                   2 s, so a turn (≥ 2 calls) outlives the 3 s customer writer lease.
   log-damage      flip a byte in a middle frame of idle customers' session logs, then
                   those customers write again.
+  midturn-kill    kefu's default settings and a model taking 3 s per turn: SIGKILL a worker
+                  (whole, restarted after 1 s; its pool processes only; or one running as
+                  another host, back after 30 s) while it holds a turn waiting for the model;
+                  time from each kill to the last reply its waiting buyers got (goals 15 s,
+                  15 s and 30 s).
   bad-start       an overwritten store header, schema version 999, openai without endpoint
                   settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
                   non-zero with a KEFU_ code within the bound, consuming nothing.
@@ -81,7 +87,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, traffic
+    from bench.faults import bad_start, log_damage, midturn, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -89,6 +95,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "slow-turns": traffic.slow_turns,
         "log-damage": log_damage.log_damage,
         "bad-start": bad_start.bad_start,
+        "midturn-kill": midturn.midturn_kill,
     }[scenario]
 
 

@@ -79,6 +79,31 @@ def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
     }
 
 
+def default_env(data_dir: Path, broker_url: str) -> dict[str, str]:
+    """Only where the run lives: every other setting is kefu's default, as an operator has it
+    (the scenarios that measure recovery times run on these)."""
+    return {
+        "KEFU_DATA_DIR": str(data_dir),
+        "KEFU_BROKER_URL": broker_url,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class ElsewhereWorker(WorkerProcess):
+    """A worker as if on another host: its own host name, in a UTS namespace of its own
+    (`unshare`, root). Processes of this host then cannot see whether its processes live, as
+    across real hosts, and wait out its leases; it sees its own earlier processes as a host does."""
+
+    def __init__(self, host: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.host = host
+
+    def command(self) -> list[str]:
+        rename = 'hostname "$0" && exec "$@"'
+        return ["unshare", "--uts", "--fork", "sh", "-c", rename, self.host, *super().command()]
+
+
 UNRECOVERABLE = re.compile(r"Unrecoverable error: (\w+)")
 
 
@@ -126,6 +151,9 @@ class RigConfig:
     listen: bool = True
     env: dict[str, str] = field(default_factory=dict)  # scenario settings on top of base_env
     shards: int = 1
+    defaults: bool = False  # kefu's default settings (default_env) instead of base_env's short ones
+    elsewhere: int = 0  # the last this many workers run as if on another host (ElsewhereWorker)
+    instance: str | None = None  # KEFU_INSTANCE of every process of the one shard (default: the host's name)
 
 
 class Rig:
@@ -164,7 +192,9 @@ class Rig:
     def start(self) -> None:
         self.redis.start()
         if self.config.shards == 1:  # the default shard, as the suite always ran
-            self.shards = [self._shard("default", ACCOUNT, self.data_dir, {}, {})]
+            named = self.config.instance
+            env, overrides = ({"KEFU_INSTANCE": named}, {"instance": named}) if named else ({}, {})
+            self.shards = [self._shard("default", ACCOUNT, self.data_dir, env, overrides)]
         else:
             platform_path = self.root / "platform.sqlite"
             for name in SHARD_NAMES[: self.config.shards]:
@@ -195,7 +225,8 @@ class Rig:
         tells its processes), processes' env and app."""
         settings = load_settings(data_dir=data_dir, broker_url=self.redis.url, **overrides)
         set_up_store(settings, account)
-        env = {**base_env(data_dir, self.redis.url), **shard_env, **self.config.env}
+        base = default_env if self.config.defaults else base_env
+        env = {**base(data_dir, self.redis.url), **shard_env, **self.config.env}
         return Shard(name, account, settings, env, make_app(settings))
 
     def _add_members(self, shard: Shard) -> None:
@@ -209,10 +240,13 @@ class Rig:
             return self.logs / f"{prefix.replace('/', '-')}{role}.log"
 
         for index in range(1, self.config.workers + 1):
-            worker = WorkerProcess(
-                shard.env, log(f"worker-{index}"), beat=False, concurrency=self.config.concurrency,
-                clean_env=True, cwd=PROJECT_ROOT,
-            )  # fmt: skip
+            options: dict[str, Any] = {
+                "beat": False, "concurrency": self.config.concurrency, "clean_env": True, "cwd": PROJECT_ROOT,
+            }  # fmt: skip
+            if index > self.config.workers - self.config.elsewhere:
+                worker = ElsewhereWorker(f"faults-host-{index}", shard.env, log(f"worker-{index}"), **options)
+            else:
+                worker = WorkerProcess(shard.env, log(f"worker-{index}"), **options)
             member(f"worker-{index}", worker)
         member("beat", BeatProcess(shard.env, log("beat"), True, PROJECT_ROOT))
         if self.config.listen:

@@ -268,18 +268,21 @@ def slow_turns(options: Options, root: Path, say: Say) -> RunReport:
 
 class SlowModel:
     """The fake endpoint's default policy (one im_send_message echoing the buyer's lines, then
-    a closing text), answering after MODEL_DELAY_S. Like a real model it does not say the same
+    a closing text), answering after `delay_s`. Like a real model it does not say the same
     thing twice: each reply is numbered, so a batch answered by two turns shows two different
     replies instead of being caught as the same text."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = MODEL_DELAY_S, later_delay_s: float | None = None) -> None:
+        self.delay_s = delay_s  # a turn's first call
+        self.later_delay_s = delay_s if later_delay_s is None else later_delay_s  # calls after a tool result
         self.replies = 0
         self._lock = threading.Lock()
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         from tests.fakes.openai_server import default_policy
 
-        time.sleep(MODEL_DELAY_S)
+        first = request["messages"][-1]["role"] == "user"
+        time.sleep(self.delay_s if first else self.later_delay_s)
         body = default_policy(request)
         for call in body["choices"][0]["message"].get("tool_calls") or []:
             if call["function"]["name"] == "im_send_message":

@@ -62,21 +62,30 @@ def images_of(message: dict[str, Any]) -> list[str]:
 
 
 def default_policy(request: dict[str, Any]) -> dict[str, Any]:
-    """Reply once to the latest buyer lines; after a tool result since the last user message, stop."""
+    """Reply once to the latest buyer lines; after a tool result since the last user message, stop.
+    Like a model that reads its context, it does not answer buyer lines again that a reply it
+    called for already follows (a turn a crash cut short, then asked to check its tools)."""
     messages = request["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     if any(m["role"] == "tool" for m in messages[last_user:]):
         return completion("已回复顾客。")
     buyer: list[str] = []
-    for message in reversed(messages[: last_user + 1]):
+    for index in range(last_user, -1, -1):
+        message = messages[index]
         if message["role"] == "user":
             buyer = [m.group("text") for line in text_of(message).splitlines() if (m := _LINE.search(line))]
             if buyer:
                 break
     if not buyer:
         return completion("没有需要回复的顾客消息。")
+    if any(_calls(m, "im_send_message") for m in messages[index + 1 :]):
+        return completion("已回复顾客。")
     text = json.dumps({"text": "您好，已收到您的消息：" + "；".join(buyer)}, ensure_ascii=False)
     return completion(None, [(f"call-{len(messages)}", "im_send_message", text)])
+
+
+def _calls(message: dict[str, Any], tool: str) -> bool:
+    return any(call["function"]["name"] == tool for call in message.get("tool_calls") or [])
 
 
 @dataclass

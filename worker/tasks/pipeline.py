@@ -54,6 +54,13 @@ def run_turn(self: Task, customer_id: int) -> str:
     return _run(self, turn(self.app, customer_id))
 
 
+@kefu_task("kefu.agent.rescue")
+def rescue(self: Task) -> str:
+    """Beat (a few times per customer lease), and once when a worker starts: turns whose
+    holder died go again at once (runtime.pipeline.rescue)."""
+    return _run(self, pipeline.rescue(runtime_for(self.app)))
+
+
 @kefu_task("kefu.outbox.attempt")
 def attempt(self: Task, request_id: str, retries: int = 0) -> str:
     return _run(self, pipeline.deliver(runtime_for(self.app), request_id, retries))

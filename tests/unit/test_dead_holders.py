@@ -1,0 +1,95 @@
+"""A lease whose holder process died is taken over at once where its host can see it gone
+(runtime.holders, runtime.leases), and its stranded turn runs again without waiting out the
+reconciler's grace (runtime.pipeline.rescue). A live holder, another host's or one of an
+unknown form, keeps its lease until it expires."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime import holders, leases, pipeline
+from runtime.pipeline import RunTurn, Step
+from runtime.store import now_ms
+from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dead_owner() -> str:
+    """The holder name of a real process of this host that has exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from runtime.holders import new_owner; print(new_owner())"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return done.stdout.strip()
+
+
+def test_a_holder_is_gone_only_when_this_host_can_see_its_process_is(dead_owner):
+    assert holders.parse(dead_owner) is not None and holders.gone(dead_owner)
+    assert not holders.gone(holders.new_owner())  # this very process
+    host, pid, nonce, boot, namespace, started = dead_owner.split(":")
+    assert not holders.gone(":".join(("other-host", pid, nonce, boot, namespace, started)))
+    assert not holders.gone(":".join((host, pid, nonce, "0" * 12, namespace, started)))  # another boot
+    assert not holders.gone(":".join((host, pid, nonce, boot, "1", started)))  # another container
+    assert not holders.gone(f"{host}:{pid}:{nonce}")  # an older kefu's name: never concluded gone
+    parent = holders.this_process()
+    alive = ":".join((parent.host, str(os.getppid()), "x", parent.boot, parent.pid_namespace, "1"))
+    assert holders.gone(alive)  # the pid lives, but with another start time: reused, not the holder
+
+
+def test_a_grant_takes_a_dead_holders_lease_at_once_with_a_new_token(store, dead_owner):
+    dead = leases.grant(store, "customer:7", dead_owner, ttl_s=600)
+    live = leases.grant(store, "customer:8", holders.new_owner(), ttl_s=600)
+    assert dead is not None and live is not None
+    taken = leases.grant(store, "customer:7", holders.new_owner(), ttl_s=600)
+    assert taken is not None and taken.token == dead.token + 1
+    assert leases.grant(store, "customer:8", holders.new_owner(), ttl_s=600) is None  # alive: still busy
+
+
+def test_a_turn_whose_holder_died_runs_at_once(services, dead_owner):  # noqa: F811
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    assert leases.grant(services.store, f"customer:{customer_id}", dead_owner, ttl_s=600) is not None
+    step, emitted = turn(services, customer_id)
+    assert step.outcome == "complete" and len(emitted) == 1
+
+
+def test_rescue_lapses_dead_holders_and_runs_their_stranded_turns_only(services, dead_owner):  # noqa: F811
+    dead_customer, live_customer, idle_customer = (ingested(services, n, buyer=f"b{n}") for n in (1, 2, 3))
+    for customer_id in (dead_customer, live_customer):
+        pipeline.admit(services, customer_id)
+    store = services.store
+    assert leases.grant(store, f"customer:{dead_customer}", dead_owner, ttl_s=600) is not None
+    assert leases.grant(store, f"customer:{idle_customer}", dead_owner, ttl_s=600) is not None  # no open batch
+    with leases.held(store, f"customer:{live_customer}", 600) as fence:
+        assert fence is not None
+        step = pipeline.rescue(services)
+        assert step == Step("2 lease(s) of gone holders, 1 stranded turn(s)", (RunTurn(dead_customer),))
+        assert pipeline.rescue(services).follow_ups == (RunTurn(dead_customer),)  # until a turn runs it
+        assert turn(services, dead_customer)[0].outcome == "complete"
+        assert pipeline.rescue(services) == Step("0 lease(s) of gone holders, 0 stranded turn(s)")
+
+
+def test_an_expired_lease_strands_its_open_batch_but_a_released_one_does_not(services):  # noqa: F811
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    store = services.store
+    with store.write() as conn:  # a holder on another host, its lease expired unrenewed
+        conn.exec_driver_sql(
+            "INSERT INTO lease (name, owner, expires_at, token) VALUES (?, 'elsewhere:1:x', ?, 3)",
+            (f"customer:{customer_id}", now_ms() - 1),
+        )
+    assert pipeline.rescue(services).follow_ups == (RunTurn(customer_id),)
+    with store.write() as conn:  # given back: whoever gave it back queued what follows
+        conn.exec_driver_sql("UPDATE lease SET expires_at = 0")
+    assert pipeline.rescue(services).follow_ups == ()
