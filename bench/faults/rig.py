@@ -79,6 +79,12 @@ def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
     }
 
 
+def defaults_env(data_dir: Path, broker_url: str) -> dict[str, str]:
+    """Where the data and the broker are, and nothing else: kefu's default settings."""
+    keep = ("KEFU_DATA_DIR", "KEFU_BROKER_URL", "PYTHONPATH", "PYTHONUNBUFFERED")
+    return {k: v for k, v in base_env(data_dir, broker_url).items() if k in keep}
+
+
 UNRECOVERABLE = re.compile(r"Unrecoverable error: (\w+)")
 
 
@@ -126,6 +132,7 @@ class RigConfig:
     listen: bool = True
     env: dict[str, str] = field(default_factory=dict)  # scenario settings on top of base_env
     shards: int = 1
+    defaults: bool = False  # kefu's default settings (no shortened lease): defaults_env, not base_env
 
 
 class Rig:
@@ -195,7 +202,8 @@ class Rig:
         tells its processes), processes' env and app."""
         settings = load_settings(data_dir=data_dir, broker_url=self.redis.url, **overrides)
         set_up_store(settings, account)
-        env = {**base_env(data_dir, self.redis.url), **shard_env, **self.config.env}
+        common = (defaults_env if self.config.defaults else base_env)(data_dir, self.redis.url)
+        env = {**common, **shard_env, **self.config.env}
         return Shard(name, account, settings, env, make_app(settings))
 
     def _add_members(self, shard: Shard) -> None:
