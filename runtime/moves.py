@@ -1,16 +1,25 @@
 """Moving an account to another shard (SPEC 3.12), as a journal of steps.
 
     stopping ─► exported ─► imported ─► flipped ─► released ─► done
-       (source)   (target)    (mover)    (source)    (target)
+       (source)   (target)   (target or   (source)    (target)
+                              source: flips the directory)
     before `flipped`, a move can instead be rolled back:
-    rolling-back-target ─► rolling-back-source ─► rolled-back
+    [rolling-back-target ─►] rolling-back-source ─► rolled-back
+    (from `stopping` nothing reached the target: the source alone rolls back)
 
 The journal (one record per op id, in the coordination store every host sees) says which step
-comes next and who takes it: the source shard's holder, the target shard's, or the mover (the
-`kefu accounts move` process, which only flips the directory). Each shard takes its steps in
-a task (worker.tasks.placement), so a step's writes are fenced by that shard's lease like any
-other; a step run twice, or again after a crash of either side, finds its work done, and the
-mover, run again with the same op id, goes on from the journal's step.
+comes next and who takes it: the source shard or the target shard. Each shard takes its steps
+in a task (worker.tasks.placement), so a step's writes are fenced by that shard's lease like
+any other; a step run twice, or again after a crash of either side, finds its work done. A
+record is only replaced over the version its writer read (Coordination.swap_journal), so a
+shard's step, the other shard's bound and the operator never overwrite each other.
+
+Nobody has to wait for a move: each shard's beat (`drive`) takes the steps of the open moves
+that are its own, and every stage before the flip has a bound (BOUNDS_S): a stage that
+overruns it (a turn that never finishes, a target that never imports) rolls the move back by
+itself and input resumes on the source. After the flip a move only goes forward. The mover
+(`kefu accounts move`) only starts the move and hands steps on sooner; killed, it leaves
+nothing behind that beat does not finish.
 
 While an account moves, its input is paused on both sides: pages that arrive are held, and
 held pages follow the account (in the slice, or forwarded by the source after the flip).
@@ -42,10 +51,23 @@ from runtime.store.sql import sql
 log = logging.getLogger(__name__)
 
 DRAIN_S = 30.0  # the source waits this long for replies already on their way, then revokes unsent ones
+STOP_BOUND_S = 40.0  # anything else still on its way then (a turn, a page, a send): the move rolls back
+IMPORT_BOUND_S = 120.0  # the target has not imported the slice by then: the move rolls back
+FORWARD_BOUND_S = 60.0  # after the flip nothing rolls back: past it a step only shows as overdue
+BOUNDS_S = {
+    MoveStep.STOPPING: STOP_BOUND_S,
+    MoveStep.EXPORTED: IMPORT_BOUND_S,
+    MoveStep.IMPORTED: FORWARD_BOUND_S,
+    MoveStep.FLIPPED: FORWARD_BOUND_S,
+    MoveStep.RELEASED: FORWARD_BOUND_S,
+    MoveStep.ROLLING_BACK_TARGET: FORWARD_BOUND_S,
+    MoveStep.ROLLING_BACK_SOURCE: FORWARD_BOUND_S,
+}
+PRE_FLIP_STEPS = {MoveStep.STOPPING, MoveStep.EXPORTED}  # the stages that wait on work, and roll back past their bound
 STEP_LEASE_S = 15.0  # one step of a move at a time per shard; renewed while it runs
 CREDENTIAL_TTL_S = 3600  # an exported credential's copy in the coordination store
 SOURCE_STEPS = {MoveStep.STOPPING, MoveStep.FLIPPED, MoveStep.ROLLING_BACK_SOURCE}
-TARGET_STEPS = {MoveStep.EXPORTED, MoveStep.RELEASED, MoveStep.ROLLING_BACK_TARGET}
+TARGET_STEPS = {MoveStep.EXPORTED, MoveStep.IMPORTED, MoveStep.RELEASED, MoveStep.ROLLING_BACK_TARGET}
 FINAL_STEPS = {MoveStep.DONE, MoveStep.ROLLED_BACK}
 
 
@@ -61,14 +83,37 @@ class MoveRecord(BaseModel):
     detail: dict[str, Any] = {}
     started_at: int
     updated_at: int
+    version: int = 0  # every save takes the next one; a save over another version is refused
+    step_at: int | None = None  # when the move reached its step (None: a record of before; started_at)
 
     def actor(self) -> str | None:
-        """The shard that takes the next step; None: the mover, or nobody (final)."""
+        """The shard that takes the next step; None: nobody (final)."""
         if self.step in SOURCE_STEPS:
             return self.source
         if self.step in TARGET_STEPS:
             return self.target
         return None
+
+    def in_step_ms(self, at: int) -> int:
+        return at - (self.step_at or self.started_at)
+
+    def bound_s(self) -> float | None:
+        return BOUNDS_S.get(self.step)
+
+    def overdue(self, at: int) -> bool:
+        bound = self.bound_s()
+        return bound is not None and self.in_step_ms(at) > bound * 1000
+
+
+class MoveRaced(KefuError):
+    """The journal changed since this writer read it: another writer took the step first."""
+
+    def __init__(self, op_id: str) -> None:
+        super().__init__(
+            "KEFU_PLACEMENT_JOURNAL_CHANGED",
+            f"move {op_id} changed while this step was taken (a shard or the operator went first)",
+            "look at `kefu accounts moves`; the move goes on from its journal",
+        )
 
 
 class MoveMismatch(KefuError):
@@ -86,9 +131,25 @@ def load_move(coordination: Coordination, op_id: str) -> MoveRecord | None:
 
 
 def save_move(coordination: Coordination, record: MoveRecord, **changes: Any) -> MoveRecord:
-    updated = record.model_copy(update={**changes, "updated_at": now_ms()})
-    coordination.save_journal(updated.op_id, updated.model_dump(mode="json"))
+    """Replace the record read as `record` (MoveRaced when another writer replaced it since)."""
+    at = now_ms()
+    if "step" in changes and changes["step"] != record.step:
+        changes["step_at"] = at
+    updated = record.model_copy(update={**changes, "updated_at": at, "version": record.version + 1})
+    _swap(coordination, updated, record.version)
     return updated
+
+
+def _swap(coordination: Coordination, record: MoveRecord, expected_version: int | None) -> None:
+    is_open = record.step not in FINAL_STEPS
+    if not coordination.swap_journal(record.op_id, record.model_dump(mode="json"), expected_version, is_open):
+        raise MoveRaced(record.op_id)
+
+
+def open_moves(coordination: Coordination) -> list[MoveRecord]:
+    """The moves not finished yet, oldest first."""
+    found = (load_move(coordination, op_id) for op_id in coordination.open_moves())
+    return sorted((r for r in found if r is not None and r.step not in FINAL_STEPS), key=lambda r: r.started_at)
 
 
 # --- the mover's steps ----------------------------------------------------------------------
@@ -122,14 +183,22 @@ def begin_move(coordination: Coordination, op_id: str, account_id: str, target: 
             generation=placement.generation,
             started_at=at,
             updated_at=at,
+            step_at=at,
         )
-        record = save_move(coordination, record)
+        _swap(coordination, record, None)
     if record.step == MoveStep.STOPPING:
-        here = Placement(account_id=account_id, shard=record.source, generation=record.generation)
-        moving = _moving(record)
-        if placement != moving and not coordination.place(moving, expected=here):
-            raise _busy(account_id, placement)
+        _claim_directory(coordination, record)
     return record
+
+
+def _claim_directory(coordination: Coordination, record: MoveRecord) -> None:
+    """The directory names the move (idempotent): the mover does it, and the source again in
+    case the mover died between writing the journal and the directory."""
+    here = Placement(account_id=record.account_id, shard=record.source, generation=record.generation)
+    moving = _moving(record)
+    placement = coordination.placement(record.account_id)
+    if placement != moving and not coordination.place(moving, expected=here):
+        raise _busy(record.account_id, placement)
 
 
 def _moving(record: MoveRecord) -> Placement:
@@ -165,16 +234,20 @@ def flip(coordination: Coordination, record: MoveRecord) -> MoveRecord:
     return save_move(coordination, record, step=MoveStep.FLIPPED)
 
 
-def begin_rollback(coordination: Coordination, record: MoveRecord) -> MoveRecord:
+def begin_rollback(coordination: Coordination, record: MoveRecord, **why: Any) -> MoveRecord:
+    """Undo the move (before the flip). From `stopping` nothing reached the target, so the
+    source alone rolls back: a dead target cannot keep the account paused then. `why`: the
+    error and detail that say why (a bound overrun), kept in the journal."""
     if record.step in (MoveStep.FLIPPED, MoveStep.RELEASED, MoveStep.DONE):
         raise KefuError(
             "KEFU_PLACEMENT_ALREADY_FLIPPED",
             f"move {record.op_id} has switched the directory to {record.target!r}; it can only go on",
             "rerun the move with the same op id (or move the account back)",
         )
-    if record.step in (MoveStep.ROLLING_BACK_SOURCE, MoveStep.ROLLED_BACK):
+    if record.step in (MoveStep.ROLLING_BACK_TARGET, MoveStep.ROLLING_BACK_SOURCE, MoveStep.ROLLED_BACK):
         return record
-    return save_move(coordination, record, step=MoveStep.ROLLING_BACK_TARGET)
+    first = MoveStep.ROLLING_BACK_SOURCE if record.step == MoveStep.STOPPING else MoveStep.ROLLING_BACK_TARGET
+    return save_move(coordination, record, step=first, **why)
 
 
 # --- a shard's steps ------------------------------------------------------------------------
@@ -189,22 +262,71 @@ def _memory_store(services: Services) -> Any:
     return services.memory.store if services.memory is not None else None
 
 
-def advance(services: Services, coordination: Coordination, op_id: str) -> Step:
-    """Take the move's next step if it is this shard's. Its follow-ups are the pages and
-    customers the step let go of (held pages to ingest, here or forwarded; input to admit)."""
+def advance(services: Services, coordination: Coordination, op_id: str, retry_failed: bool = True) -> Step:
+    """Take the move's next step if it is this shard's (first rolling the move back if its
+    stage overran its bound, or flipping it once imported). Its follow-ups are the pages and
+    customers the step let go of (held pages to ingest, here or forwarded; input to admit).
+    `retry_failed`: False (beat) leaves a step that failed before the flip to its bound."""
     shard = services.settings.shard
     with leases.held(services.store, f"move:{op_id}", STEP_LEASE_S) as fence:
         if fence is None:
             return Step("busy: another process takes this step")
         record = load_move(coordination, op_id)
-        if record is None or record.actor() != shard:
+        if record is None or shard not in (record.source, record.target):
             return Step("not this shard's step")
         try:
-            return _take(services, coordination, record)
-        except KefuError as error:  # the move stops with the code; a rerun tries the step again
-            log.error("move %s: step %s failed: %s", op_id, record.step, error)
-            save_move(coordination, record, error=error.code, detail={**record.detail, "problem": error.message})
+            record, note = _bounded(coordination, record, shard)
+            if record.actor() != shard:
+                return Step(note or "not this shard's step")
+            if record.error is not None and record.step in PRE_FLIP_STEPS and not retry_failed:
+                return Step(f"stopped with {record.error}; rolls back at its bound")
+            taken = _take(services, coordination, record)
+            after = load_move(coordination, op_id)
+            if after is not None and after.step == MoveStep.IMPORTED:  # imported: the directory flips now
+                flip(coordination, after)
+                taken = Step(f"{taken.outcome}; the directory now says {after.target}", taken.follow_ups)
+            return Step(f"{note}; {taken.outcome}", taken.follow_ups) if note else taken
+        except MoveRaced:
+            return Step("the journal changed meanwhile; the next pass goes on from it")
+        except KefuError as error:  # the move stops with the code; a rerun (or its bound) goes on
+            log.error("move %s: step %s failed: %s", op_id, record.step, error.code)
+            current = load_move(coordination, op_id) or record
+            problem = {**current.detail, "problem": error.message}
+            try:
+                save_move(coordination, current, error=error.code, detail=problem)
+            except MoveRaced:
+                pass
             return Step(f"failed {error.code}")
+
+
+def _bounded(coordination: Coordination, record: MoveRecord, shard: str) -> tuple[MoveRecord, str]:
+    """Before this shard's step: an imported move flips (either shard may: it is one
+    compare-and-set); a stage before the flip past its bound rolls back, as the source decides
+    (it holds the input pause). Returns the record and what happened."""
+    if record.step == MoveStep.IMPORTED:
+        return flip(coordination, record), f"the directory now says {record.target}"
+    if record.step in PRE_FLIP_STEPS and shard == record.source and record.overdue(now_ms()):
+        waiting = record.detail.get("waiting") or record.error or "its work"
+        problem = f"stage {record.step} overran its bound of {record.bound_s():g} s (waiting for {waiting})"
+        log.warning("move %s: %s; rolling back", record.op_id, problem)
+        why = {"error": "KEFU_PLACEMENT_STAGE_OVERRUN", "detail": {**record.detail, "problem": problem}}
+        return begin_rollback(coordination, record, **why), f"rolling back: {problem}"
+    return record, ""
+
+
+def drive(services: Services, coordination: Coordination) -> list[tuple[str, Step]]:
+    """Beat's pass on a shard: take this shard's steps of the open moves, flip the imported
+    ones and roll back those past their bound. One read of the open index when none is open."""
+    shard, at = services.settings.shard, now_ms()
+    taken = []
+    for op_id in coordination.open_moves():
+        record = load_move(coordination, op_id)
+        if record is None or record.step in FINAL_STEPS or shard not in (record.source, record.target):
+            continue
+        due = record.step in PRE_FLIP_STEPS and shard == record.source and record.overdue(at)
+        if record.actor() == shard or record.step == MoveStep.IMPORTED or due:
+            taken.append((op_id, advance(services, coordination, op_id, retry_failed=False)))
+    return taken
 
 
 def _take(services: Services, coordination: Coordination, record: MoveRecord) -> Step:
@@ -220,7 +342,7 @@ def _take(services: Services, coordination: Coordination, record: MoveRecord) ->
         case MoveStep.ROLLING_BACK_TARGET:
             sessions, images = _dirs(services)
             discard_import(services.store, _memory_store(services), sessions, images, record.op_id)
-            save_move(coordination, record, step=MoveStep.ROLLING_BACK_SOURCE, error=None)
+            save_move(coordination, record, step=MoveStep.ROLLING_BACK_SOURCE)
             return Step("import discarded")
         case MoveStep.ROLLING_BACK_SOURCE:
             return _unstop(services, coordination, record)
@@ -262,6 +384,7 @@ def _seal(store: DeliveryStore, record: MoveRecord) -> str | None:
 
 def _stop_and_export(services: Services, coordination: Coordination, record: MoveRecord) -> str:
     store, account_id = services.store, record.account_id
+    _claim_directory(coordination, record)
     pause_input(store, account_id)
     with store.write() as conn:
         placement = local_placement(conn, account_id)
@@ -272,6 +395,8 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
             record_placement(conn, moving)
     waiting = _seal(store, record)
     if waiting is not None:
+        if record.detail.get("waiting") != waiting:  # for the operator (`kefu accounts moves`) and the bound's reason
+            save_move(coordination, record, detail={**record.detail, "waiting": waiting})
         return waiting
     sessions, images = _dirs(services)
     exported = export_slice(
@@ -289,6 +414,7 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
         record,
         step=MoveStep.EXPORTED,
         slice_sha256=hashlib.sha256(data).hexdigest(),
+        error=None,
         detail={"exported": counts, "slice_bytes": len(data), "sessions": len(exported.sessions)},
     )
     return f"exported {len(data)} bytes"

@@ -315,3 +315,10 @@ class Coordination(Protocol):
     def blob(self, key: str) -> bytes | None: ...
 
     def drop_blob(self, key: str) -> None: ...
+
+    def swap_journal(self, op_id: str, record: dict[str, Any], expected_version: int | None, is_open: bool) -> bool:
+        """Write the record only if the stored one has `expected_version` (None: none is
+        stored); `is_open` keeps the op id in the index of open moves, or takes it out."""
+
+    def open_moves(self) -> list[str]:
+        """Op ids of the moves not finished yet."""

@@ -18,6 +18,7 @@ from worker.context import refuse_start, runtime_for
 from worker.shard_lease import hold_shard, release_shard
 from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (registers the shared tasks on every app)
 
+MOVES_DRIVE_S = 5.0  # beat's pass over the open moves (a drain's retry, a bound's check)
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
 
 
@@ -57,6 +58,13 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "task": pipeline.retention.name,
             "schedule": settings.retention.interval_s,
             "options": {"expires": settings.retention.interval_s},
+        },
+        # Each shard takes its steps of unfinished moves and rolls back those past their bound
+        # (runtime.moves.drive): a move finishes without its mover. One read when none is open.
+        "moves": {
+            "task": placement.drive.name,
+            "schedule": MOVES_DRIVE_S,
+            "options": {"expires": MOVES_DRIVE_S},
         },
         "read-status": {
             "task": pipeline.read_status.name,

@@ -14,6 +14,8 @@ Keys in Redis:
     kefu:directory                    hash account id -> placement JSON
     kefu:move:<op>                    a move's journal record (JSON)
     kefu:move:<op>:<blob>             a move's exported slice, its credential (expires)
+    kefu:moves:open                   set of op ids of moves not finished (done or rolled back):
+                                      what beat drives on every shard (cheap when empty)
 """
 
 from __future__ import annotations
@@ -181,6 +183,17 @@ class RedisCoordinator:
     def drop_blob(self, key: str) -> None:
         self._redis.delete(f"kefu:move:{key}")
 
+    # -- the journal's compare-and-set and its index of open moves (runtime.moves) ----------
+    def swap_journal(self, op_id: str, record: dict[str, Any], expected_version: int | None, is_open: bool) -> bool:
+        script = self.__dict__.get("_swap") or self.__dict__.setdefault(
+            "_swap", self._redis.register_script(_SWAP_JOURNAL)
+        )
+        args = [json.dumps(record), -1 if expected_version is None else expected_version, int(is_open), op_id]
+        return bool(script(keys=[f"kefu:move:{op_id}", OPEN_MOVES], args=args))
+
+    def open_moves(self) -> list[str]:
+        return sorted(member.decode() for member in self._redis.smembers(OPEN_MOVES))
+
 
 # --- one machine: a SQLite file -----------------------------------------------------------
 
@@ -209,6 +222,7 @@ class LocalCoordinator:
         db = sqlite3.connect(path, timeout=10)
         try:
             db.executescript(_LOCAL_SCHEMA)
+            db.executescript(_LOCAL_MOVES_SCHEMA)
         finally:
             db.close()
 
@@ -328,6 +342,42 @@ class LocalCoordinator:
     def drop_blob(self, key: str) -> None:
         with self._db() as db:
             db.execute("DELETE FROM blob WHERE key = ?", (key,))
+
+    # -- the journal's compare-and-set and its index of open moves (runtime.moves) ----------
+    def swap_journal(self, op_id: str, record: dict[str, Any], expected_version: int | None, is_open: bool) -> bool:
+        with self._db() as db:
+            row = db.execute("SELECT record FROM journal WHERE op_id = ?", (op_id,)).fetchone()
+            version = None if row is None else int(json.loads(row[0]).get("version", 0))
+            if version != expected_version:
+                return False
+            db.execute("INSERT OR REPLACE INTO journal VALUES (?, ?)", (op_id, json.dumps(record)))
+            if is_open:
+                db.execute("INSERT OR IGNORE INTO open_move VALUES (?)", (op_id,))
+            else:
+                db.execute("DELETE FROM open_move WHERE op_id = ?", (op_id,))
+            return True
+
+    def open_moves(self) -> list[str]:
+        with self._db() as db:
+            return [row[0] for row in db.execute("SELECT op_id FROM open_move ORDER BY op_id")]
+
+
+# --- the journal's compare-and-set and the index of open moves -----------------------------
+
+OPEN_MOVES = "kefu:moves:open"
+# A journal record is replaced only over the version its writer read (-1: none yet), so two
+# writers (a shard's step, the other shard's bound, the mover) never overwrite each other's
+# step; the set of open moves changes in the same atomic step.
+_SWAP_JOURNAL = """
+local current = redis.call('GET', KEYS[1])
+local version = -1
+if current then version = tonumber(cjson.decode(current)['version'] or 0) end
+if version ~= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[3] == '1' then redis.call('SADD', KEYS[2], ARGV[4]) else redis.call('SREM', KEYS[2], ARGV[4]) end
+return 1
+"""
+_LOCAL_MOVES_SCHEMA = "CREATE TABLE IF NOT EXISTS open_move (op_id TEXT PRIMARY KEY);"
 
 
 def coordinator_for(settings: Settings) -> Coordinator:

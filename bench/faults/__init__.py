@@ -16,6 +16,7 @@ received sends and every session log.
     python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
     python -m bench.faults midturn-kill   # default settings: a worker killed mid-turn (bench/faults/midturn.py)
+    python -m bench.faults move-under-faults  # a move with a dead turn and a dead mover
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -41,6 +42,14 @@ Scenarios:
   bad-start       an overwritten store header, schema version 999, openai without endpoint
                   settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
                   non-zero with a KEFU_ code within the bound, consuming nothing.
+  move-under-faults
+                  kefu's default settings (only data dir, broker and the model's endpoint
+                  set), two shards, traffic on shard a's account and a model answering after
+                  3 s: (a) SIGKILL the shard-a worker (with its pool) running one of the
+                  account's turns and start `kefu accounts move` to b at once, (b) SIGKILL
+                  the mover 1 s after it began the move. Nobody reruns it. Pass: move done or rolled back
+                  ≤ 60 s after (a), input not left paused, 0 lost, 0 doubled (audited on the
+                  store of the shard the account ends on).
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
@@ -87,7 +96,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, midturn, traffic
+    from bench.faults import bad_start, log_damage, midturn, moves, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -96,6 +105,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "log-damage": log_damage.log_damage,
         "bad-start": bad_start.bad_start,
         "midturn-kill": midturn.midturn_kill,
+        "move-under-faults": moves.move_under_faults,
     }[scenario]
 
 

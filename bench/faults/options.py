@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SCENARIOS = ("kill-workers", "broker-restart", "slow-turns", "log-damage", "bad-start", "midturn-kill")
+SCENARIOS = (
+    "kill-workers",
+    "broker-restart",
+    "slow-turns",
+    "log-damage",
+    "bad-start",
+    "midturn-kill",
+    "move-under-faults",
+)
 SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
 
@@ -25,6 +33,7 @@ FULL = {
     "log-damage": Defaults(messages=400, kills=10, rate=15, buyers=100, settle_s=120),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=30),
     "midturn-kill": Defaults(messages=240, kills=9, rate=1, buyers=40, settle_s=120),
+    "move-under-faults": Defaults(messages=60, kills=2, rate=1, buyers=20, settle_s=180),
 }
 # The short forms (tests/integration/test_faults.py): ≈ 200 messages, ≥ 6 faults, < 90 s each.
 SHORT = {
@@ -34,6 +43,7 @@ SHORT = {
     "log-damage": Defaults(messages=120, kills=6, rate=10, buyers=40, settle_s=30),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=25),
     "midturn-kill": Defaults(messages=30, kills=3, rate=1, buyers=20, settle_s=60),
+    "move-under-faults": Defaults(messages=16, kills=2, rate=2, buyers=10, settle_s=60),
 }
 
 

@@ -106,3 +106,12 @@ def test_faults_log_damage_short(tmp_path: Path) -> None:
 def test_faults_bad_start_short(tmp_path: Path) -> None:
     report = run_short("bad-start", tmp_path)
     assert_clean(report, min_faults=8)
+
+
+def test_faults_move_under_faults_short(tmp_path: Path) -> None:
+    """Default settings, two shards: a worker killed mid-turn as the move starts and the mover
+    killed mid-move; the move must finish or roll back by itself within 60 s, input resumed."""
+    report = run_short("move-under-faults", tmp_path)
+    assert report["faults"].get("mover kills", 0) == 1, summary(report)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert_clean(report, min_faults=2)

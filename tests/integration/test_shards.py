@@ -419,7 +419,8 @@ def test_a_move_with_either_side_killed_midway_goes_on_when_they_are_back(make_s
     stuck = _kefu(["accounts", "move", "shop-1", "--to", "b", "--op-id", "move-k", "--timeout", "8"], a.env("mover"))
     assert stuck.returncode == 2 and "KEFU_PLACEMENT_TIMEOUT" in stuck.stdout, stuck.stdout
     coordination = RedisCoordinator(redis_url)
-    assert load_move(coordination, "move-k").step == "exported"  # the source did its part
+    # the source did its part (a target killed as it started may have imported, not flipped)
+    assert load_move(coordination, "move-k").step in ("exported", "imported")
     platform.buyer_says("shop-1", "b2", "买家b2", "可以退货吗？")  # held on a, not lost
     a.workers[-1].kill()  # and now the source dies too
     b.start("host-b")

@@ -238,6 +238,19 @@ def test_journal_round_trip(coordinator, n):
     assert coordinator.journal(n("op-2")) is None
 
 
+def test_journal_swap_replaces_only_the_version_read_and_keeps_the_open_index(coordinator, n):
+    op = n("op-1")
+    record = {"op_id": op, "step": "stopping", "version": 0}
+    assert coordinator.swap_journal(op, record, None, is_open=True)
+    assert not coordinator.swap_journal(op, record, None, is_open=True)  # one creator
+    assert op in coordinator.open_moves()
+    assert coordinator.swap_journal(op, {**record, "step": "exported", "version": 1}, 0, is_open=True)
+    assert not coordinator.swap_journal(op, {**record, "step": "rolling-back-source", "version": 1}, 0, is_open=True)
+    assert coordinator.journal(op)["step"] == "exported"
+    assert coordinator.swap_journal(op, {**record, "step": "rolled-back", "version": 2}, 1, is_open=False)
+    assert op not in coordinator.open_moves()
+
+
 def test_blob_round_trip_and_drop(coordinator, n):
     slice_ = n("op-1:slice")
     assert coordinator.blob(slice_) is None

@@ -13,7 +13,7 @@ from runtime.moves import begin_move, begin_rollback, flip, load_move
 from runtime.pipeline import Attempt, Ingest
 from runtime.routes import RouteSpec, create_route
 from runtime.shards import customer_id_base
-from runtime.states import MoveStep
+from runtime.states import MoveStep, PlacementState
 from runtime.store import DeliveryStore
 from tests.local_services import Local
 from tests.unit.test_pipeline import page, turn
@@ -70,8 +70,11 @@ def test_a_move_drains_seals_imports_flips_releases_and_resumes(shards):
     late = page(3).model_dump(mode="json")
     assert pipeline.ingest(a, late).outcome == "held"  # paused: kept, not lost
 
-    assert moves.advance(b, coordination, "m1").outcome == "imported 1 customer(s)"
-    record = flip(coordination, load_move(coordination, "m1"))
+    imported = moves.advance(b, coordination, "m1")  # the target flips the directory once it imported
+    assert imported.outcome == "imported 1 customer(s); the directory now says b"
+    record = load_move(coordination, "m1")
+    assert record.step == MoveStep.FLIPPED and flip(coordination, record).step == MoveStep.FLIPPED  # idempotent
+    record = load_move(coordination, "m1")
     assert coordination.placement("shop").shard == "b" and coordination.placement("shop").generation == 2
     with pytest.raises(KefuError) as refused:
         begin_rollback(coordination, record)
@@ -118,8 +121,9 @@ def test_a_move_rolled_back_before_the_flip_serves_the_account_where_it_was(shar
     with pytest.raises(KefuError) as mismatch:
         begin_move(coordination, "m1", "shop", "c")
     assert mismatch.value.code == "KEFU_PLACEMENT_OP_MISMATCH"
-    begin_rollback(coordination, load_move(coordination, "m1"))
-    assert moves.advance(b, coordination, "m1").outcome == "import discarded"
+    begin_rollback(coordination, load_move(coordination, "m1"))  # from stopping: nothing reached b
+    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_SOURCE
+    assert moves.advance(b, coordination, "m1").outcome == "not this shard's step"
     assert moves.advance(a, coordination, "m1").outcome.startswith("rolled back")
     assert load_move(coordination, "m1").step == MoveStep.ROLLED_BACK
     assert coordination.placement("shop").model_dump() == {
@@ -130,3 +134,97 @@ def test_a_move_rolled_back_before_the_flip_serves_the_account_where_it_was(shar
         "move": None,
     }
     assert pipeline.ingest(a, page(2).model_dump(mode="json")).outcome == "ingested"
+
+
+# --- bounds, rollback by itself, beat driving ----------------------------------------------
+
+
+def _dead_turn(services: Local, n: int) -> int:
+    """A buyer line admitted and claimed by a turn that never finishes (its worker was killed)."""
+    [admit] = pipeline.ingest(services, page(n).model_dump(mode="json")).follow_ups
+    pipeline.admit(services, admit.customer_id)
+    with services.store.write() as conn:
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed' WHERE customer_id = ?", (admit.customer_id,))
+    return admit.customer_id
+
+
+def _overdue(coordination: LocalCoordinator, op_id: str, by_s: float) -> None:
+    """The move reached its step `by_s` ago (instead of waiting that long)."""
+    record = load_move(coordination, op_id)
+    earlier = (record.step_at or record.started_at) - int(by_s * 1000)
+    coordination.save_journal(op_id, {**record.model_dump(mode="json"), "step_at": earlier})
+
+
+def test_drive_takes_nothing_and_reads_only_the_index_when_no_move_is_open(shards):
+    a, b, coordination = shards
+    assert coordination.open_moves() == [] and moves.drive(a, coordination) == []
+    begin_move(coordination, "m1", "shop", "b")
+    assert coordination.open_moves() == ["m1"]
+    assert moves.drive(b, coordination) == []  # stopping is the source's step
+    [(op_id, exported)] = moves.drive(a, coordination)  # nothing on its way: drained at once
+    assert op_id == "m1" and exported.outcome.startswith("exported")
+
+
+def test_a_turn_that_stays_in_flight_past_the_drain_bound_rolls_the_move_back_and_input_resumes(shards):
+    a, b, coordination = shards
+    _dead_turn(a, 1)
+    begin_move(coordination, "m1", "shop", "b")
+    waiting = moves.drive(a, coordination)[0][1]
+    assert waiting.outcome == "draining: 1 on its way, 0 customer(s) with replies to send"
+    assert pipeline.ingest(a, page(2, buyer="b2").model_dump(mode="json")).outcome == "held"
+    assert load_move(coordination, "m1").detail["waiting"] == waiting.outcome  # the operator sees it
+
+    _overdue(coordination, "m1", moves.STOP_BOUND_S + 1)
+    rolled = moves.drive(a, coordination)[0][1]  # one pass of the source's beat: back and resumed
+    assert rolled.outcome.startswith("rolling back: stage stopping overran its bound of 40 s")
+    record = load_move(coordination, "m1")
+    assert (record.step, record.error) == (MoveStep.ROLLED_BACK, "KEFU_PLACEMENT_STAGE_OVERRUN")
+    assert "draining: 1 on its way" in record.detail["problem"]
+    assert coordination.open_moves() == [] and coordination.placement("shop").state == "active"
+    assert [work.page["page_op_id"] for work in rolled.follow_ups if isinstance(work, Ingest)] == ["p2"]
+    assert pipeline.ingest(a, page(3, buyer="b3").model_dump(mode="json")).outcome == "ingested"  # input resumed
+    assert moves.drive(a, coordination) == [] and moves.drive(b, coordination) == []
+
+
+def test_an_import_not_taken_within_its_bound_rolls_back_through_the_target(shards):
+    a, b, coordination = shards
+    begin_move(coordination, "m1", "shop", "b")
+    assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
+    assert moves.drive(a, coordination) == []  # the import is the target's, within its bound
+    _overdue(coordination, "m1", moves.IMPORT_BOUND_S + 1)
+    [(_, rolled)] = moves.drive(a, coordination)
+    assert rolled.outcome.startswith("rolling back: stage exported overran its bound of 120 s")
+    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_TARGET
+    assert moves.drive(b, coordination)[0][1].outcome == "import discarded"
+    assert moves.drive(a, coordination)[0][1].outcome.startswith("rolled back")
+    assert coordination.placement("shop").shard == "a" and coordination.placement("shop").state == "active"
+
+
+def test_a_step_taken_over_a_journal_that_changed_meanwhile_writes_nothing(shards):
+    a, b, coordination = shards
+    begin_move(coordination, "m1", "shop", "b")
+    moves.advance(a, coordination, "m1")
+    stale = load_move(coordination, "m1")  # the target read it, then the source rolled back
+    begin_rollback(coordination, stale)
+    with pytest.raises(moves.MoveRaced):
+        moves.save_move(coordination, stale, step=MoveStep.IMPORTED)
+    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_TARGET
+
+
+def test_beat_alone_finishes_a_move_whose_mover_died_after_writing_the_journal(shards):
+    a, b, coordination = shards
+    sent = _replied(a, 1)
+    pipeline.deliver(a, sent)
+    begin_move(coordination, "m1", "shop", "b")
+    coordination.place(  # as if the mover died before marking the directory: the source does it
+        coordination.placement("shop").model_copy(update={"state": PlacementState.ACTIVE, "move": None}),
+        expected=coordination.placement("shop"),
+    )
+    passes = 0
+    while load_move(coordination, "m1").step not in moves.FINAL_STEPS:
+        moves.drive(a, coordination)
+        moves.drive(b, coordination)
+        passes += 1
+        assert passes <= 3, load_move(coordination, "m1")
+    assert load_move(coordination, "m1").step == MoveStep.DONE and coordination.open_moves() == []
+    assert coordination.placement("shop").shard == "b" and _state(b.store, sent) == "sent"

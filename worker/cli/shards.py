@@ -13,8 +13,18 @@ from pydantic import BaseModel
 
 from config import Settings
 from runtime.errors import KefuError
-from runtime.moves import FINAL_STEPS, MoveRecord, begin_move, begin_rollback, flip, load_move, save_move
+from runtime.moves import (
+    FINAL_STEPS,
+    PRE_FLIP_STEPS,
+    MoveRecord,
+    begin_move,
+    begin_rollback,
+    load_move,
+    open_moves,
+    save_move,
+)
 from runtime.states import MoveStep, PlacementState
+from runtime.store import now_ms
 from worker.broker import queue_depths
 from worker.celery_app import FAMILIES, app, queue_name
 from worker.cli.accounts import accounts
@@ -92,10 +102,12 @@ def move(
         str | None, typer.Option(help="the move's id: rerun with it to go on after an interruption")
     ] = None,
     rollback: Annotated[bool, typer.Option(help="undo the move of --op-id (before the directory flipped)")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the shards' steps")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the result (the move goes on without)")] = 300.0,
 ) -> None:
     """Move an account to another shard: drain and stop it, export its slice, import it on the
-    target, switch the directory, release the source, resume on the target."""
+    target, switch the directory, release the source, resume on the target. The shards take
+    the steps (their beat too): this command starts the move and waits for its result, and
+    the move finishes, or rolls back past a stage's bound, even if this command dies."""
     with operator_errors():
         coordination = coordinator_for(current_settings())
         if rollback:
@@ -110,6 +122,13 @@ def move(
             record = begin_move(coordination, op_id, account, to)
         started = time.monotonic()
         record = _drive(coordination, record, timeout)
+        if record.step == MoveStep.ROLLED_BACK and not rollback:
+            raise KefuError(
+                record.error or "KEFU_PLACEMENT_ROLLED_BACK",
+                f"move {record.op_id} rolled back: {record.detail.get('problem', 'by the operator')};"
+                f" account {account} is served on {record.source} again",
+                "find what held it (kefu accounts moves, the source's log), then move again with a new op id",
+            )
     took = time.monotonic() - started
     console.print(
         f"move {record.op_id}: {record.step} in {took:.1f} s ({json.dumps(record.detail, ensure_ascii=False)})"
@@ -117,22 +136,21 @@ def move(
 
 
 def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> MoveRecord:
-    """Send each step to the shard that takes it, and resend until the journal moves on."""
-    if record.error is not None:  # a rerun tries the step that failed again
+    """Send each step to the shard that takes it, and resend until the journal moves on (the
+    shards hand steps on themselves, and their beat resends too: this only makes it sooner)."""
+    if record.error is not None and record.step in PRE_FLIP_STEPS:  # a rerun tries the step that failed again
         record = save_move(coordination, record, error=None)
     deadline = time.monotonic() + timeout_s
     sent_step: MoveStep | None = None
     sent_at = 0.0
     while record.step not in FINAL_STEPS:
-        if record.error is not None:
+        if record.error is not None and record.step in PRE_FLIP_STEPS:
             raise KefuError(
                 record.error,
-                f"move {record.op_id} stopped at step {record.step}: {record.detail.get('problem', '')}",
-                f"fix the cause and rerun with --op-id {record.op_id}, or undo it with --rollback",
+                f"move {record.op_id} stopped at step {record.step}: {record.detail.get('problem', '')};"
+                f" it rolls back by itself {_bound_text(record)}",
+                f"fix the cause and rerun with --op-id {record.op_id}, or undo it now with --rollback",
             )
-        if record.step == MoveStep.IMPORTED:
-            record = flip(coordination, record)
-            continue
         actor = record.actor() or record.source
         if record.step != sent_step or time.monotonic() - sent_at > RESEND_S:
             if record.step != sent_step:
@@ -140,11 +158,93 @@ def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> M
             app.tasks["kefu.placement.advance"].apply_async((record.op_id,), queue=queue_name("placement", actor))
             sent_step, sent_at = record.step, time.monotonic()
         if time.monotonic() > deadline:
+            waiting = record.detail.get("waiting")
             raise KefuError(
                 "KEFU_PLACEMENT_TIMEOUT",
-                f"move {record.op_id} is at step {record.step}; shard {actor} has not taken it",
-                f"check that shard {actor} has a worker; rerun with --op-id {record.op_id} to go on",
+                f"move {record.op_id} is at step {record.step} for {_in_step_s(record):.0f} s, shard {actor}'s to take"
+                + (f" ({waiting})" if waiting and record.step == MoveStep.STOPPING else "")
+                + f"; {_bound_text(record)}",
+                f"the move goes on without this command; watch it with `kefu accounts moves`"
+                f" (if nothing moves, check that shard {actor} has a worker and beat)",
             )
         time.sleep(0.1)
         record = load_move(coordination, record.op_id) or record
     return record
+
+
+def _in_step_s(record: MoveRecord) -> float:
+    return record.in_step_ms(now_ms()) / 1000
+
+
+def _bound_text(record: MoveRecord) -> str:
+    """What the stage's bound does, and when (operators read it; it must not promise more)."""
+    bound = record.bound_s()
+    if bound is None:
+        return "finished"
+    left = bound - _in_step_s(record)
+    when = f"in {left:.0f} s" if left > 0 else f"{-left:.0f} s ago"
+    if record.step in PRE_FLIP_STEPS:
+        return f"past its {bound:g} s bound it rolls back by itself (bound reached {when})"
+    return f"it only goes forward; past {bound:g} s it shows as overdue ({when})"
+
+
+class MoveView(BaseModel):
+    op_id: str
+    account: str
+    source: str
+    target: str
+    step: MoveStep
+    age_s: float  # since the move began
+    in_step_s: float  # since it reached its step
+    error: str | None
+    waiting: str | None  # what the drain waits for
+    next: str | None  # the shard that takes the next step
+    bound_s: float | None
+    then: str  # what happens at the bound: "rolls back" or "goes on"
+
+
+def move_views(coordination: Coordinator) -> list[MoveView]:
+    at = now_ms()
+    return [
+        MoveView(
+            op_id=r.op_id,
+            account=r.account_id,
+            source=r.source,
+            target=r.target,
+            step=r.step,
+            age_s=round((at - r.started_at) / 1000, 1),
+            in_step_s=round(r.in_step_ms(at) / 1000, 1),
+            error=r.error,
+            waiting=r.detail.get("waiting") if r.step == MoveStep.STOPPING else None,
+            next=r.actor(),
+            bound_s=r.bound_s(),
+            then="rolls back" if r.step in PRE_FLIP_STEPS else "goes on",
+        )
+        for r in open_moves(coordination)
+    ]
+
+
+@accounts.command("moves")
+def moves_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The moves not finished yet: where each stands, which shard takes its next step, and its
+    stage's bound (before the flip a stage past its bound rolls the move back by itself)."""
+    with operator_errors():
+        views = move_views(coordinator_for(current_settings()))
+    if as_json:
+        print(json.dumps([view.model_dump(mode="json") for view in views], ensure_ascii=False))
+        return
+    rows = [
+        [
+            v.op_id,
+            v.account,
+            f"{v.source} → {v.target}",
+            v.step.value,
+            f"{v.age_s:g} s",
+            v.error or v.waiting or "-",
+            v.next or "-",
+            f"{v.in_step_s:g}/{v.bound_s:g} s, then {v.then}" if v.bound_s is not None else "-",
+        ]
+        for v in views
+    ]
+    columns = ["op id", "account", "shards", "step", "age", "error / waiting", "next", "in step / bound"]
+    print_table("kefu accounts moves", columns, rows)
