@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 WALL_BOUND_S = 90  # each short form
+DEFAULTS_WALL_BOUND_S = 120  # one on kefu's default settings: recovery waits on default leases and beats
 TIMEOUT_S = 180  # the subprocess, with its own cleanup
 
 
@@ -66,10 +67,10 @@ def summary(report: dict[str, Any]) -> str:
     return "\n  ".join(parts)
 
 
-def assert_clean(report: dict[str, Any], min_faults: int = 6) -> None:
+def assert_clean(report: dict[str, Any], min_faults: int = 6, wall_bound_s: float = WALL_BOUND_S) -> None:
     assert report["passed"] and report["exit_status"] == 0, summary(report)
     assert report["fault_count"] >= min_faults, summary(report)
-    assert report["wall_s"] < WALL_BOUND_S, summary(report)
+    assert report["wall_s"] < wall_bound_s, summary(report)
 
 
 @pytest.mark.parametrize("mode", ["listen", "direct"])
@@ -114,4 +115,13 @@ def test_faults_move_under_faults_short(tmp_path: Path) -> None:
     report = run_short("move-under-faults", tmp_path)
     assert report["faults"].get("mover kills", 0) == 1, summary(report)
     assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
-    assert_clean(report, min_faults=2)
+    assert_clean(report, min_faults=2, wall_bound_s=DEFAULTS_WALL_BOUND_S)
+
+
+def test_faults_midturn_kill_short(tmp_path: Path) -> None:
+    """Default settings: a worker killed while a turn waits for its model (whole, its pool
+    processes, and one as another host); each kill's waiting buyers are answered within the
+    goals (15 s on the same host, 30 s from another host), nothing lost or doubled."""
+    report = run_short("midturn-kill", tmp_path)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert_clean(report, min_faults=3, wall_bound_s=DEFAULTS_WALL_BOUND_S)
