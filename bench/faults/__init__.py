@@ -15,6 +15,7 @@ received sends and every session log.
     python -m bench.faults slow-turns     # a model slower than the customer writer lease
     python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
+    python -m bench.faults standby-takeover   # the active instance dies, a standby takes over
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -35,6 +36,11 @@ Scenarios:
   bad-start       an overwritten store header, schema version 999, openai without endpoint
                   settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
                   non-zero with a KEFU_ code within the bound, consuming nothing.
+  standby-takeover an active instance (workers, beat, `kefu listen`) and a standby (same
+                  commands, another KEFU_INSTANCE, same data dir), kefu's DEFAULT leases; with
+                  traffic running every process of the active one is SIGKILLed for good.
+                  Adds: kill → the standby's grant, kill → its first reply (must be within
+                  KEFU_SHARD_LEASE_S + 3 s), buyer messages that waited > 5 s.
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
@@ -81,7 +87,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, traffic
+    from bench.faults import bad_start, log_damage, standby, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -89,6 +95,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "slow-turns": traffic.slow_turns,
         "log-damage": log_damage.log_damage,
         "bad-start": bad_start.bad_start,
+        "standby-takeover": standby.standby_takeover,
     }[scenario]
 
 

@@ -106,3 +106,11 @@ def test_faults_log_damage_short(tmp_path: Path) -> None:
 def test_faults_bad_start_short(tmp_path: Path) -> None:
     report = run_short("bad-start", tmp_path)
     assert_clean(report, min_faults=8)
+
+
+def test_faults_standby_takeover_short(tmp_path: Path) -> None:
+    """Default leases: the standby's first reply comes within the shard lease plus 3 s of the
+    active instance's death (a check of the run itself), nothing lost or doubled."""
+    report = run_short("standby-takeover", tmp_path)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert_clean(report, min_faults=1)
