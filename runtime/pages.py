@@ -2,13 +2,52 @@
 
 from __future__ import annotations
 
+import logging
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runtime.errors import PageRejected, validation_problems
 
+log = logging.getLogger(__name__)
+
 Id = Annotated[str, Field(min_length=1, max_length=256)]
+
+# The times a page may carry. Every later step must handle a page's time: the shop's time zone
+# (a date near year 1 or 9999 overflows there), ms-epoch integers in SQLite, day arithmetic,
+# formatting and JSON. A platform message from before 1970 or after 2100 is a platform's or a
+# transport's bug, never a buyer's real time; refused at the door, with the field named, so no
+# such value is ever stored and no turn can fail on it.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+MAX_DURATION_MS = 2_147_483_647  # a signed 32-bit int: ≈ 24.8 days, far beyond any voice or video
+
+
+def _representable(value: datetime) -> datetime:
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"KEFU_PAGE_TIME_OUT_OF_RANGE: must lie in [{EARLIEST:%Y-%m-%d}, {LATEST:%Y-%m-%d}) UTC")
+    return value
+
+
+PageTime = Annotated[AwareDatetime, AfterValidator(_representable)]
+DurationMs = Annotated[int, Field(ge=0, le=MAX_DURATION_MS)]
+
+
+def platform_time(ms: float, field: str) -> datetime:
+    """A platform's ms-epoch time as a page carries it. A value no later step could handle
+    (before 1970, from 2100 on, not a finite number) is clamped to now, the time kefu
+    received it, with a warning naming the field: leaving the message out would lose a buyer's
+    words over a broken platform clock, and a page refused whole would stop its account's
+    stream at that page for ever. Never logs the value's message."""
+    try:
+        at = datetime.fromtimestamp(ms / 1000, tz=UTC)
+        return _representable(at)
+    except (ValueError, OverflowError, OSError, TypeError):
+        log.warning("KEFU_PAGE_TIME_OUT_OF_RANGE: %s is not a time kefu can keep; taken as received now", field)
+        return datetime.now(tz=UTC)
+
+
 ConversationType = Literal["direct", "group"]
 
 
@@ -49,13 +88,13 @@ class VoiceContent(_Model):
     type: Literal["voice"] = "voice"
     ref: Id | None = None
     recognition: str | None = Field(None, max_length=65_536)  # the platform's own speech-to-text
-    duration_ms: int | None = Field(None, ge=0)
+    duration_ms: DurationMs | None = None
 
 
 class VideoContent(_Model):
     type: Literal["video"] = "video"
     ref: Id
-    duration_ms: int | None = Field(None, ge=0)
+    duration_ms: DurationMs | None = None
 
 
 class UnsupportedContent(_Model):
@@ -75,14 +114,14 @@ class ReplyWebhook(_Model):
     repr, a log or an error; it is kept with the stored message only (runtime.recipients)."""
 
     url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://", repr=False)
-    expires_at: AwareDatetime
+    expires_at: PageTime
 
 
 class InboundMessage(_Model):
     platform_message_id: Id
     sender: Sender
     content: Content
-    occurred_at: AwareDatetime
+    occurred_at: PageTime
     mention: bool | None = None  # None: the provider gave no mention evidence
     direct_peer_id: Id | None = None
     # Set on the platform's echo of a message kefu sent: the client reference kefu gave it

@@ -63,8 +63,17 @@ def shown(message: RenderableMessage, clock: ConversationClock) -> RenderableMes
     return message.model_copy(update={"received_at": at})
 
 
+UNKNOWN_TIME = "????-??-?? ??:??"
+
+
 def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:
-    return datetime.fromtimestamp(received_at_ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+    """The time in the shop's zone. A stored time no calendar holds there (one an older kefu let
+    in, near year 1 or 9999, or beyond) is shown as unknown: raising here would fail every run of
+    the turn and leave its batch claimed for ever."""
+    try:
+        return datetime.fromtimestamp(received_at_ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, ValueError, OSError):
+        return UNKNOWN_TIME
 
 
 def render_line(message: RenderableMessage, zone: ZoneInfo) -> str:

@@ -100,16 +100,29 @@ class ShardGuard:
             raise ShardLeaseLost(self.shard, f"the store has seen grant {stored}, newer than this one")
         return token, stored
 
-    def check(self, execute: Any) -> None:
+    def check(self, execute: Any) -> bool:
         """Inside a write transaction: the store's fence is still ours. A store that saw only
         older grants takes ours now (the first write of a new grant claims the store); one that
-        saw a newer grant means ours passed on."""
+        saw a newer grant means ours passed on. True when this transaction claims the store:
+        once its connection proved the grant, `take_over` frees what earlier grants held."""
         token, stored = self.confirm(execute)
         if stored == token:
-            return
+            return False
         at = time.time_ns() // 1_000_000
         execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
         execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
+        return True
+
+    def take_over(self, execute: Any) -> int:
+        """In the transaction that claims the store for a new grant, after its connection proved
+        it: every store lease still unexpired (listeners, customer writers, moves, alerts) was
+        granted under an earlier grant, whose processes can write nothing from now on (the
+        fence refuses them, and a holder's renewal is a write). Waiting for those leases to
+        expire would only keep the new holder from the shard's work, the listener's for
+        KEFU_LISTENER__LEASE_S and a turn's for KEFU_AGENT__TURN_LEASE_S, long after the shard
+        lease passed; so they are let go here, all at once. Their rows stay, so the next grant
+        of each still gets a higher token. Returns how many were let go."""
+        return int(execute(_RELEASE_EARLIER, {"now": time.time_ns() // 1_000_000}).rowcount)
 
 
 _FENCE = "SELECT token FROM shard_fence WHERE id = 1"
@@ -117,6 +130,8 @@ _CLAIM = (
     "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
     " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"
 )
+# Every lease in the store when a new grant claims it was taken under an earlier grant.
+_RELEASE_EARLIER = "UPDATE lease SET expires_at = 0 WHERE expires_at >= :now"
 _GRANTED = "INSERT OR IGNORE INTO shard_grant (token, owner, granted_at) VALUES (:t, :o, :at)"
 
 

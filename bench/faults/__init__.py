@@ -17,6 +17,7 @@ received sends and every session log.
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
     python -m bench.faults midturn-kill   # default settings: a worker killed mid-turn (bench/faults/midturn.py)
     python -m bench.faults move-under-faults  # a move with a dead turn and a dead mover
+    python -m bench.faults standby-takeover   # the active instance dies, a standby takes over
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -50,6 +51,11 @@ Scenarios:
                   the mover 1 s after it began the move. Nobody reruns it. Pass: move done or rolled back
                   ≤ 60 s after (a), input not left paused, 0 lost, 0 doubled (audited on the
                   store of the shard the account ends on).
+  standby-takeover an active instance (workers, beat, `kefu listen`) and a standby (same
+                  commands, another KEFU_INSTANCE, same data dir), kefu's DEFAULT leases; with
+                  traffic running every process of the active one is SIGKILLed for good.
+                  Adds: kill → the standby's grant, kill → its first reply (must be within
+                  KEFU_SHARD_LEASE_S + 3 s), buyer messages that waited > 5 s.
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
@@ -96,7 +102,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, midturn, moves, traffic
+    from bench.faults import bad_start, log_damage, midturn, moves, standby, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -106,6 +112,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "bad-start": bad_start.bad_start,
         "midturn-kill": midturn.midturn_kill,
         "move-under-faults": moves.move_under_faults,
+        "standby-takeover": standby.standby_takeover,
     }[scenario]
 
 

@@ -13,6 +13,7 @@ SCENARIOS = (
     "bad-start",
     "midturn-kill",
     "move-under-faults",
+    "standby-takeover",
 )
 SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
@@ -34,6 +35,7 @@ FULL = {
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=30),
     "midturn-kill": Defaults(messages=240, kills=9, rate=1, buyers=40, settle_s=120),
     "move-under-faults": Defaults(messages=60, kills=2, rate=1, buyers=20, settle_s=180),
+    "standby-takeover": Defaults(messages=400, kills=1, rate=8, buyers=150, settle_s=120),
 }
 # The short forms (tests/integration/test_faults.py): ≈ 200 messages, ≥ 6 faults, < 90 s each.
 SHORT = {
@@ -44,6 +46,7 @@ SHORT = {
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=25),
     "midturn-kill": Defaults(messages=30, kills=3, rate=1, buyers=20, settle_s=60),
     "move-under-faults": Defaults(messages=16, kills=2, rate=2, buyers=10, settle_s=60),
+    "standby-takeover": Defaults(messages=120, kills=1, rate=4, buyers=60, settle_s=40),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -23,6 +24,8 @@ from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
 if TYPE_CHECKING:
     from runtime.shards import ShardGuard
+
+log = logging.getLogger(__name__)
 
 
 class _Connection(sqlite3.Connection):
@@ -88,7 +91,9 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
     """BEGIN (IMMEDIATE for a write, `_begin_write`). A write on a guarded store's connection
     checks the shard lease's local deadline first, and is rolled back if it is refused. The
     store's fence is read (and claimed) only by the first write of a grant on the connection;
-    after that, SQLite checks it on every row written (runtime.store.fence)."""
+    after that, SQLite checks it on every row written (runtime.store.fence). The write that
+    claims the store for a new grant also lets go of the leases earlier grants held
+    (`ShardGuard.take_over`)."""
     if write:
         _begin_write(db)
     else:
@@ -98,9 +103,17 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
         try:
             token = guard.require()
             if token != getattr(db, "kefu_proved", 0):
-                guard.check(db.execute)
+                claims = guard.check(db.execute)
                 fence.prove(db, token)
                 db.kefu_proving = token  # type: ignore[attr-defined]
+                if claims:  # a new grant: what the earlier grants' holders held is free now
+                    released = guard.take_over(db.execute)
+                    log.info(
+                        "shard %s: grant %d claims the store; %d leases of earlier grants let go",
+                        guard.shard,
+                        token,
+                        released,
+                    )
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")

@@ -125,3 +125,11 @@ def test_faults_midturn_kill_short(tmp_path: Path) -> None:
     report = run_short("midturn-kill", tmp_path)
     assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
     assert_clean(report, min_faults=3, wall_bound_s=DEFAULTS_WALL_BOUND_S)
+
+
+def test_faults_standby_takeover_short(tmp_path: Path) -> None:
+    """Default leases: the standby's first reply comes within the shard lease plus 3 s of the
+    active instance's death (a check of the run itself), nothing lost or doubled."""
+    report = run_short("standby-takeover", tmp_path)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert_clean(report, min_faults=1)

@@ -433,3 +433,57 @@ def test_each_range_continues_on_its_own_when_customers_of_other_shards_share_th
         "e-3": east + 3,
         "w-1": west + 1,
     }
+
+
+# --- takeover: a new grant frees what earlier grants held --------------------------------------
+
+
+def lease_rows(store: DeliveryStore) -> dict[str, tuple[str, int, int]]:
+    with store.read() as conn:
+        rows = conn.exec_driver_sql("SELECT name, owner, token, expires_at FROM lease").all()
+    return {name: (owner, int(token), int(expires_at)) for name, owner, token, expires_at in rows}
+
+
+def test_the_claim_of_a_new_grant_lets_go_of_the_leases_earlier_grants_held(open_store):
+    old = open_store(held(1, owner="a"))
+    add_account(old)
+    listener = leases.grant(old, "listener:shop", "a:1", ttl_s=30)
+    turn = leases.grant(old, "customer:7", "a:2", ttl_s=600)
+    assert listener is not None and turn is not None
+
+    new = open_store(held(2, owner="b"))
+    assert leases.grant(new, "listener:shop", "b:1", ttl_s=30) is not None  # at once, not after 30 s
+    rows = lease_rows(new)
+    assert rows["listener:shop"][:2] == ("b:1", 2)  # a new grant of the lease: a higher token
+    assert rows["customer:7"][2] == 0  # let go in the claim, its row (and token) kept
+    assert leases.grant(new, "customer:7", "b:2", ttl_s=600) is not None
+
+    before = snapshot(new)
+    with pytest.raises((ShardLeaseLost, leases.LeaseLost)):  # the old holders write nothing
+        with leases.fenced(old, turn) as conn:
+            conn.exec_driver_sql("UPDATE account SET identity = 'by-a' WHERE id = 'shop'")
+    with pytest.raises(ShardLeaseLost):  # nor does a renewal of the listener's lease
+        leases.grant(old, "listener:shop", "a:1", ttl_s=30)
+    assert snapshot(new) == before
+
+
+def test_a_write_under_a_grant_already_claimed_lets_go_of_nothing(open_store):
+    store = open_store(held(1, owner="a"))
+    add_account(store)
+    assert leases.grant(store, "listener:shop", "a:1", ttl_s=30) is not None
+    other = open_store(held(1, owner="a"))  # another process of the same instance joins the grant
+    assert leases.grant(other, "listener:shop", "a:2", ttl_s=30) is None  # still held
+    assert lease_rows(other)["listener:shop"][0] == "a:1"
+
+
+def test_a_claim_rolled_back_lets_go_of_nothing(open_store):
+    old = open_store(held(1, owner="a"))
+    add_account(old)
+    assert leases.grant(old, "listener:shop", "a:1", ttl_s=30) is not None
+    new = open_store(held(2, owner="b"))
+    with pytest.raises(RuntimeError):
+        with new.write() as conn:
+            conn.exec_driver_sql("UPDATE account SET identity = 'x' WHERE id = 'shop'")
+            raise RuntimeError("the caller failed")
+    assert lease_rows(old)["listener:shop"][0] == "a:1" and lease_rows(old)["listener:shop"][2] > 0
+    assert fence_rows(old)[0] == [(1, 1, "a")]

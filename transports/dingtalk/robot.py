@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import PageRejected, validation_problems
 from runtime.pages import (
+    LATEST,
     Content,
     ConversationGroup,
     FileContent,
@@ -31,6 +32,7 @@ from runtime.pages import (
     UnsupportedContent,
     VideoContent,
     VoiceContent,
+    platform_time,
 )
 
 ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
@@ -124,8 +126,8 @@ def _reply_webhook(message: RobotMessage) -> ReplyWebhook | None:
         return None
     if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2048:
         return None
-    if not isinstance(expires, int) or isinstance(expires, bool) or not 0 < expires < 10**14:
-        return None
+    if not isinstance(expires, int) or isinstance(expires, bool) or not 0 < expires < LATEST.timestamp() * 1000:
+        return None  # (a page may carry no time from 2100 on: runtime.pages)
     return ReplyWebhook(url=url, expires_at=datetime.fromtimestamp(expires / 1000, tz=UTC))
 
 
@@ -136,7 +138,7 @@ def robot_page(account_id: str, message: RobotMessage) -> InboundPage:
         platform_message_id=message.msgId,
         sender=Sender(id=sender_id, display_name=message.senderNick, role="buyer"),
         content=_content(message),
-        occurred_at=datetime.fromtimestamp(message.createAt / 1000, tz=UTC),
+        occurred_at=platform_time(message.createAt, "createAt"),
         mention=message.isInAtList,
         direct_peer_id=(message.senderStaffId or None) if direct else None,
         reply_webhook=_reply_webhook(message),

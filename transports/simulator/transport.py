@@ -17,6 +17,7 @@ from runtime.pages import (
     Sender,
     TextContent,
     UnsupportedContent,
+    platform_time,
 )
 from runtime.ports import (
     BuyerReadReceipt,
@@ -106,7 +107,7 @@ class SimulatorTransport:
             platform_message_id=received.platform_message_id,
             sender=Sender(id=f"shop:{account_id}", role="native_operator"),
             content=TextContent(text=received.text),
-            occurred_at=datetime.fromtimestamp(received.received_at / 1000, tz=UTC),
+            occurred_at=platform_time(received.received_at, "occurred_at"),
             outbound_ref=received.client_ref,
         )
         kind: Literal["direct", "group"] = "group" if self.far_side.is_group(received.conversation_id) else "direct"
@@ -178,7 +179,7 @@ def _inbound(message: BuyerMessage) -> list[InboundMessage]:
             platform_message_id=platform_message_id(message.seq) + suffix,
             sender=Sender(id=message.buyer_id, display_name=message.buyer_name, role="buyer"),
             content=content,
-            occurred_at=datetime.fromtimestamp(message.occurred_at / 1000, tz=UTC),
+            occurred_at=platform_time(message.occurred_at, "occurred_at"),
             mention=message.mention,
             direct_peer_id=message.buyer_id if message.conversation_type == "direct" else None,
         )

@@ -29,6 +29,7 @@ from runtime.pages import (
     Sender,
     TextContent,
     UnsupportedContent,
+    platform_time,
 )
 from runtime.ports import (
     BuyerReadReceipt,
@@ -89,7 +90,7 @@ def _to_page(account_id: str, cursor_before: str | None, page: MessagesPage) -> 
                 role="buyer" if m.sender_role == "buyer" else "native_operator",
             ),
             content=_content(m),
-            occurred_at=_at(m.sent_at),
+            occurred_at=platform_time(m.sent_at, "sent_at"),
             direct_peer_id=m.sender_id if m.conversation_type == "direct" and m.sender_role == "buyer" else None,
             outbound_ref=m.client_ref,
         )
