@@ -18,3 +18,16 @@ def advance(self: Task, op_id: str) -> str:
     step = moves.advance(services, services.coordination, op_id)
     dispatch(self.app, step.follow_ups)
     return step.outcome
+
+
+@kefu_task("kefu.placement.directory")
+def directory(self: Task) -> str:
+    """Beat: enter this shard's accounts in the directory again and end the moves it lost
+    (runtime.directory). Cheap: a read of the store's placements and one lookup per account."""
+    rebuilt = runtime_for(self.app).rebuild_directory()
+    for step in rebuilt.resumed:
+        dispatch(self.app, step.follow_ups)
+    return (
+        f"{rebuilt.entered} entered, {len(rebuilt.resumed)} resumed, {len(rebuilt.discarded)} discarded,"
+        f" {len(rebuilt.elsewhere)} elsewhere"
+    )
