@@ -15,6 +15,7 @@ received sends and every session log.
     python -m bench.faults slow-turns     # a model slower than the customer writer lease
     python -m bench.faults log-damage     # a byte flipped mid-file in live session logs
     python -m bench.faults bad-start      # bad startup state must stop worker and beat
+    python -m bench.faults redis-wipe     # Redis without persistence comes back empty
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -35,6 +36,12 @@ Scenarios:
   bad-start       an overwritten store header, schema version 999, openai without endpoint
                   settings, an unknown KEFU_BROKER_URI: each worker and beat must exit
                   non-zero with a KEFU_ code within the bound, consuming nothing.
+  redis-wipe      kefu's default settings (no shortened lease) and a Redis without persistence:
+                  the shard's host restarts once (every process, so the store's fence sees
+                  grant 2), then Redis is SIGKILLed and comes back empty under traffic (lease,
+                  grant counter, directory, journal and queued broker messages gone). Checks
+                  grants above the fence, ≤ 2 exits per process, the directory rebuilt, and
+                  wipe → last reply ≤ 60 s.
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
@@ -62,8 +69,8 @@ The table (one per run):
                            reply the platform received
 The exit status is 0 only when lost = doubled = 0 (slow-turns: also no corrupt log;
 log-damage: every damaged log kept byte for byte and its customer answered; bad-start: every
-case exited non-zero with a code). A failed run keeps its folder (logs, data, AOF) and prints
-where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
+case exited non-zero with a code; redis-wipe: its checks above). A failed run keeps its folder
+(logs, data, AOF) and prints where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, traffic
+    from bench.faults import bad_start, log_damage, redis_wipe, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -89,6 +96,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "slow-turns": traffic.slow_turns,
         "log-damage": log_damage.log_damage,
         "bad-start": bad_start.bad_start,
+        "redis-wipe": redis_wipe.redis_wipe,
     }[scenario]
 
 

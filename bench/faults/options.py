@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SCENARIOS = ("kill-workers", "broker-restart", "slow-turns", "log-damage", "bad-start")
+SCENARIOS = ("kill-workers", "broker-restart", "slow-turns", "log-damage", "bad-start", "redis-wipe")
 SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
 
@@ -24,6 +24,8 @@ FULL = {
     "slow-turns": Defaults(messages=40, kills=0, rate=2, buyers=30, settle_s=120),
     "log-damage": Defaults(messages=400, kills=10, rate=15, buyers=100, settle_s=120),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=30),
+    # kefu's default settings: the reconciler's 30 s grace and the 30 s listener lease bound recovery
+    "redis-wipe": Defaults(messages=600, kills=1, rate=10, buyers=150, settle_s=150),
 }
 # The short forms (tests/integration/test_faults.py): ≈ 200 messages, ≥ 6 faults, < 90 s each.
 SHORT = {
@@ -32,6 +34,7 @@ SHORT = {
     "slow-turns": Defaults(messages=16, kills=0, rate=2, buyers=12, settle_s=40),
     "log-damage": Defaults(messages=120, kills=6, rate=10, buyers=40, settle_s=30),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=25),
+    "redis-wipe": Defaults(messages=64, kills=1, rate=8, buyers=32, settle_s=90),
 }
 
 

@@ -79,6 +79,13 @@ def base_env(data_dir: Path, broker_url: str) -> dict[str, str]:
     }
 
 
+def default_env(data_dir: Path, broker_url: str) -> dict[str, str]:
+    """Where the run's data and broker are, and nothing else: every lease, interval and
+    timeout is kefu's default."""
+    keep = ("KEFU_DATA_DIR", "KEFU_BROKER_URL", "PYTHONPATH", "PYTHONUNBUFFERED")
+    return {name: value for name, value in base_env(data_dir, broker_url).items() if name in keep}
+
+
 UNRECOVERABLE = re.compile(r"Unrecoverable error: (\w+)")
 
 
@@ -126,6 +133,8 @@ class RigConfig:
     listen: bool = True
     env: dict[str, str] = field(default_factory=dict)  # scenario settings on top of base_env
     shards: int = 1
+    default_settings: bool = False  # kefu's own defaults: no shortened leases or intervals
+    redis_persistent: bool = True
 
 
 class Rig:
@@ -133,7 +142,7 @@ class Rig:
         self.root = root
         self.config = config
         self.say = say
-        self.redis = RedisServer(root / "redis")
+        self.redis = RedisServer(root / "redis", persistent=config.redis_persistent)
         self.data_dir = root / "data"
         self.logs = root / "logs"
         self.members: list[Member] = []
@@ -195,7 +204,8 @@ class Rig:
         tells its processes), processes' env and app."""
         settings = load_settings(data_dir=data_dir, broker_url=self.redis.url, **overrides)
         set_up_store(settings, account)
-        env = {**base_env(data_dir, self.redis.url), **shard_env, **self.config.env}
+        base = default_env if self.config.default_settings else base_env
+        env = {**base(data_dir, self.redis.url), **shard_env, **self.config.env}
         return Shard(name, account, settings, env, make_app(settings))
 
     def _add_members(self, shard: Shard) -> None:
@@ -339,6 +349,29 @@ class Rig:
                 return False
         self._fault("pool child kills", f"SIGKILL a pool child of {member.role}")
         return True
+
+    def restart_host(self, shard: str = "default") -> None:
+        """Stop every process of the shard cleanly (a host rebooted: they let go of the shard's
+        lease) and start them again: the next grant is a new one."""
+        with self._lock:
+            members = [m for m in self.members if m.shard == shard]
+            for member in members:
+                member.restart_at = float("inf")  # the supervisor leaves them alone meanwhile
+                member.process.stop()
+            self._fault("host restarts", f"host of shard {shard} restarted (every process stopped and started)")
+            for member in members:
+                self._start(member)
+                member.restart_at = None
+        for member in members:
+            if isinstance(member.process, WorkerProcess):
+                member.process.wait_ready(self.shard(shard).app, timeout_s=60)
+        self.last_fault_at = time.time()
+
+    def wipe_redis(self) -> None:
+        """SIGKILL Redis and start it again empty: leases, grant counters, the account
+        directory, the move journal and every queued broker message are gone."""
+        self.redis.wipe()
+        self._fault("redis wipes", "SIGKILL redis; it came back empty")
 
     def restart_redis(self, down_s: float) -> None:
         """SIGKILL Redis, and start it again on the same AOF after `down_s`."""

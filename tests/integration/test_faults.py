@@ -106,3 +106,13 @@ def test_faults_log_damage_short(tmp_path: Path) -> None:
 def test_faults_bad_start_short(tmp_path: Path) -> None:
     report = run_short("bad-start", tmp_path)
     assert_clean(report, min_faults=8)
+
+
+def test_faults_redis_wipe_short(tmp_path: Path) -> None:
+    """kefu's default settings; a host restart (the store's fence sees grant 2), then Redis
+    comes back empty: grants above the fence, each process restarts at most once, the
+    directory comes back, every buyer answered once within 60 s of the wipe."""
+    report = run_short("redis-wipe", tmp_path)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert report["passed"] and report["exit_status"] == 0, summary(report)
+    assert report["wall_s"] < WALL_BOUND_S, summary(report)
