@@ -37,6 +37,7 @@ from pydantic import BaseModel
 
 from runtime import leases
 from runtime.credentials import stored_secret
+from runtime.directory import enter_accounts
 from runtime.errors import KefuError
 from runtime.input_pause import count_in_flight, pause_input
 from runtime.outbox import revoke_unsent_auto
@@ -493,29 +494,9 @@ def _unstop(services: Services, coordination: Coordination, record: MoveRecord) 
 
 
 def adopt_accounts(store: DeliveryStore, coordination: Coordination, shard: str) -> list[str]:
-    """Enter this shard's accounts the directory does not know yet (created before there was a
-    directory, or by a library call); returns the accounts the directory places elsewhere."""
-    with store.read() as conn:
-        ids = list(
-            conn.execute(
-                sql(
-                    "SELECT a.id FROM account a WHERE a.deleted_at IS NULL"
-                    " AND NOT EXISTS (SELECT 1 FROM account_placement p WHERE p.account_id = a.id)"
-                )
-            ).scalars()
-        )
-    elsewhere = []
-    for account_id in ids:
-        placement = Placement(account_id=account_id, shard=shard)
-        if not coordination.place(placement, expected=None):
-            current = coordination.placement(account_id)
-            if current is None or current.shard != shard:
-                elsewhere.append(account_id)
-                continue
-            placement = current
-        with store.write() as conn:
-            record_placement(conn, placement)
-    return elsewhere
+    """Enter this shard's accounts the directory does not know (runtime.directory: never placed,
+    or placed here and lost by the coordination store); returns those it places elsewhere."""
+    return enter_accounts(store, coordination, shard).elsewhere
 
 
 def place_new_account(coordination: Coordination, account_id: str, shard: str) -> Placement:

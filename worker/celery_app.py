@@ -20,6 +20,7 @@ from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (regi
 
 MOVES_DRIVE_S = 5.0  # beat's pass over the open moves (a drain's retry, a bound's check)
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
+DIRECTORY_INTERVAL_S = 20.0  # a directory lost with Redis is whole again within this (and at each start)
 
 
 def queue_name(family: str, shard: str) -> str:
@@ -53,6 +54,12 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "options": {"expires": settings.alerts.interval_s},
         },
         "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
+        # The directory comes back by itself after the coordination store lost it (Redis).
+        "directory": {
+            "task": placement.directory.name,
+            "schedule": DIRECTORY_INTERVAL_S,
+            "options": {"expires": DIRECTORY_INTERVAL_S},
+        },
         "memory-audit": {"task": memory.audit.name, "schedule": 86_400.0, "options": {"expires": 3600}},
         "retention": {
             "task": pipeline.retention.name,

@@ -21,10 +21,12 @@ from runtime.agent.memory import MemoryEngine
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.alerts import AlertSink
 from runtime.credentials import load_credentials
+from runtime.directory import Rebuilt, discarder, rebuild_directory
 from runtime.errors import KefuError
 from runtime.media import AttachmentPolicy
 from runtime.memory.store import MemoryStore
-from runtime.moves import AccountOnOtherShard, adopt_accounts
+from runtime.moves import AccountOnOtherShard
+from runtime.pipeline import resume
 from runtime.ports import ModelProvider, Transport
 from runtime.shards import customer_id_base
 from runtime.store import DeliveryStore
@@ -158,6 +160,14 @@ class WorkerRuntime:
         placement = self.coordination.placement(account_id)
         return placement.shard if placement is not None else None
 
+    def rebuild_directory(self) -> Rebuilt:
+        """Enter this shard's accounts in the directory again, and end the moves it lost
+        (runtime.directory): at start, and from beat."""
+        settings = self.settings
+        memory = self.memory.store if self.memory is not None else None
+        discard = discarder(self.store, memory, settings.sessions_dir, settings.memory_images_dir)
+        return rebuild_directory(self.store, self.coordination, settings.shard, resume, discard)
+
     def check(self) -> None:
         """Fail startup early: open the store (migrate, check PRAGMAs), load the agent.
 
@@ -167,7 +177,7 @@ class WorkerRuntime:
         _ = self.store, self.provider, self.memory
         if self.settings.agent.openai.vision and isinstance(self.provider, OpenAIChatProvider):
             self.provider.check_vision()
-        for account_id in adopt_accounts(self.store, self.coordination, self.settings.shard):
+        for account_id in self.rebuild_directory().elsewhere:  # what it resumed, the reconciler picks up
             print(f"kefu: {AccountOnOtherShard(account_id)}", file=sys.stderr, flush=True)
         self.store.close()
         if self.memory is not None:

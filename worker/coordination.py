@@ -8,7 +8,8 @@ only coordinate: each shard's SQLite store stays the record of its accounts.
 Keys in Redis:
     kefu:shards                       set of shard names that were ever granted
     kefu:shard:<S>:lease              hash owner, token, granted_at; expires with the lease
-    kefu:shard:<S>:tokens             counter: every new grant takes the next fencing token
+    kefu:shard:<S>:tokens             counter: every new grant takes the next fencing token (raised
+                                      first to the floor the asker read from the shard's store)
     kefu:shard:<S>:standby            sorted set: waiting owners, scored by when they lapse
     kefu:shard:<S>:members            sorted set: "<owner>/<process>" of the holder, likewise
     kefu:directory                    hash account id -> placement JSON
@@ -57,9 +58,14 @@ class LeaseHolder:
 class Coordinator(Coordination, Protocol):
     """The directory and journal (runtime.ports.Coordination), and the shard leases."""
 
-    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         """Take the lease, or renew it when `owner` holds it. None while another owner holds it.
-        `member` names the process of the owner asking: it counts as alive for `ttl_ms`."""
+        `member` names the process of the owner asking: it counts as alive for `ttl_ms`.
+
+        `floor` is the newest grant the asker knows the shard's store has seen. The counter is
+        the coordinator's memory, which Redis may lose (no persistence, failover to an empty
+        replica): a new grant is always above the floor, and an owner's grant below it (issued
+        after such a loss) is replaced by a new one, since the store refuses it anyway."""
 
     def release(self, shard: str, owner: str, member: str = "") -> None:
         """This member is done; the lease goes once no other member of the owner is alive."""
@@ -85,10 +91,15 @@ _GRANT = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner and owner ~= ARGV[1] then return false end
 redis.call('ZADD', KEYS[4], ARGV[3] + ARGV[2], ARGV[1] .. '/' .. ARGV[5])
+local floor = tonumber(ARGV[6])
 if owner then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {tonumber(redis.call('HGET', KEYS[1], 'token')), 0}
+  local held = tonumber(redis.call('HGET', KEYS[1], 'token'))
+  if held >= floor then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {held, 0}
+  end
 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < floor then redis.call('SET', KEYS[2], floor) end
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'granted_at', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -124,9 +135,9 @@ class RedisCoordinator:
     def _key(shard: str, what: str) -> str:
         return f"kefu:shard:{shard}:{what}"
 
-    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         keys = [self._key(shard, "lease"), self._key(shard, "tokens"), "kefu:shards", self._key(shard, "members")]
-        reply = self._grant(keys=keys, args=[owner, ttl_ms, _now_ms(), shard, member])
+        reply = self._grant(keys=keys, args=[owner, ttl_ms, _now_ms(), shard, member, floor])
         return None if reply is None else Grant(int(reply[0]), bool(reply[1]))
 
     def release(self, shard: str, owner: str, member: str = "") -> None:
@@ -242,7 +253,7 @@ class LocalCoordinator:
             finally:
                 db.close()
 
-    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         now = _now_ms()
         with self._db() as db:
             row = db.execute(
@@ -251,12 +262,13 @@ class LocalCoordinator:
             if row is not None and row[0] != owner:
                 return None
             db.execute("INSERT OR REPLACE INTO member VALUES (?, ?, ?, ?)", (shard, owner, member, now + ttl_ms))
-            if row is not None:
+            if row is not None and int(row[1]) >= floor:
                 db.execute("UPDATE lease SET expires_at = ? WHERE shard = ?", (now + ttl_ms, shard))
                 return Grant(int(row[1]), new=False)
             db.execute(
-                "INSERT INTO token (shard, last) VALUES (?, 1) ON CONFLICT (shard) DO UPDATE SET last = last + 1",
-                (shard,),
+                "INSERT INTO token (shard, last) VALUES (?, ? + 1)"
+                " ON CONFLICT (shard) DO UPDATE SET last = max(last, excluded.last - 1) + 1",
+                (shard, floor),
             )
             token = int(db.execute("SELECT last FROM token WHERE shard = ?", (shard,)).fetchone()[0])
             db.execute(

@@ -13,6 +13,14 @@ or none for 80 % of the lease, loses it locally before it can expire in Redis: t
 every write of this process and its forked children (runtime.shards), and the process shuts
 down. Its supervisor restarts it, and it waits as a standby. A process that stops cleanly lets
 go; the lease goes once no other process of its instance is renewing it.
+
+Redis only coordinates: it may lose the lease and the grant counter (no persistence, a failover
+to an empty replica). The shard's store remembers the newest grant it has seen (its fence), so a
+process asks for its grant with that as a floor, read from the store file; a grant below it
+(the counter restarted at 1) would be refused by every write and the process would exit at its
+first write, again and again. A renewal asks with its own token as the floor, and a renewal
+that comes back with another token than ours (the lease was re-issued meanwhile) loses the lease
+like a lapse does: after a Redis loss each process restarts at most once.
 """
 
 from __future__ import annotations
@@ -22,10 +30,12 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from config import Settings
 from runtime.errors import KefuError
@@ -35,6 +45,32 @@ from worker.coordination import Coordinator, Grant, coordinator_for
 log = logging.getLogger(__name__)
 
 KEEP_FRACTION = 0.8  # of the lease after a renewal was sent: then writes stop
+
+
+def store_fence(path: Path) -> int:
+    """The newest grant the shard's store has seen (0: no store yet, or no grant ever), read
+    without writing anything: the floor of this process's grant. A store that cannot be read
+    now gives 0; should its fence be newer, the first write is refused and the next start
+    reads it again."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as error:
+        log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        return 0
+    try:
+        row = db.execute(
+            "SELECT max(token) FROM (SELECT token FROM shard_fence UNION ALL SELECT token FROM shard_grant)"
+        )
+        found = row.fetchone()
+        return int(found[0]) if found and found[0] is not None else 0
+    except sqlite3.OperationalError as error:  # an old store without the fence tables: no grant yet
+        if "no such table" not in str(error):
+            log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        return 0
+    finally:
+        db.close()
 
 
 def _terminate() -> None:
@@ -50,6 +86,7 @@ class ShardHolder:
         self.coordinator = coordinator
         self.guard = ShardGuard(self.shard, self.owner)
         self.ttl_ms = int(settings.shard_lease_s * 1000)
+        self.store_path = settings.delivery_path
         self.pid = os.getpid()
         self.member = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"  # among its instance's
         self._on_lost = on_lost
@@ -66,7 +103,8 @@ class ShardHolder:
         while True:
             sent = time.monotonic_ns()
             try:
-                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member)
+                floor = store_fence(self.store_path)
+                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member, floor)
             except Exception as error:
                 if not wait:
                     raise
@@ -112,7 +150,7 @@ class ShardHolder:
             if sent >= self.guard.deadline_ns:  # stalled past it (a paused process): it may have lapsed
                 break
             try:
-                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member)
+                grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member, self.guard.token)
             except Exception as error:
                 log.warning("shard %s: renewing the lease failed (%s)", self.shard, type(error).__name__)
                 try:
@@ -121,7 +159,8 @@ class ShardHolder:
                     break
                 wait_s = min(interval_s, 0.5)
                 continue
-            if grant is None or grant.new:  # another instance has it, or it lapsed in between
+            # Another instance has it, it lapsed in between, or it was issued again (Redis lost it):
+            if grant is None or grant.new or grant.token != self.guard.token:
                 break
             self._granted(grant, sent)
             wait_s = interval_s

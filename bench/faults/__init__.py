@@ -18,6 +18,7 @@ received sends and every session log.
     python -m bench.faults midturn-kill   # default settings: a worker killed mid-turn (bench/faults/midturn.py)
     python -m bench.faults move-under-faults  # a move with a dead turn and a dead mover
     python -m bench.faults standby-takeover   # the active instance dies, a standby takes over
+    python -m bench.faults redis-wipe     # Redis without persistence comes back empty
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -56,6 +57,12 @@ Scenarios:
                   traffic running every process of the active one is SIGKILLed for good.
                   Adds: kill → the standby's grant, kill → its first reply (must be within
                   KEFU_SHARD_LEASE_S + 3 s), buyer messages that waited > 5 s.
+  redis-wipe      kefu's default settings (no shortened lease) and a Redis without persistence:
+                  the shard's host restarts once (every process, so the store's fence sees
+                  grant 2), then Redis is SIGKILLed and comes back empty under traffic (lease,
+                  grant counter, directory, journal and queued broker messages gone). Checks
+                  grants above the fence, ≤ 2 exits per process, the directory rebuilt, and
+                  wipe → last reply ≤ 60 s.
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers
@@ -83,8 +90,8 @@ The table (one per run):
                            reply the platform received
 The exit status is 0 only when lost = doubled = 0 (slow-turns: also no corrupt log;
 log-damage: every damaged log kept byte for byte and its customer answered; bad-start: every
-case exited non-zero with a code). A failed run keeps its folder (logs, data, AOF) and prints
-where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
+case exited non-zero with a code; redis-wipe: its checks above). A failed run keeps its folder
+(logs, data, AOF) and prints where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, midturn, moves, standby, traffic
+    from bench.faults import bad_start, log_damage, midturn, moves, redis_wipe, standby, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -113,6 +120,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "midturn-kill": midturn.midturn_kill,
         "move-under-faults": moves.move_under_faults,
         "standby-takeover": standby.standby_takeover,
+        "redis-wipe": redis_wipe.redis_wipe,
     }[scenario]
 
 

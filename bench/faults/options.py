@@ -14,6 +14,7 @@ SCENARIOS = (
     "midturn-kill",
     "move-under-faults",
     "standby-takeover",
+    "redis-wipe",
 )
 SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
@@ -36,6 +37,8 @@ FULL = {
     "midturn-kill": Defaults(messages=240, kills=9, rate=1, buyers=40, settle_s=120),
     "move-under-faults": Defaults(messages=60, kills=2, rate=1, buyers=20, settle_s=180),
     "standby-takeover": Defaults(messages=400, kills=1, rate=8, buyers=150, settle_s=120),
+    # kefu's default settings: the reconciler's 30 s grace and the 30 s listener lease bound recovery
+    "redis-wipe": Defaults(messages=600, kills=1, rate=10, buyers=150, settle_s=150),
 }
 # The short forms (tests/integration/test_faults.py): ≈ 200 messages, ≥ 6 faults, < 90 s each.
 SHORT = {
@@ -47,6 +50,7 @@ SHORT = {
     "midturn-kill": Defaults(messages=30, kills=3, rate=1, buyers=20, settle_s=60),
     "move-under-faults": Defaults(messages=16, kills=2, rate=2, buyers=10, settle_s=60),
     "standby-takeover": Defaults(messages=120, kills=1, rate=4, buyers=60, settle_s=40),
+    "redis-wipe": Defaults(messages=64, kills=1, rate=8, buyers=32, settle_s=90),
 }
 
 

@@ -1,5 +1,7 @@
 """A private redis-server for one fault run: appendonly (fsync every second), its own folder,
-a free loopback port. It can be SIGKILLed and started again on the same AOF."""
+a free loopback port. It can be SIGKILLed and started again on the same AOF. Without
+persistence (redis-wipe) it comes back empty, like a cache restarted or a failover to an empty
+replica."""
 
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ def redis_binary() -> str:
 
 
 class RedisServer:
-    def __init__(self, folder: Path, port: int | None = None) -> None:
+    def __init__(self, folder: Path, port: int | None = None, persistent: bool = True) -> None:
         self.folder = folder
+        self.persistent = persistent
         self.port = port or free_port()
         if self.port == 6379:
             raise ValueError("the fault suite never uses the shared Redis port 6379")
@@ -50,7 +53,7 @@ class RedisServer:
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.folder),
-            "--appendonly", "yes",
+            "--appendonly", "yes" if self.persistent else "no",
             "--appendfsync", "everysec",
             "--save", "",
             "--maxmemory-policy", "noeviction",
@@ -79,6 +82,13 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+    def wipe(self, timeout_s: float = 15) -> None:
+        """SIGKILL, and start again with nothing: whatever it held is gone (no persistence)."""
+        if self.persistent:
+            raise ValueError("a persistent redis-server comes back with its AOF; wipe one without")
+        self.kill()
+        self.start(timeout_s)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -161,7 +161,7 @@ class Rig:
         self.root = root
         self.config = config
         self.say = say
-        self.redis = RedisServer(root / "redis")
+        self.redis = RedisServer(root / "redis", persistent=config.redis_persistent)
         self.data_dir = root / "data"
         self.logs = root / "logs"
         self.members: list[Member] = []
@@ -373,6 +373,29 @@ class Rig:
                 return False
         self._fault("pool child kills", f"SIGKILL a pool child of {member.role}")
         return True
+
+    def restart_host(self, shard: str = "default") -> None:
+        """Stop every process of the shard cleanly (a host rebooted: they let go of the shard's
+        lease) and start them again: the next grant is a new one."""
+        with self._lock:
+            members = [m for m in self.members if m.shard == shard]
+            for member in members:
+                member.restart_at = float("inf")  # the supervisor leaves them alone meanwhile
+                member.process.stop()
+            self._fault("host restarts", f"host of shard {shard} restarted (every process stopped and started)")
+            for member in members:
+                self._start(member)
+                member.restart_at = None
+        for member in members:
+            if isinstance(member.process, WorkerProcess):
+                member.process.wait_ready(self.shard(shard).app, timeout_s=60)
+        self.last_fault_at = time.time()
+
+    def wipe_redis(self) -> None:
+        """SIGKILL Redis and start it again empty: leases, grant counters, the account
+        directory, the move journal and every queued broker message are gone."""
+        self.redis.wipe()
+        self._fault("redis wipes", "SIGKILL redis; it came back empty")
 
     def restart_redis(self, down_s: float) -> None:
         """SIGKILL Redis, and start it again on the same AOF after `down_s`."""

@@ -124,9 +124,17 @@ def no_injection(rig: Rig, workload: Workload, rng: random.Random) -> None:
 
 
 def run_traffic(
-    options: Options, config: RigConfig, root: Path, say: Say, inject: Inject, linger_s: float = LINGER_S
+    options: Options,
+    config: RigConfig,
+    root: Path,
+    say: Say,
+    inject: Inject,
+    linger_s: float = LINGER_S,
+    stall_s: float = STALL_S,
+    audit: Callable[[Rig, RunReport], None] | None = None,
 ) -> RunReport:
-    """Start the rig, offer the workload while `inject` runs, settle, audit."""
+    """Start the rig, offer the workload while `inject` runs, settle, audit (`audit`: the
+    scenario's own look at the rig before it stops)."""
     began = time.monotonic()
     with Rig(root, config, say) as rig:
         by_account = {shard.account: shard.app for shard in rig.shards}
@@ -142,9 +150,11 @@ def run_traffic(
         finally:
             workload.stop()
         say(f"[{rig.elapsed():6.1f}s] {workload.offered} messages offered; waiting for the store to go quiet")
-        settled = settle(rig.homes, rig.platform, options.settle_s, STALL_S, linger_s)
+        settled = settle(rig.homes, rig.platform, options.settle_s, stall_s, linger_s)
         report = conclude(rig, options, publisher, workload)
         report.settled = settled
+        if audit is not None:
+            audit(rig, report)
     report.wall_s = time.monotonic() - began
     return report
 

@@ -132,4 +132,14 @@ def test_faults_standby_takeover_short(tmp_path: Path) -> None:
     active instance's death (a check of the run itself), nothing lost or doubled."""
     report = run_short("standby-takeover", tmp_path)
     assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
-    assert_clean(report, min_faults=1)
+    assert_clean(report, min_faults=1, wall_bound_s=DEFAULTS_WALL_BOUND_S)
+
+
+def test_faults_redis_wipe_short(tmp_path: Path) -> None:
+    """kefu's default settings; a host restart (the store's fence sees grant 2), then Redis
+    comes back empty: grants above the fence, each process restarts at most once, the
+    directory comes back, every buyer answered once within 60 s of the wipe."""
+    report = run_short("redis-wipe", tmp_path)
+    assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
+    assert report["passed"] and report["exit_status"] == 0, summary(report)
+    assert report["wall_s"] < DEFAULTS_WALL_BOUND_S, summary(report)

@@ -298,3 +298,48 @@ def test_a_release_keeps_the_lease_while_another_member_of_the_owner_renews_it(c
     assert coordinator.grant(s, "b", LONG_MS) is None
     coordinator.release(s, "a", "listener")
     assert coordinator.holder(s) is None
+
+
+# --- a coordinator that lost its memory (Redis without persistence, an empty replica) ------
+
+
+def forget(coordinator: Coordinator, shard: str) -> None:
+    """The coordinator loses the shard's lease and grant counter, as a Redis restarted empty does."""
+    if isinstance(coordinator, RedisCoordinator):
+        client = coordinator._redis
+        client.delete(*(f"kefu:shard:{shard}:{what}" for what in ("lease", "tokens", "members", "standby")))
+        return
+    with coordinator._db() as db:
+        for table in ("lease", "token", "member", "standby"):
+            db.execute(f"DELETE FROM {table} WHERE shard = ?", (shard,))
+
+
+def test_a_new_grant_is_above_the_floor_even_after_the_counter_was_lost(coordinator, n):
+    s = n("s")
+    first = coordinator.grant(s, "a", LONG_MS)
+    assert first is not None and first.token == 1
+    coordinator.grant(s, "a", LONG_MS, "other")
+    coordinator.release(s, "a")
+    coordinator.release(s, "a", "other")
+    second = coordinator.grant(s, "b", LONG_MS)
+    assert second is not None and second.token == 2
+    forget(coordinator, s)  # the store's fence has seen grant 2; the counter starts again
+    third = coordinator.grant(s, "b", LONG_MS, floor=2)
+    assert third == Grant(3, new=True)
+    assert coordinator.grant(s, "b", LONG_MS, floor=3) == Grant(3, new=False)  # a renewal at its own token
+    coordinator.release(s, "b")
+    assert coordinator.grant(s, "a", LONG_MS, floor=0) == Grant(4, new=True)  # a lower floor never lowers it
+
+
+def test_an_owners_grant_below_the_floor_is_issued_again(coordinator, n):
+    s = n("s")
+    forget(coordinator, s)
+    stale = coordinator.grant(s, "a", LONG_MS, "listener")  # taken after the loss, with no floor
+    assert stale == Grant(1, new=True)
+    joined = coordinator.grant(s, "a", LONG_MS, "worker", floor=5)  # the store has seen grant 5
+    assert joined == Grant(6, new=True)
+    renewal = coordinator.grant(s, "a", LONG_MS, "listener", floor=stale.token)
+    assert renewal == Grant(6, new=False)  # the listener's renewal sees another token: it lets go
+    assert coordinator.grant(s, "b", LONG_MS, floor=9) is None  # another owner still waits
+    holder = coordinator.holder(s)
+    assert holder is not None and (holder.owner, holder.token) == ("a", 6)

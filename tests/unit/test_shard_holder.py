@@ -41,12 +41,12 @@ class Partition:
         self.last_good_ns = 0  # when the last successful grant was asked for (monotonic)
         self.failures = 0
 
-    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         if self.calls >= self.good:
             self.failures += 1
             raise ConnectionError("the coordinator is unreachable")
         asked = time.monotonic_ns()
-        grant = self.inner.grant(shard, owner, ttl_ms, member)
+        grant = self.inner.grant(shard, owner, ttl_ms, member, floor)
         self.last_good_ns = asked  # the lease lives at least ttl after this
         self.calls += 1
         return grant
@@ -272,10 +272,10 @@ class Stall:
     def __init__(self, inner: LocalCoordinator) -> None:
         self.inner, self.stall, self.resume = inner, threading.Event(), threading.Event()
 
-    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "") -> Grant | None:
+    def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         if self.stall.is_set():
             self.resume.wait(30)
-        return self.inner.grant(shard, owner, ttl_ms, member)
+        return self.inner.grant(shard, owner, ttl_ms, member, floor)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -302,3 +302,32 @@ def test_a_renewal_that_stalled_past_the_lease_loses_it_even_if_the_lease_was_fr
     with pytest.raises(ShardLeaseLost):
         write(store_a, "by-a-after-b")
     a.stop()
+
+
+def test_after_the_coordinator_lost_its_memory_a_holder_takes_a_grant_above_the_stores_fence(tmp_path, open_store):
+    before = LocalCoordinator(tmp_path / "before.sqlite")
+    first = ShardHolder(settings_of(tmp_path, "a"), before, Lost())
+    first.acquire(wait=False)
+    write(open_store(first.guard), "by-first")
+    first.stop()
+    second = ShardHolder(settings_of(tmp_path, "a"), before, Lost())  # a host restarted: grant 2
+    second.acquire(wait=False)
+    write(open_store(second.guard), "by-second")
+    second.stop()
+    assert second.guard.token == 2
+
+    wiped = LocalCoordinator(tmp_path / "wiped.sqlite")  # the counter starts again at 1
+    lost = Lost()
+    stale = ShardHolder(settings_of(tmp_path, "a"), wiped, lost)
+    stale.guard.hold(1, time.monotonic_ns() + TTL_NS)  # a grant taken without the floor
+    wiped.grant("east", "a", int(LEASE_S * 1000), stale.member)
+    stale.start_renewing()
+    with pytest.raises(ShardLeaseLost):  # the store refuses grant 1…
+        write(open_store(stale.guard), "by-stale")
+    assert lost.event.wait(10)
+
+    again = ShardHolder(settings_of(tmp_path, "a"), wiped, Lost())  # …and after one restart:
+    again.acquire(wait=False)
+    assert again.guard.token == 3
+    write(open_store(again.guard), "by-again")
+    again.stop()

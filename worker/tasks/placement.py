@@ -50,3 +50,16 @@ def hand_on(app: Celery, op_id: str, was: MoveStep | None) -> None:
         from worker.celery_app import queue_name
 
         app.tasks[advance.name].apply_async((op_id,), queue=queue_name("placement", actor))
+
+
+@kefu_task("kefu.placement.directory")
+def directory(self: Task) -> str:
+    """Beat: enter this shard's accounts in the directory again and end the moves it lost
+    (runtime.directory). Cheap: a read of the store's placements and one lookup per account."""
+    rebuilt = runtime_for(self.app).rebuild_directory()
+    for step in rebuilt.resumed:
+        dispatch(self.app, step.follow_ups)
+    return (
+        f"{rebuilt.entered} entered, {len(rebuilt.resumed)} resumed, {len(rebuilt.discarded)} discarded,"
+        f" {len(rebuilt.elsewhere)} elsewhere"
+    )

@@ -1,0 +1,103 @@
+"""The account directory rebuilt from the shards' stores after the coordination store lost it
+(runtime.directory): accounts are entered again, and a move whose journal and entry were lost
+ends where the stores say, never with an account paused for ever."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import moves, pipeline
+from runtime.accounts import AccountSpec, create_account
+from runtime.directory import Rebuilt, discarder, rebuild_directory
+from runtime.moves import begin_move, flip, load_move
+from runtime.routes import RouteSpec, create_route
+from runtime.shards import Placement
+from runtime.states import MoveStep, PlacementState
+from tests.local_services import Local
+from tests.unit.test_moves import _replied, _shard, page
+from worker.coordination import LocalCoordinator
+
+
+@pytest.fixture
+def shards(tmp_path: Path) -> Iterator[tuple[Local, Local, LocalCoordinator]]:
+    """Shards a (serving `shop`, entered in the directory) and b, on one coordination file."""
+    a, b = _shard(tmp_path, "a"), _shard(tmp_path, "b")
+    create_account(a.store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
+    create_route(a.store, RouteSpec(id="shop-direct", account_id="shop", conversation_type="direct"), "op-r")
+    coordination = LocalCoordinator(tmp_path / "coordination.sqlite")
+    assert moves.adopt_accounts(a.store, coordination, "a") == []
+    yield a, b, coordination
+    a.store.close()
+    b.store.close()
+
+
+def _rebuild(services: Local, coordination: LocalCoordinator) -> Rebuilt:
+    settings = services.settings
+    discard = discarder(services.store, None, settings.sessions_dir, settings.memory_images_dir)
+    return rebuild_directory(services.store, coordination, settings.shard, pipeline.resume, discard)
+
+
+def _wiped(tmp_path: Path) -> LocalCoordinator:
+    """The coordination store after Redis restarted empty: no directory, no journal."""
+    return LocalCoordinator(tmp_path / "wiped.sqlite")
+
+
+def test_an_active_account_is_entered_again_and_can_be_moved(shards, tmp_path):
+    a, b, _ = shards
+    wiped = _wiped(tmp_path)
+    assert moves.adopt_accounts(a.store, wiped, "a") == []
+    assert wiped.placement("shop") == Placement(account_id="shop", shard="a")
+    assert begin_move(wiped, "m1", "shop", "b").step == MoveStep.STOPPING  # no KEFU_ACCOUNT_NOT_PLACED
+    assert _rebuild(a, wiped).entered == 0  # a live move is left alone
+    assert wiped.placement("shop").state == PlacementState.MOVING
+
+
+def test_an_active_entry_of_a_newer_generation_wins_and_the_older_shard_hears_of_it(shards, tmp_path):
+    a, _, _ = shards
+    wiped = _wiped(tmp_path)
+    wiped.place(Placement(account_id="shop", shard="b", generation=2), expected=None)
+    assert moves.adopt_accounts(a.store, wiped, "a") == ["shop"]
+    assert wiped.placement("shop").shard == "b"
+
+
+def test_a_move_lost_before_the_flip_is_served_where_it_was_and_the_import_is_discarded(shards, tmp_path, monkeypatch):
+    a, b, coordination = shards
+    monkeypatch.setattr(moves, "DRAIN_S", 0.0)
+    _replied(a, 1)
+    begin_move(coordination, "m1", "shop", "b")
+    assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
+    held = page(2).model_dump(mode="json")
+    assert pipeline.ingest(a, held).outcome == "held"
+    assert moves.advance(b, coordination, "m1").outcome.startswith("imported")
+
+    wiped = _wiped(tmp_path)  # the directory and the journal are gone mid-move
+    assert _rebuild(b, wiped).discarded == []  # nothing says where it lives yet: b waits
+    rebuilt = _rebuild(a, wiped)
+    [resumed] = rebuilt.resumed
+    assert [work.page["page_op_id"] for work in resumed.follow_ups if isinstance(work, pipeline.Ingest)] == ["p2"]
+    assert wiped.placement("shop") == Placement(account_id="shop", shard="a")
+    assert pipeline.ingest(a, held).outcome == "ingested"
+    assert _rebuild(b, wiped).discarded == ["shop"]
+    with b.store.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM account_placement").scalar() == 0
+    assert _rebuild(a, wiped) == Rebuilt([], 0, [], [])  # nothing more to do
+
+
+def test_a_move_lost_after_the_source_released_it_resumes_on_the_target(shards, tmp_path):
+    a, b, coordination = shards
+    begin_move(coordination, "m1", "shop", "b")
+    assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
+    moves.advance(b, coordination, "m1")
+    flip(coordination, load_move(coordination, "m1"))
+    moves.advance(a, coordination, "m1")
+    assert load_move(coordination, "m1").step == MoveStep.RELEASED
+
+    wiped = _wiped(tmp_path)
+    assert _rebuild(b, wiped).resumed == []  # until the source's tombstone says where it went
+    assert _rebuild(a, wiped).resumed == []
+    assert wiped.placement("shop") == Placement(account_id="shop", shard="b", generation=2)
+    assert len(_rebuild(b, wiped).resumed) == 1
+    assert pipeline.ingest(b, page(2).model_dump(mode="json")).outcome == "ingested"
