@@ -103,15 +103,17 @@ class ShardGuard:
     def check(self, execute: Any) -> bool:
         """Inside a write transaction: the store's fence is still ours. A store that saw only
         older grants takes ours now (the first write of a new grant claims the store); one that
-        saw a newer grant means ours passed on. True when this transaction claims the store:
-        once its connection proved the grant, `take_over` frees what earlier grants held."""
+        saw a newer grant means ours passed on. True when this transaction claims the store from
+        another instance: once its connection proved the grant, `take_over` frees what that
+        instance held (a new grant of the same instance frees nothing: its leases pass as ever)."""
         token, stored = self.confirm(execute)
         if stored == token:
             return False
+        previous = execute(_FENCE_OWNER, {}).fetchone()
         at = time.time_ns() // 1_000_000
         execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
         execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
-        return True
+        return previous is not None and previous[0] != self.owner  # another instance held it
 
     def take_over(self, execute: Any) -> int:
         """In the transaction that claims the store for a new grant, after its connection proved
@@ -126,6 +128,7 @@ class ShardGuard:
 
 
 _FENCE = "SELECT token FROM shard_fence WHERE id = 1"
+_FENCE_OWNER = "SELECT owner FROM shard_fence WHERE id = 1"
 _CLAIM = (
     "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
     " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"

@@ -487,3 +487,12 @@ def test_a_claim_rolled_back_lets_go_of_nothing(open_store):
             raise RuntimeError("the caller failed")
     assert lease_rows(old)["listener:shop"][0] == "a:1" and lease_rows(old)["listener:shop"][2] > 0
     assert fence_rows(old)[0] == [(1, 1, "a")]
+
+
+def test_a_new_grant_of_the_same_instance_lets_go_of_nothing(open_store):
+    old = open_store(held(1, owner="a"))
+    add_account(old)
+    assert leases.grant(old, "move:m1", "a:1", ttl_s=30) is not None
+    again = open_store(held(2, owner="a"))  # the instance's lease lapsed and it was granted again
+    assert leases.grant(again, "move:m1", "a:2", ttl_s=30) is None  # still held: it passes as ever
+    assert lease_rows(again)["move:m1"][0] == "a:1"
