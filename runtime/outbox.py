@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
+from runtime import holders
 from runtime.alerts import AlertKind, raise_alert
 from runtime.classification import role_sql
 from runtime.customers import Source, of_source, source_param
@@ -187,10 +188,10 @@ _HANDED_OFF = (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.M
 # the same customer registered earlier (rowid order) is still pending or sending.
 _BEGIN_CHECKS = sql(
     "SELECT (SELECT state FROM account_placement WHERE account_id = :a), last.attempt_no, last.state,"
-    " last.started_at, EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c"
+    " last.started_at, last.owner, EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c"
     "  AND state IN ('pending', 'sending') AND rowid < (SELECT rowid FROM outbox_request WHERE request_id = :r))"
-    " FROM (SELECT 1) LEFT JOIN (SELECT attempt_no, state, started_at FROM outbox_attempt WHERE request_id = :r"
-    "  ORDER BY attempt_no DESC LIMIT 1) AS last"
+    " FROM (SELECT 1) LEFT JOIN (SELECT attempt_no, state, started_at, owner FROM outbox_attempt"
+    "  WHERE request_id = :r ORDER BY attempt_no DESC LIMIT 1) AS last"
 )
 
 
@@ -234,17 +235,17 @@ def begin_in(
     if checked is not None and never_attempted and request.origin == "auto" and request.follows is None:
         # Read before this request was stored: "busy" counts any request of the customer, so a
         # stored one found again (not new after all) waits, as an earlier one would.
-        row: tuple[Any, ...] = (checked.placement, None, None, None, checked.queue_busy)
+        row: tuple[Any, ...] = (checked.placement, None, None, None, None, checked.queue_busy)
     else:
         checked = None
         row = tuple(
             conn.execute(_BEGIN_CHECKS, {"a": request.account_id, "r": request_id, "c": request.customer_id}).one()
         )
-    placement, last_no, last_state, last_started, earlier = row
+    placement, last_no, last_state, last_started, last_owner, earlier = row
     if placement in _HANDED_OFF:
         return AttemptSkipped("moving")
     if last_state == AttemptState.STARTED:
-        if last_started > at - int(lease_s * 1000):
+        if last_started > at - int(lease_s * 1000) and not holders.gone(last_owner):
             return AttemptSkipped("in-progress")
         _mark(conn, request_id, last_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
         return AttemptSkipped("result-unknown")
@@ -450,25 +451,36 @@ def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failu
         return _next_after(conn, request_id)
 
 
-def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup, attempt_lease_s: float) -> bool:
+def settle_by_receipt(
+    store: DeliveryStore,
+    request_id: str,
+    lookup: SendLookup,
+    attempt_lease_s: float,
+    gone_after_s: float | None = None,
+) -> bool:
     """Record one provider receipt query of a result-unknown request: a receipt proves delivery;
     a definitive "never received" makes it pending again (a new attempt, never a second
     delivery), but only once its last attempt is older than the attempt lease: before that, a
-    send still on its way may arrive after the answer, and the query does not count. Queries are
-    counted, so the reconciler stops asking after `receipt_query_limit`. True when the request
-    left result-unknown."""
+    send still on its way may arrive after the answer, and the query does not count. An attempt
+    whose process is seen gone (runtime.holders) sends nothing more itself: what it sent can only
+    still be in the platform's hands, for no longer than one platform send takes (`gone_after_s`).
+    Queries are counted, so the reconciler stops asking after `receipt_query_limit`. True when
+    the request left result-unknown."""
     with store.write(durable=True) as conn:
         request = load_request(conn, request_id)
         if request is None or request.state != OutboxState.RESULT_UNKNOWN:
             return False
-        attempt_no, started_at = conn.execute(
+        attempt_no, started_at, owner = conn.execute(
             sql(
-                "SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r"
+                "SELECT attempt_no, started_at, owner FROM outbox_attempt WHERE request_id = :r"
                 " ORDER BY attempt_no DESC LIMIT 1"
             ),
             {"r": request_id},
         ).one()  # result-unknown always follows an attempt
-        if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(attempt_lease_s * 1000):
+        window_s = attempt_lease_s
+        if gone_after_s is not None and gone_after_s < window_s and holders.gone(owner):
+            window_s = gone_after_s
+        if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(window_s * 1000):
             return False  # too early to tell: ask again on a later pass
         conn.execute(
             sql("UPDATE outbox_request SET receipt_queries = receipt_queries + 1 WHERE request_id = :r"),
@@ -543,6 +555,18 @@ def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, 
         " (SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < :lease LIMIT :n)"
     )
     return [str(r) for r in conn.execute(query, {"t": quiet_before, "lease": lease_before, "n": limit}).scalars()]
+
+
+def sends_of_gone_senders(conn: Connection, limit: int) -> list[str]:
+    """Requests whose attempt's process is seen gone (runtime.holders) before it recorded an
+    outcome: attempted again now, which turns them result-unknown for a receipt query, instead
+    of after the attempt lease."""
+    query = sql(
+        "SELECT r.request_id, a.owner FROM outbox_request r"
+        " JOIN outbox_attempt a ON a.request_id = r.request_id AND a.state = 'started'"
+        " WHERE r.state = 'sending' LIMIT :n"
+    )
+    return [str(request_id) for request_id, owner in conn.execute(query, {"n": limit}) if holders.gone(owner)]
 
 
 def requests_to_settle(conn: Connection, receipt_query_limit: int, limit: int) -> list[str]:

@@ -50,6 +50,7 @@ from runtime.outbox import (
     record_sent,
     requests_to_attempt,
     requests_to_settle,
+    sends_of_gone_senders,
     settle_by_receipt,
 )
 from runtime.pages import InboundPage, parse_page
@@ -375,7 +376,8 @@ def settle(services: Services, request_id: str) -> Step:
     if request is None or request.state != OutboxState.RESULT_UNKNOWN:
         return Step("not-unknown")
     lookup = services.transport_of(request.account_id).query_send(request.account_id, request_id)
-    if settle_by_receipt(store, request_id, lookup, services.settings.outbox.attempt_lease_s):
+    settings = services.settings
+    if settle_by_receipt(store, request_id, lookup, settings.outbox.attempt_lease_s, settings.longest_send_s):
         if isinstance(lookup, NeverReceived):
             return Step("never-received", (Attempt(request_id),))
         return Step("settled")
@@ -421,17 +423,19 @@ def reconcile(services: Services) -> Step:
 
 
 def rescue(services: Services) -> Step:
-    """Turns whose holder died, run again now rather than after the reconciler's grace: leases
-    of processes gone on this host are lapsed first (a worker's restart, a pool process Celery
-    lost), then every open batch whose customer lease lapsed gets its turn. Cheap enough for a
-    beat a few times per lease: one scan of unexpired leases and of open batches."""
+    """Work whose holder died, taken up again now rather than after the reconciler's grace or
+    the attempt lease: leases of processes gone on this host are lapsed first (a worker's
+    restart, a pool process Celery lost), then every open batch whose lease lapsed gets its
+    turn, and every send whose process is gone its next attempt (which records it
+    result-unknown, for a receipt query). Cheap enough for a beat a few times per lease: scans
+    of unexpired leases, open batches and sends in flight."""
     store = services.store
     lapsed = leases.lapse_gone_holders(store)
     with store.read() as conn:
         stranded = stranded_batches(conn, now_ms(), RECONCILE_LIMIT)
-    return Step(
-        f"{len(lapsed)} lease(s) of gone holders, {len(stranded)} stranded turn(s)", tuple(RunTurn(c) for c in stranded)
-    )
+        sends = sends_of_gone_senders(conn, RECONCILE_LIMIT)
+    counts = f"{len(lapsed)} lease(s) of gone holders, {len(stranded)} stranded turn(s), {len(sends)} stranded send(s)"
+    return Step(counts, (*(RunTurn(c) for c in stranded), *(Attempt(r) for r in sends)))
 
 
 def _catch_up(services: Services) -> list[FollowUp]:

@@ -133,8 +133,10 @@ _CLAIM = (
     "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
     " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"
 )
-# Every lease in the store when a new grant claims it was taken under an earlier grant.
-_RELEASE_EARLIER = "UPDATE lease SET expires_at = 0 WHERE expires_at >= :now"
+# Every lease in the store when a new grant claims it was taken under an earlier grant. Lapsed
+# (1), not released (0), as runtime.leases marks a holder that never gave its lease back: the
+# rescue beat runs the open batches of those turns at once (runtime.admission.stranded_batches).
+_RELEASE_EARLIER = "UPDATE lease SET expires_at = 1 WHERE expires_at >= :now"
 _GRANTED = "INSERT OR IGNORE INTO shard_grant (token, owner, granted_at) VALUES (:t, :o, :at)"
 
 

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from runtime import holders, leases, pipeline
-from runtime.pipeline import RunTurn, Step
+from runtime.manual import ManualSend, send_manual
+from runtime.outbox import AttemptGrant, begin_attempt, load_request
+from runtime.pipeline import Attempt, RunTurn, Step
+from runtime.ports import NeverReceived
+from runtime.states import OutboxState
 from runtime.store import now_ms
 from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
 
@@ -74,10 +78,11 @@ def test_rescue_lapses_dead_holders_and_runs_their_stranded_turns_only(services,
     with leases.held(store, f"customer:{live_customer}", 600) as fence:
         assert fence is not None
         step = pipeline.rescue(services)
-        assert step == Step("2 lease(s) of gone holders, 1 stranded turn(s)", (RunTurn(dead_customer),))
+        assert step.follow_ups == (RunTurn(dead_customer),)
+        assert step.outcome.startswith("2 lease(s) of gone holders, 1 stranded turn(s)")
         assert pipeline.rescue(services).follow_ups == (RunTurn(dead_customer),)  # until a turn runs it
         assert turn(services, dead_customer)[0].outcome == "complete"
-        assert pipeline.rescue(services) == Step("0 lease(s) of gone holders, 0 stranded turn(s)")
+        assert pipeline.rescue(services).outcome.startswith("0 lease(s) of gone holders, 0 stranded turn(s)")
 
 
 def test_an_expired_lease_strands_its_open_batch_but_a_released_one_does_not(services):  # noqa: F811
@@ -93,3 +98,34 @@ def test_an_expired_lease_strands_its_open_batch_but_a_released_one_does_not(ser
     with store.write() as conn:  # given back: whoever gave it back queued what follows
         conn.exec_driver_sql("UPDATE lease SET expires_at = 0")
     assert pipeline.rescue(services).follow_ups == ()
+
+
+def _send_begun_by(services, owner: str) -> str:  # noqa: F811
+    customer_id = ingested(services)
+    send_manual(services.store, ManualSend(request_id="op-1", customer_id=customer_id, text="您好"))
+    assert isinstance(begin_attempt(services.store, "op-1", owner, lease_s=600), AttemptGrant)
+    return "op-1"
+
+
+def test_a_send_whose_process_died_is_settled_by_a_receipt_query_without_waiting_out_its_lease(
+    services,  # noqa: F811
+    dead_owner,
+):
+    request_id = _send_begun_by(services, dead_owner)
+    assert pipeline.rescue(services).follow_ups == (Attempt(request_id),)
+    assert pipeline.deliver(services, request_id).outcome == "result-unknown"  # never sent blindly
+    assert services.transport.sent == []
+    services.transport.lookup = lambda rid: NeverReceived()
+    assert pipeline.settle(services, request_id) == Step("not-unknown")  # may still be in the platform's hands
+    with services.store.write() as conn:  # one platform send later (30 s), well inside the 600 s lease
+        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 31000")
+    assert pipeline.settle(services, request_id) == Step("never-received", (Attempt(request_id),))
+    assert pipeline.deliver(services, request_id).outcome == "sent"
+    with services.store.read() as conn:
+        assert load_request(conn, request_id).state == OutboxState.SENT
+
+
+def test_a_live_senders_attempt_stays_in_progress(services):  # noqa: F811
+    request_id = _send_begun_by(services, holders.new_owner())
+    assert pipeline.rescue(services).follow_ups == ()
+    assert pipeline.deliver(services, request_id) == Step("in-progress")
