@@ -154,6 +154,7 @@ class RigConfig:
     defaults: bool = False  # kefu's default settings (default_env) instead of base_env's short ones
     elsewhere: int = 0  # the last this many workers run as if on another host (ElsewhereWorker)
     instance: str | None = None  # KEFU_INSTANCE of every process of the one shard (default: the host's name)
+    redis_persistent: bool = True  # False: a Redis that keeps nothing on disk (redis-wipe)
 
 
 class Rig:
@@ -193,8 +194,9 @@ class Rig:
         self.redis.start()
         if self.config.shards == 1:  # the default shard, as the suite always ran
             named = self.config.instance
-            env, overrides = ({"KEFU_INSTANCE": named}, {"instance": named}) if named else ({}, {})
-            self.shards = [self._shard("default", ACCOUNT, self.data_dir, env, overrides)]
+            one_env: dict[str, str] = {"KEFU_INSTANCE": named} if named else {}
+            one_overrides: dict[str, Any] = {"instance": named} if named else {}
+            self.shards = [self._shard("default", ACCOUNT, self.data_dir, one_env, one_overrides)]
         else:
             platform_path = self.root / "platform.sqlite"
             for name in SHARD_NAMES[: self.config.shards]:
@@ -204,7 +206,9 @@ class Rig:
                     "KEFU_INSTANCE": instance,
                     "KEFU_SIMULATOR__PLATFORM_PATH": str(platform_path),
                 }
-                overrides = {"shard": name, "instance": instance, "simulator": {"platform_path": platform_path}}
+                overrides: dict[str, Any] = {
+                    "shard": name, "instance": instance, "simulator": {"platform_path": platform_path},
+                }  # fmt: skip
                 self.shards.append(self._shard(name, f"{ACCOUNT}-{name}", self.root / f"data-{name}", env, overrides))
         first = self.shards[0]
         self.settings, self.app, self.env = first.settings, first.app, first.env
@@ -243,6 +247,7 @@ class Rig:
             options: dict[str, Any] = {
                 "beat": False, "concurrency": self.config.concurrency, "clean_env": True, "cwd": PROJECT_ROOT,
             }  # fmt: skip
+            worker: WorkerProcess
             if index > self.config.workers - self.config.elsewhere:
                 worker = ElsewhereWorker(f"faults-host-{index}", shard.env, log(f"worker-{index}"), **options)
             else:
