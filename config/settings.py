@@ -361,11 +361,6 @@ class Settings(BaseSettings):
         return self.broker_url.startswith(("redis://", "rediss://"))
 
     @property
-    def longest_send_s(self) -> float:
-        """One platform send at worst, on any platform (the attempt lease must outlive it)."""
-        return max(self.dingtalk.longest_send_s, self.wangwang.longest_send_s)
-
-    @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 

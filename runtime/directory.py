@@ -12,10 +12,11 @@ at start and then periodically, and the directory comes back by itself:
                          lost mid-move: no move can flip an entry that is gone, so the move is
                          over; the account is served here again (its input resumes), as a
                          rollback would leave it
-  importing here         a move was arriving. Its journal gone too: the entry says here at its
-                         generation (the source had released it) -> resume it here, as the
-                         move's last step would; it says another shard active -> the move was
-                         given up there, discard what was imported; no entry yet -> wait
+  importing here         a move was arriving. Its journal gone too, or rolled back: the entry
+                         says here at its generation (the source had released it) -> resume it
+                         here, as the move's last step would; it says another shard active ->
+                         the move was given up there, discard what was imported; no entry yet
+                         -> wait
 
 A live move is never touched: its entry is `moving` (nobody replaces that), its journal exists.
 """
@@ -30,7 +31,7 @@ from typing import Any, NamedTuple
 from runtime.placement import discard_import
 from runtime.ports import Coordination
 from runtime.shards import Placement, local_placement, record_placement
-from runtime.states import PlacementState
+from runtime.states import MoveStep, PlacementState
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 
@@ -120,7 +121,8 @@ def rebuild_directory(
             if coordination.placement(account_id) is None:
                 _append(rebuilt.resumed, _serve_again(store, coordination, placement, resume))
         elif placement.state == PlacementState.IMPORTING and (op_id := ops.get(account_id)) is not None:
-            if coordination.journal(op_id) is not None:
+            journal = coordination.journal(op_id)
+            if journal is not None and journal.get("step") != MoveStep.ROLLED_BACK:
                 continue  # a live move: its steps finish it
             current = coordination.placement(account_id)
             if current == placement.model_copy(update={"state": PlacementState.ACTIVE}):

@@ -97,12 +97,20 @@ def parse(owner: str) -> ProcessId | None:
 
 
 def gone(owner: str) -> bool:
-    """True only when this process can see for certain that the holder process no longer
-    runs: it ran on this very kernel boot and pid namespace, and its pid has no process with
-    its start time now."""
+    """True only on positive evidence that the holder process no longer runs: it ran on this
+    very kernel boot and pid namespace, and now its pid has no process (the kernel says so) or
+    one with another start time (the pid was reused). A process this one may not look at (a
+    /proc mounted hidepid, another user's) is not gone: nothing is concluded from silence."""
     holder, me = parse(owner), this_process()
     if holder is None or not holder.known or not me.known:
         return False
     if (holder.host, holder.boot, holder.pid_namespace) != (me.host, me.boot, me.pid_namespace):
         return False
-    return start_ticks(holder.pid) != holder.started
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # it exists, under another user: its start time tells whether it is the holder
+    started = start_ticks(holder.pid)
+    return started is not None and started != holder.started

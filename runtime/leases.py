@@ -168,8 +168,10 @@ def before_file_write(fence: Fence) -> Iterator[None]:
     the lease if this one stalled for a third of the lease between this check and its write.
     The lease needs no read: only its holder moves an unexpired lease's expiry, so the one our
     last grant or renewal wrote (a write of a transaction that committed, or the next write
-    fails) is the stored one. The shard's fence is read: another process may have claimed the
-    store. No renewal here: the holder's renewer does it."""
+    fails) is the stored one. Two others may lapse it, neither behind a live holder's back: a
+    process that saw the holder's process gone (runtime.holders concludes that only on proof),
+    and a new shard grant's claim of the store, whose fence is read here: another process may
+    have claimed the store. No renewal here: the holder's renewer does it."""
     if fence.held_until < now_ms() + fence.ttl_ms // 3:
         raise LeaseLost(fence.name)
     if fence.store.guard is not None:  # the shard is still this process's to write

@@ -3,9 +3,11 @@
     stopping ─► exported ─► imported ─► flipped ─► released ─► done
        (source)   (target)   (target or   (source)    (target)
                               source: flips the directory)
-    before `flipped`, a move can instead be rolled back:
-    [rolling-back-target ─►] rolling-back-source ─► rolled-back
-    (from `stopping` nothing reached the target: the source alone rolls back)
+    before `imported`, a move can instead be rolled back, by the source alone:
+    rolling-back-source ─► rolled-back
+    (an import the target made meanwhile is held `importing`, never served, and discarded
+    by the target once it sees the move rolled back: runtime.directory; `rolling-back-target`
+    is left only in journals of earlier versions, and still taken)
 
 The journal (one record per op id, in the coordination store every host sees) says which step
 comes next and who takes it: the source shard or the target shard. Each shard takes its steps
@@ -17,7 +19,7 @@ shard's step, the other shard's bound and the operator never overwrite each othe
 Nobody has to wait for a move: each shard's beat (`drive`) takes the steps of the open moves
 that are its own, and every stage before the flip has a bound (BOUNDS_S): a stage that
 overruns it (a turn that never finishes, a target that never imports) rolls the move back by
-itself and input resumes on the source. After the flip a move only goes forward. The mover
+itself and input resumes on the source. Once imported a move only goes forward. The mover
 (`kefu accounts move`) only starts the move and hands steps on sooner; killed, it leaves
 nothing behind that beat does not finish.
 
@@ -37,7 +39,6 @@ from pydantic import BaseModel
 
 from runtime import leases
 from runtime.credentials import stored_secret
-from runtime.directory import enter_accounts
 from runtime.errors import KefuError
 from runtime.input_pause import count_in_flight, pause_input
 from runtime.outbox import revoke_unsent_auto
@@ -236,19 +237,22 @@ def flip(coordination: Coordination, record: MoveRecord) -> MoveRecord:
 
 
 def begin_rollback(coordination: Coordination, record: MoveRecord, **why: Any) -> MoveRecord:
-    """Undo the move (before the flip). From `stopping` nothing reached the target, so the
-    source alone rolls back: a dead target cannot keep the account paused then. `why`: the
-    error and detail that say why (a bound overrun), kept in the journal."""
-    if record.step in (MoveStep.FLIPPED, MoveStep.RELEASED, MoveStep.DONE):
+    """Undo the move (before the flip). The source alone rolls back: nothing of an unfinished
+    import is served (the target holds it `importing`), so a dead target cannot keep the
+    account paused; the target discards such an import once it sees the move rolled back and
+    the account served elsewhere (runtime.directory). Once imported, the directory flips by
+    itself, so from `imported` on a move only goes forward. `why`: the error and detail that
+    say why (a bound overrun), kept in the journal."""
+    if record.step in (MoveStep.IMPORTED, MoveStep.FLIPPED, MoveStep.RELEASED, MoveStep.DONE):
         raise KefuError(
             "KEFU_PLACEMENT_ALREADY_FLIPPED",
-            f"move {record.op_id} has switched the directory to {record.target!r}; it can only go on",
+            f"move {record.op_id} has imported the account on {record.target!r} and switches the directory"
+            " to it; it can only go on",
             "rerun the move with the same op id (or move the account back)",
         )
     if record.step in (MoveStep.ROLLING_BACK_TARGET, MoveStep.ROLLING_BACK_SOURCE, MoveStep.ROLLED_BACK):
         return record
-    first = MoveStep.ROLLING_BACK_SOURCE if record.step == MoveStep.STOPPING else MoveStep.ROLLING_BACK_TARGET
-    return save_move(coordination, record, step=first, **why)
+    return save_move(coordination, record, step=MoveStep.ROLLING_BACK_SOURCE, **why)
 
 
 # --- a shard's steps ------------------------------------------------------------------------
@@ -491,12 +495,6 @@ def _unstop(services: Services, coordination: Coordination, record: MoveRecord) 
 
 
 # --- placing accounts -----------------------------------------------------------------------
-
-
-def adopt_accounts(store: DeliveryStore, coordination: Coordination, shard: str) -> list[str]:
-    """Enter this shard's accounts the directory does not know (runtime.directory: never placed,
-    or placed here and lost by the coordination store); returns those it places elsewhere."""
-    return enter_accounts(store, coordination, shard).elsewhere
 
 
 def place_new_account(coordination: Coordination, account_id: str, shard: str) -> Placement:

@@ -49,6 +49,7 @@ class AttemptSkipped:
         "settled",
         "in-progress",
         "result-unknown",
+        "abandoned",  # its last attempt ended without an outcome (its process died): result-unknown now
         "revoked",
         "route-changed",
         "waiting-for-earlier",
@@ -248,7 +249,7 @@ def begin_in(
         if last_started > at - int(lease_s * 1000) and not holders.gone(last_owner):
             return AttemptSkipped("in-progress")
         _mark(conn, request_id, last_no, "unknown", "result-unknown", error_code="KEFU_ATTEMPT_ABANDONED")
-        return AttemptSkipped("result-unknown")
+        return AttemptSkipped("abandoned")
     if earlier:
         return AttemptSkipped("waiting-for-earlier")  # replies reach a customer in registration order
     if request.follows is not None and _state_of(conn, request.follows) != "sent":
@@ -451,36 +452,26 @@ def record_failure(store: DeliveryStore, request_id: str, attempt_no: int, failu
         return _next_after(conn, request_id)
 
 
-def settle_by_receipt(
-    store: DeliveryStore,
-    request_id: str,
-    lookup: SendLookup,
-    attempt_lease_s: float,
-    gone_after_s: float | None = None,
-) -> bool:
+def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup, attempt_lease_s: float) -> bool:
     """Record one provider receipt query of a result-unknown request: a receipt proves delivery;
     a definitive "never received" makes it pending again (a new attempt, never a second
     delivery), but only once its last attempt is older than the attempt lease: before that, a
-    send still on its way may arrive after the answer, and the query does not count. An attempt
-    whose process is seen gone (runtime.holders) sends nothing more itself: what it sent can only
-    still be in the platform's hands, for no longer than one platform send takes (`gone_after_s`).
-    Queries are counted, so the reconciler stops asking after `receipt_query_limit`. True when
-    the request left result-unknown."""
+    send still on its way may arrive after the answer, and the query does not count. So also
+    for an attempt whose process died: the kernel may still be sending what it wrote, and the
+    platform still be handling it. Queries are counted, so the reconciler stops asking after
+    `receipt_query_limit`. True when the request left result-unknown."""
     with store.write(durable=True) as conn:
         request = load_request(conn, request_id)
         if request is None or request.state != OutboxState.RESULT_UNKNOWN:
             return False
-        attempt_no, started_at, owner = conn.execute(
+        attempt_no, started_at = conn.execute(
             sql(
-                "SELECT attempt_no, started_at, owner FROM outbox_attempt WHERE request_id = :r"
+                "SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r"
                 " ORDER BY attempt_no DESC LIMIT 1"
             ),
             {"r": request_id},
         ).one()  # result-unknown always follows an attempt
-        window_s = attempt_lease_s
-        if gone_after_s is not None and gone_after_s < window_s and holders.gone(owner):
-            window_s = gone_after_s
-        if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(window_s * 1000):
+        if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(attempt_lease_s * 1000):
             return False  # too early to tell: ask again on a later pass
         conn.execute(
             sql("UPDATE outbox_request SET receipt_queries = receipt_queries + 1 WHERE request_id = :r"),
@@ -559,8 +550,8 @@ def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, 
 
 def sends_of_gone_senders(conn: Connection, limit: int) -> list[str]:
     """Requests whose attempt's process is seen gone (runtime.holders) before it recorded an
-    outcome: attempted again now, which turns them result-unknown for a receipt query, instead
-    of after the attempt lease."""
+    outcome: attempted again now, which records them result-unknown and asks the platform at
+    once (a receipt settles them), instead of only after the attempt lease."""
     query = sql(
         "SELECT r.request_id, a.owner FROM outbox_request r"
         " JOIN outbox_attempt a ON a.request_id = r.request_id AND a.state = 'started'"

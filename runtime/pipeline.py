@@ -341,6 +341,8 @@ def deliver(services: Services, request_id: str, retries: int = 0, begun: Attemp
     if isinstance(grant, AttemptSkipped):
         if grant.reason in ("waiting-for-earlier", "in-progress", "moving"):
             return Step(grant.reason)  # the earlier attempt, the reconciler, or the account's new shard
+        if grant.reason == "abandoned":  # result-unknown now: ask the platform at once
+            return Step("result-unknown", (Settle(request_id), *_attempt(next_after(store, request_id))))
         return Step(grant.reason, _attempt(next_after(store, request_id)))
     transport = services.transport_of(grant.send.account_id)
     try:
@@ -376,8 +378,7 @@ def settle(services: Services, request_id: str) -> Step:
     if request is None or request.state != OutboxState.RESULT_UNKNOWN:
         return Step("not-unknown")
     lookup = services.transport_of(request.account_id).query_send(request.account_id, request_id)
-    settings = services.settings
-    if settle_by_receipt(store, request_id, lookup, settings.outbox.attempt_lease_s, settings.longest_send_s):
+    if settle_by_receipt(store, request_id, lookup, services.settings.outbox.attempt_lease_s):
         if isinstance(lookup, NeverReceived):
             return Step("never-received", (Attempt(request_id),))
         return Step("settled")

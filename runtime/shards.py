@@ -14,10 +14,13 @@ a worker's prefork children see what its main process renews.
 
 from __future__ import annotations
 
+import logging
 import mmap
+import sqlite3
 import struct
 import time
 import zlib
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,6 +30,8 @@ from runtime.states import PlacementState
 from runtime.store.connection import Connection
 from runtime.store.fence import ShardLeaseLost as ShardLeaseLost  # raised by the store; part of the shard API
 from runtime.store.sql import sql
+
+log = logging.getLogger(__name__)
 
 _CELL = struct.Struct("<qq")  # token, deadline (CLOCK_MONOTONIC ns); 0 deadline: lost
 ID_RANGE = 1_000_000_000  # customer ids a shard allocates: kept as they are when an account moves
@@ -89,16 +94,23 @@ class ShardGuard:
             raise ShardLeaseLost(self.shard, "it was not renewed in time")
         return token
 
-    def confirm(self, execute: Any) -> tuple[int, int]:
+    def confirm(self, execute: Any) -> tuple[int, int, str | None]:
         """The lease is ours by the local clock and the store has seen no newer grant; returns
-        (our token, the store's). `execute(sql, params)` runs on the caller's transaction."""
+        (our token, the store's, the instance that claimed the store's). `execute(sql, params)`
+        runs on the caller's transaction. A grant is its token and its instance together: the
+        store's own token under another instance means the grant counter started again below
+        what this instance was granted (Redis lost its data before this grant's first write),
+        so two instances hold one token, and the one that claimed the store keeps it."""
         token = self.require()
         row = execute(_FENCE, {}).fetchone()
-        stored = int(row[0]) if row is not None else 0
+        stored, owner = (int(row[0]), str(row[1])) if row is not None else (0, None)
         if stored > token:
             self.lose()
             raise ShardLeaseLost(self.shard, f"the store has seen grant {stored}, newer than this one")
-        return token, stored
+        if stored == token and owner is not None and owner != self.owner:
+            self.lose()
+            raise ShardLeaseLost(self.shard, f"the store's grant {stored} is instance {owner!r}'s")
+        return token, stored, owner
 
     def check(self, execute: Any) -> bool:
         """Inside a write transaction: the store's fence is still ours. A store that saw only
@@ -106,14 +118,13 @@ class ShardGuard:
         saw a newer grant means ours passed on. True when this transaction claims the store from
         another instance: once its connection proved the grant, `take_over` frees what that
         instance held (a new grant of the same instance frees nothing: its leases pass as ever)."""
-        token, stored = self.confirm(execute)
+        token, stored, previous = self.confirm(execute)
         if stored == token:
             return False
-        previous = execute(_FENCE_OWNER, {}).fetchone()
         at = time.time_ns() // 1_000_000
         execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
         execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
-        return previous is not None and previous[0] != self.owner  # another instance held it
+        return previous is not None and previous != self.owner  # another instance held it
 
     def take_over(self, execute: Any) -> int:
         """In the transaction that claims the store for a new grant, after its connection proved
@@ -127,8 +138,7 @@ class ShardGuard:
         return int(execute(_RELEASE_EARLIER, {"now": time.time_ns() // 1_000_000}).rowcount)
 
 
-_FENCE = "SELECT token FROM shard_fence WHERE id = 1"
-_FENCE_OWNER = "SELECT owner FROM shard_fence WHERE id = 1"
+_FENCE = "SELECT token, owner FROM shard_fence WHERE id = 1"
 _CLAIM = (
     "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
     " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"
@@ -138,6 +148,32 @@ _CLAIM = (
 # rescue beat runs the open batches of those turns at once (runtime.admission.stranded_batches).
 _RELEASE_EARLIER = "UPDATE lease SET expires_at = 1 WHERE expires_at >= :now"
 _GRANTED = "INSERT OR IGNORE INTO shard_grant (token, owner, granted_at) VALUES (:t, :o, :at)"
+
+
+def newest_grant(path: Path) -> int:
+    """The newest grant the shard's store has seen (0: no store yet, or no grant ever), read
+    without writing anything: the floor of this process's grant. A store that cannot be read
+    now gives 0; should its fence be newer, the first write is refused and the next start
+    reads it again."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as error:
+        log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        return 0
+    try:
+        row = db.execute(
+            "SELECT max(token) FROM (SELECT token FROM shard_fence UNION ALL SELECT token FROM shard_grant)"
+        )
+        found = row.fetchone()
+        return int(found[0]) if found and found[0] is not None else 0
+    except sqlite3.DatabaseError as error:  # an old store without the fence tables, or a damaged one
+        if "no such table" not in str(error):
+            log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        return 0
+    finally:
+        db.close()
 
 
 class Placement(BaseModel):

@@ -30,47 +30,19 @@ import logging
 import os
 import signal
 import socket
-import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from config import Settings
 from runtime.errors import KefuError
-from runtime.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost
+from runtime.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost, newest_grant
 from worker.coordination import Coordinator, Grant, coordinator_for
 
 log = logging.getLogger(__name__)
 
 KEEP_FRACTION = 0.8  # of the lease after a renewal was sent: then writes stop
-
-
-def store_fence(path: Path) -> int:
-    """The newest grant the shard's store has seen (0: no store yet, or no grant ever), read
-    without writing anything: the floor of this process's grant. A store that cannot be read
-    now gives 0; should its fence be newer, the first write is refused and the next start
-    reads it again."""
-    if not path.exists():
-        return 0
-    try:
-        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as error:
-        log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
-        return 0
-    try:
-        row = db.execute(
-            "SELECT max(token) FROM (SELECT token FROM shard_fence UNION ALL SELECT token FROM shard_grant)"
-        )
-        found = row.fetchone()
-        return int(found[0]) if found and found[0] is not None else 0
-    except sqlite3.OperationalError as error:  # an old store without the fence tables: no grant yet
-        if "no such table" not in str(error):
-            log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
-        return 0
-    finally:
-        db.close()
 
 
 def _terminate() -> None:
@@ -103,7 +75,7 @@ class ShardHolder:
         while True:
             sent = time.monotonic_ns()
             try:
-                floor = store_fence(self.store_path)
+                floor = newest_grant(self.store_path)
                 grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member, floor)
             except Exception as error:
                 if not wait:

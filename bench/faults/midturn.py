@@ -11,6 +11,9 @@ begun (Celery's task events) and kills it, in turn:
                   host cannot see its processes die, so its turns wait for the customer lease
                   to lapse; it comes back only after ELSEWHERE_PAUSE_S
 
+The rate leaves the pool room when a worker is down (a turn takes about 3.5 s, one worker has
+two pool processes): a backlog would measure queueing, not recovery.
+
 For each fault the run notes the buyers waiting for a reply at that moment (a superset of the
 turn in flight) and measures from the kill to each one's next reply on the platform.
 The goals (issue 35): ≤ 15 s after a same-host kill, ≤ 30 s for another host's.

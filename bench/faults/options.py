@@ -34,7 +34,7 @@ FULL = {
     "slow-turns": Defaults(messages=40, kills=0, rate=2, buyers=30, settle_s=120),
     "log-damage": Defaults(messages=400, kills=10, rate=15, buyers=100, settle_s=120),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=30),
-    "midturn-kill": Defaults(messages=240, kills=9, rate=1, buyers=40, settle_s=120),
+    "midturn-kill": Defaults(messages=150, kills=9, rate=0.5, buyers=40, settle_s=120),
     "move-under-faults": Defaults(messages=60, kills=2, rate=1, buyers=20, settle_s=180),
     "standby-takeover": Defaults(messages=400, kills=1, rate=8, buyers=150, settle_s=120),
     # kefu's default settings: the reconciler's 30 s grace and the 30 s listener lease bound recovery
@@ -47,10 +47,10 @@ SHORT = {
     "slow-turns": Defaults(messages=16, kills=0, rate=2, buyers=12, settle_s=40),
     "log-damage": Defaults(messages=120, kills=6, rate=10, buyers=40, settle_s=30),
     "bad-start": Defaults(messages=0, kills=0, rate=0, buyers=0, settle_s=25),
-    "midturn-kill": Defaults(messages=30, kills=3, rate=1, buyers=20, settle_s=60),
+    "midturn-kill": Defaults(messages=24, kills=3, rate=0.5, buyers=16, settle_s=60),
     "move-under-faults": Defaults(messages=16, kills=2, rate=2, buyers=10, settle_s=60),
     "standby-takeover": Defaults(messages=120, kills=1, rate=4, buyers=60, settle_s=40),
-    "redis-wipe": Defaults(messages=64, kills=1, rate=8, buyers=32, settle_s=90),
+    "redis-wipe": Defaults(messages=60, kills=1, rate=2, buyers=30, settle_s=60),
 }
 
 

@@ -52,6 +52,20 @@ def _wait_for_fence(rig: Rig, at_least: int) -> int:
     return token
 
 
+def _wait_for_directory(rig: Rig) -> float:
+    """Until the directory has the account's entry again (bounded); the wall time it came back."""
+    coordinator = coordinator_for(rig.settings)
+    deadline = time.monotonic() + FENCE_BOUND_S
+    while time.monotonic() < deadline:
+        try:
+            if coordinator.placement(rig.shards[0].account) is not None:
+                break
+        except Exception:  # Redis still starting
+            pass
+        time.sleep(0.2)
+    return time.time()
+
+
 def redis_wipe(options: Options, root: Path, say: Say) -> RunReport:
     config = RigConfig(listen=not options.direct, defaults=True, redis_persistent=False)
     marks: dict[str, float] = {}
@@ -65,6 +79,10 @@ def redis_wipe(options: Options, root: Path, say: Say) -> RunReport:
         time.sleep(max(0.0, start + WIPE_AT * window - time.monotonic()))
         rig.wipe_redis()
         marks["wiped_at"] = time.time()
+        # The run goes on until the processes hold a grant above the fence and the directory is
+        # back (bounded): a short workload may have been answered before the wipe was noticed.
+        marks["fence_after_wipe"] = _wait_for_fence(rig, int(marks["fence_before"]) + 1)
+        marks["directory_back_s"] = _wait_for_directory(rig) - marks["wiped_at"]
 
     def audit(rig: Rig, report: RunReport) -> None:
         placement = coordinator_for(rig.settings).placement(rig.shards[0].account)
@@ -76,6 +94,9 @@ def redis_wipe(options: Options, root: Path, say: Say) -> RunReport:
     report = run_traffic(options, config, root, say, inject, stall_s=STALL_S, audit=audit)
     before, after = int(marks.get("fence_before", 0)), int(marks.get("fence_after", 0))
     report.rows.append(("store fence: before the wipe → at the end", f"grant {before} → grant {after}"))
+    if "directory_back_s" in marks:
+        report.rows.append(("redis wipe → directory entry back", f"{marks['directory_back_s']:.1f} s"))
+    report.checks["a grant above the fence after the wipe"] = after > before
     report.checks["the fence saw grant ≥ 2 before the wipe"] = before >= 2
     wiped_at = marks.get("wiped_at")
     last = report.audit.last_reply_at_ms if report.audit is not None else None

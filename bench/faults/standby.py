@@ -16,7 +16,6 @@ gets. Only the data dir, the broker and the processes' instance names are set.
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from typing import Any
 
 from bench.faults.options import Options
 from bench.faults.report import RunReport, settle
-from bench.faults.rig import ACCOUNT, PROJECT_ROOT, Member, Rig, RigConfig, Say, Shard, set_up_store
+from bench.faults.rig import ACCOUNT, PROJECT_ROOT, Member, Rig, RigConfig, Say, Shard, default_env, set_up_store
 from bench.faults.traffic import LINGER_S, STALL_S, conclude
 from bench.faults.workload import Workload
 from config import load_settings
@@ -40,16 +39,9 @@ FIRST_REPLY_MARGIN_S = 3.0  # the promise: the first reply within the shard leas
 KILL_AFTER = 0.3  # of the workload's window: the kill lands with traffic before and after it
 
 
-def default_env(data_dir: Path, broker_url: str, instance: str) -> dict[str, str]:
-    """Only where the data and the broker are, and which instance a process belongs to: every
-    lease and interval is kefu's default."""
-    return {
-        "KEFU_DATA_DIR": str(data_dir),
-        "KEFU_BROKER_URL": broker_url,
-        "KEFU_INSTANCE": instance,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
-        "PYTHONUNBUFFERED": "1",
-    }
+def instance_env(data_dir: Path, broker_url: str, instance: str) -> dict[str, str]:
+    """kefu's defaults (the rig's `default_env`), and which instance a process belongs to."""
+    return {**default_env(data_dir, broker_url), "KEFU_INSTANCE": instance}
 
 
 class PlainShard(Shard):
@@ -74,7 +66,7 @@ class StandbyRig(Rig):
         self.redis.start()
         settings = load_settings(data_dir=self.data_dir, broker_url=self.redis.url)
         set_up_store(settings, ACCOUNT)
-        env = default_env(self.data_dir, self.redis.url, ACTIVE)
+        env = instance_env(self.data_dir, self.redis.url, ACTIVE)
         shard = PlainShard("default", ACCOUNT, settings, env, make_app(settings))
         self.shards = [shard]
         self.settings, self.app, self.env = settings, shard.app, env
@@ -105,7 +97,7 @@ class StandbyRig(Rig):
             shard.store.close()
 
     def _add_instance(self, prefix: str, instance: str) -> None:
-        env = default_env(self.data_dir, self.redis.url, instance)
+        env = instance_env(self.data_dir, self.redis.url, instance)
 
         def log(role: str) -> Path:
             return self.logs / f"{prefix}-{role}.log"

@@ -15,8 +15,8 @@ import pytest
 from runtime import holders, leases, pipeline
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import AttemptGrant, begin_attempt, load_request
-from runtime.pipeline import Attempt, RunTurn, Step
-from runtime.ports import NeverReceived
+from runtime.pipeline import Attempt, RunTurn, Settle, Step
+from runtime.ports import NeverReceived, SendReceipt
 from runtime.states import OutboxState
 from runtime.store import now_ms
 from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
@@ -49,6 +49,13 @@ def test_a_holder_is_gone_only_when_this_host_can_see_its_process_is(dead_owner)
     parent = holders.this_process()
     alive = ":".join((parent.host, str(os.getppid()), "x", parent.boot, parent.pid_namespace, "1"))
     assert holders.gone(alive)  # the pid lives, but with another start time: reused, not the holder
+
+
+def test_a_live_process_whose_start_time_cannot_be_read_is_not_gone(monkeypatch):
+    parent = holders.this_process()
+    owner = ":".join((parent.host, str(os.getppid()), "x", parent.boot, parent.pid_namespace, "1"))
+    monkeypatch.setattr(holders, "start_ticks", lambda pid: None)  # /proc mounted hidepid, another user's
+    assert not holders.gone(owner)
 
 
 def test_a_grant_takes_a_dead_holders_lease_at_once_with_a_new_token(store, dead_owner):
@@ -107,22 +114,29 @@ def _send_begun_by(services, owner: str) -> str:  # noqa: F811
     return "op-1"
 
 
-def test_a_send_whose_process_died_is_settled_by_a_receipt_query_without_waiting_out_its_lease(
+def test_a_send_whose_process_died_is_asked_about_at_once_and_never_sent_blindly(services, dead_owner):  # noqa: F811
+    request_id = _send_begun_by(services, dead_owner)
+    assert pipeline.rescue(services).follow_ups == (Attempt(request_id),)
+    assert pipeline.deliver(services, request_id) == Step("result-unknown", (Settle(request_id),))
+    assert services.transport.sent == []
+    services.transport.lookup = lambda rid: SendReceipt(platform_message_id="pm-1")  # it had arrived
+    assert pipeline.settle(services, request_id) == Step("settled")
+    with services.store.read() as conn:
+        assert load_request(conn, request_id).state == OutboxState.SENT
+
+
+def test_a_dead_senders_send_the_platform_never_saw_goes_again_only_after_the_attempt_lease(
     services,  # noqa: F811
     dead_owner,
 ):
     request_id = _send_begun_by(services, dead_owner)
-    assert pipeline.rescue(services).follow_ups == (Attempt(request_id),)
-    assert pipeline.deliver(services, request_id).outcome == "result-unknown"  # never sent blindly
-    assert services.transport.sent == []
+    pipeline.deliver(services, request_id)
     services.transport.lookup = lambda rid: NeverReceived()
-    assert pipeline.settle(services, request_id) == Step("not-unknown")  # may still be in the platform's hands
-    with services.store.write() as conn:  # one platform send later (30 s), well inside the 600 s lease
-        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 31000")
+    assert pipeline.settle(services, request_id) == Step("not-unknown")  # the kernel may still be sending it
+    with services.store.write() as conn:  # older than the attempt lease now
+        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 3600000")
     assert pipeline.settle(services, request_id) == Step("never-received", (Attempt(request_id),))
     assert pipeline.deliver(services, request_id).outcome == "sent"
-    with services.store.read() as conn:
-        assert load_request(conn, request_id).state == OutboxState.SENT
 
 
 def test_a_live_senders_attempt_stays_in_progress(services):  # noqa: F811

@@ -11,7 +11,7 @@ import pytest
 
 from runtime import moves, pipeline
 from runtime.accounts import AccountSpec, create_account
-from runtime.directory import Rebuilt, discarder, rebuild_directory
+from runtime.directory import Rebuilt, discarder, enter_accounts, rebuild_directory
 from runtime.moves import begin_move, flip, load_move
 from runtime.routes import RouteSpec, create_route
 from runtime.shards import Placement
@@ -28,7 +28,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[Local, Local, LocalCoordinator]]:
     create_account(a.store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
     create_route(a.store, RouteSpec(id="shop-direct", account_id="shop", conversation_type="direct"), "op-r")
     coordination = LocalCoordinator(tmp_path / "coordination.sqlite")
-    assert moves.adopt_accounts(a.store, coordination, "a") == []
+    assert enter_accounts(a.store, coordination, "a").elsewhere == []
     yield a, b, coordination
     a.store.close()
     b.store.close()
@@ -48,7 +48,7 @@ def _wiped(tmp_path: Path) -> LocalCoordinator:
 def test_an_active_account_is_entered_again_and_can_be_moved(shards, tmp_path):
     a, b, _ = shards
     wiped = _wiped(tmp_path)
-    assert moves.adopt_accounts(a.store, wiped, "a") == []
+    assert enter_accounts(a.store, wiped, "a").elsewhere == []
     assert wiped.placement("shop") == Placement(account_id="shop", shard="a")
     assert begin_move(wiped, "m1", "shop", "b").step == MoveStep.STOPPING  # no KEFU_ACCOUNT_NOT_PLACED
     assert _rebuild(a, wiped).entered == 0  # a live move is left alone
@@ -59,7 +59,7 @@ def test_an_active_entry_of_a_newer_generation_wins_and_the_older_shard_hears_of
     a, _, _ = shards
     wiped = _wiped(tmp_path)
     wiped.place(Placement(account_id="shop", shard="b", generation=2), expected=None)
-    assert moves.adopt_accounts(a.store, wiped, "a") == ["shop"]
+    assert enter_accounts(a.store, wiped, "a").elsewhere == ["shop"]
     assert wiped.placement("shop").shard == "b"
 
 

@@ -8,11 +8,12 @@ import pytest
 from config import load_settings
 from runtime import moves, pipeline
 from runtime.accounts import AccountSpec, create_account
+from runtime.directory import discarder, enter_accounts, rebuild_directory
 from runtime.errors import KefuError
 from runtime.moves import begin_move, begin_rollback, flip, load_move
 from runtime.pipeline import Attempt, Ingest
 from runtime.routes import RouteSpec, create_route
-from runtime.shards import customer_id_base
+from runtime.shards import customer_id_base, local_placement
 from runtime.states import MoveStep, PlacementState
 from runtime.store import DeliveryStore
 from tests.local_services import Local
@@ -32,7 +33,7 @@ def shards(tmp_path):
     create_account(a.store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
     create_route(a.store, RouteSpec(id="shop-direct", account_id="shop", conversation_type="direct"), "op-r")
     coordination = LocalCoordinator(tmp_path / "coordination.sqlite")
-    assert moves.adopt_accounts(a.store, coordination, "a") == []
+    assert enter_accounts(a.store, coordination, "a").elsewhere == []
     yield a, b, coordination
     a.store.close()
     b.store.close()
@@ -186,18 +187,36 @@ def test_a_turn_that_stays_in_flight_past_the_drain_bound_rolls_the_move_back_an
     assert moves.drive(a, coordination) == [] and moves.drive(b, coordination) == []
 
 
-def test_an_import_not_taken_within_its_bound_rolls_back_through_the_target(shards):
+def test_an_import_not_taken_within_its_bound_rolls_back_on_the_source_alone(shards):
+    """The target took the slice but died before its journal step: the source rolls back by
+    itself, and the target, back again, discards what it imported (runtime.directory)."""
     a, b, coordination = shards
     begin_move(coordination, "m1", "shop", "b")
     assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
     assert moves.drive(a, coordination) == []  # the import is the target's, within its bound
+    stale = load_move(coordination, "m1")  # the target read it, and is importing
     _overdue(coordination, "m1", moves.IMPORT_BOUND_S + 1)
     [(_, rolled)] = moves.drive(a, coordination)
     assert rolled.outcome.startswith("rolling back: stage exported overran its bound of 120 s")
-    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_TARGET
-    assert moves.drive(b, coordination)[0][1].outcome == "import discarded"
-    assert moves.drive(a, coordination)[0][1].outcome.startswith("rolled back")
+    assert "; rolled back" in rolled.outcome  # in the same pass: no step of the target's
+    assert load_move(coordination, "m1").step == MoveStep.ROLLED_BACK
     assert coordination.placement("shop").shard == "a" and coordination.placement("shop").state == "active"
+    with pytest.raises(moves.MoveRaced):  # the target's import commits, its journal step cannot
+        moves._import(b, coordination, stale)
+    settings = b.settings
+    discard = discarder(b.store, None, settings.sessions_dir, settings.memory_images_dir)
+    assert rebuild_directory(b.store, coordination, "b", pipeline.resume, discard).discarded == ["shop"]
+    with b.store.read() as conn:
+        assert local_placement(conn, "shop") is None
+
+
+def test_an_imported_move_only_goes_forward(shards):
+    a, b, coordination = shards
+    begin_move(coordination, "m1", "shop", "b")
+    moves.advance(a, coordination, "m1")
+    imported = moves.save_move(coordination, load_move(coordination, "m1"), step=MoveStep.IMPORTED)
+    with pytest.raises(KefuError, match="can only go on"):
+        begin_rollback(coordination, imported)
 
 
 def test_a_step_taken_over_a_journal_that_changed_meanwhile_writes_nothing(shards):
@@ -208,7 +227,7 @@ def test_a_step_taken_over_a_journal_that_changed_meanwhile_writes_nothing(shard
     begin_rollback(coordination, stale)
     with pytest.raises(moves.MoveRaced):
         moves.save_move(coordination, stale, step=MoveStep.IMPORTED)
-    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_TARGET
+    assert load_move(coordination, "m1").step == MoveStep.ROLLING_BACK_SOURCE
 
 
 def test_beat_alone_finishes_a_move_whose_mover_died_after_writing_the_journal(shards):

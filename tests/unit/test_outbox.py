@@ -78,7 +78,7 @@ def test_exactly_one_attempt_per_request(store, request_id):
 def test_an_abandoned_attempt_becomes_result_unknown_without_a_new_attempt(store, request_id):
     assert isinstance(begin_attempt(store, request_id, "dead-worker", lease_s=0.05), AttemptGrant)
     time.sleep(0.1)
-    assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("result-unknown")
+    assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("abandoned")
     assert begin_attempt(store, request_id, "w3", lease_s=0.05) == AttemptSkipped("result-unknown")
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 1

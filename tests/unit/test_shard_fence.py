@@ -496,3 +496,17 @@ def test_a_new_grant_of_the_same_instance_lets_go_of_nothing(open_store):
     again = open_store(held(2, owner="a"))  # the instance's lease lapsed and it was granted again
     assert leases.grant(again, "move:m1", "a:2", ttl_s=30) is None  # still held: it passes as ever
     assert lease_rows(again)["move:m1"][0] == "a:1"
+
+
+def test_one_token_granted_to_two_instances_is_kept_by_the_one_that_claimed_the_store(open_store):
+    """Redis lost its counter before instance a's grant 3 wrote anything, and b was granted 3
+    as well: b claims the store first, so a writes nothing under its copy of the token."""
+    first = open_store(held(2, owner="a"))
+    add_account(first)
+    a, b = open_store(held(3, owner="a")), open_store(held(3, owner="b"))
+    add_account(b, "shop-b")
+    before = snapshot(b)
+    with pytest.raises(ShardLeaseLost, match="instance 'b'"):
+        add_account(a, "shop-a")
+    assert snapshot(b) == before
+    add_account(b, "shop-b2")  # b's writes go on

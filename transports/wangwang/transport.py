@@ -17,7 +17,6 @@ import base64
 import hashlib
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from runtime.errors import KefuError
 from runtime.pages import (
@@ -55,10 +54,6 @@ PAGE_LIMIT = 50
 RETRYABLE = ("THROTTLED", "SELLER_OFFLINE", "TIMESTAMP_OUT_OF_RANGE")
 
 Credentials = Callable[[str], WangwangCredentials]
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _content(message: GatewayMessage) -> TextContent | ImageContent | UnsupportedContent:
@@ -116,7 +111,7 @@ def _to_receipts(account_id: str, page: MessagesPage) -> list[BuyerReadReceipt]:
             conversation_id=read.conversation_id,
             platform_message_id=read.message_id,
             reader_id=read.reader_id,
-            read_at=_at(read.read_at),
+            read_at=platform_time(read.read_at, "read_at"),
         )
         for read in page.reads
     ]

@@ -54,10 +54,11 @@ def run_turn(self: Task, customer_id: int) -> str:
     return _run(self, turn(self.app, customer_id))
 
 
-@kefu_task("kefu.agent.rescue")
+@kefu_task("kefu.ingest.rescue")
 def rescue(self: Task) -> str:
-    """Beat (a few times per customer lease), and once when a worker starts: turns whose
-    holder died go again at once (runtime.pipeline.rescue)."""
+    """Beat (a few times per customer lease), and once when a worker starts: turns and sends
+    whose holder died go again at once (runtime.pipeline.rescue). On the ingest queue, with the
+    reconciler: a backlog of turns on the agent queue must not hold up finding a dead one."""
     return _run(self, pipeline.rescue(runtime_for(self.app)))
 
 
