@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -95,6 +96,19 @@ def _turn_holder(rig: Rig, tracker: TaskTracker, candidates: list[Member]) -> Me
     return None
 
 
+def _all_running(rig: Rig) -> None:
+    """Until every worker runs again and answers a ping (a killed one restarts after its
+    pause), bounded."""
+    deadline = time.monotonic() + ELSEWHERE_PAUSE_S + TARGET_PATIENCE_S
+    while not all(m.process.running() for m in rig.workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for member in rig.workers:
+        try:
+            member.process.wait_ready(rig.app, timeout_s=max(1.0, deadline - time.monotonic()))  # type: ignore[attr-defined]
+        except (TimeoutError, RuntimeError) as error:
+            rig.say(f"{member.role} not ready before the next fault ({type(error).__name__})")
+
+
 def _kill(rig: Rig, member: Member, kind: str) -> bool:
     if kind == "whole worker":
         return rig.kill_main(member, pause_s=1.0, with_pool=True)
@@ -120,6 +134,7 @@ def inject_midturn_kills(options: Options, kills: list[Kill]) -> Inject:
         try:
             for index in range(options.kills):
                 kind = KINDS[index % len(KINDS)]
+                _all_running(rig)  # one fault at a time: the other host is back before the next
                 target = _turn_holder(rig, tracker, elsewhere if kind == "other host" else here)
                 if target is None:
                     rig.say(f"no {kind} target held a turn within {TARGET_PATIENCE_S:g} s")
@@ -143,6 +158,8 @@ def inject_midturn_kills(options: Options, kills: list[Kill]) -> Inject:
 def midturn_kill(options: Options, root: Path, say: Say) -> RunReport:
     from tests.fakes.openai_server import FakeOpenAI
 
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        raise RuntimeError("midturn-kill runs one worker as another host with `unshare --uts`: it needs root")
     kills: list[Kill] = []
     model = SlowModel(MODEL_DELAY_S, LATER_DELAY_S)
     with FakeOpenAI(policy=model) as fake:
