@@ -294,7 +294,7 @@ def advance(services: Services, coordination: Coordination, op_id: str, retry_fa
         except MoveRaced:
             return Step("the journal changed meanwhile; the next pass goes on from it")
         except KefuError as error:  # the move stops with the code; a rerun (or its bound) goes on
-            log.error("move %s: step %s failed: %s", op_id, record.step, error.code)
+            log.error("move %s: step %s failed: %s (%s)", op_id, record.step, error.code, error.message)
             current = load_move(coordination, op_id) or record
             problem = {**current.detail, "problem": error.message}
             try:
