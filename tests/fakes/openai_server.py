@@ -64,7 +64,8 @@ def images_of(message: dict[str, Any]) -> list[str]:
 def default_policy(request: dict[str, Any]) -> dict[str, Any]:
     """Reply once to the latest buyer lines; after a tool result since the last user message, stop.
     Like a model that reads its context, it does not answer buyer lines again that a reply it
-    called for already follows (a turn a crash cut short, then asked to check its tools)."""
+    sent already follows (a turn a crash cut short, then asked to check its tools); a send whose
+    outcome a repair marked unknown or not started is one it makes again."""
     messages = request["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     if any(m["role"] == "tool" for m in messages[last_user:]):
@@ -78,14 +79,25 @@ def default_policy(request: dict[str, Any]) -> dict[str, Any]:
                 break
     if not buyer:
         return completion("没有需要回复的顾客消息。")
-    if any(_calls(m, "im_send_message") for m in messages[index + 1 :]):
+    if _sent_after(messages[index + 1 :]):
         return completion("已回复顾客。")
     text = json.dumps({"text": "您好，已收到您的消息：" + "；".join(buyer)}, ensure_ascii=False)
     return completion(None, [(f"call-{len(messages)}", "im_send_message", text)])
 
 
-def _calls(message: dict[str, Any], tool: str) -> bool:
-    return any(call["function"]["name"] == tool for call in message.get("tool_calls") or [])
+def _sent_after(messages: list[dict[str, Any]]) -> bool:
+    """An im_send_message call among `messages` whose result says it went (not a repair's)."""
+    sends = {
+        call["id"]
+        for message in messages
+        for call in message.get("tool_calls") or []
+        if call["function"]["name"] == "im_send_message"
+    }
+    repaired = ("TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED", "Error")
+    return any(
+        m["role"] == "tool" and m.get("tool_call_id") in sends and not any(r in text_of(m) for r in repaired)
+        for m in messages
+    )
 
 
 @dataclass
