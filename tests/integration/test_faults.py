@@ -120,11 +120,17 @@ def test_faults_move_under_faults_short(tmp_path: Path) -> None:
 
 def test_faults_midturn_kill_short(tmp_path: Path) -> None:
     """Default settings: a worker killed while a turn waits for its model (whole, its pool
-    processes, and one as another host); each kill's waiting buyers are answered within the
-    goals (15 s on the same host, 30 s from another host), nothing lost or doubled."""
+    processes, and one as another host); every buyer waiting at a kill is answered, nothing
+    lost or doubled. How soon is the benchmark's figure (`python -m bench.faults midturn-kill`
+    checks its goals), never asserted on a shared CI machine."""
     report = run_short("midturn-kill", tmp_path)
     assert report["lost"] == 0 and report["audit"]["doubled"] == 0, summary(report)
-    assert_clean(report, min_faults=3, wall_bound_s=DEFAULTS_WALL_BOUND_S)
+    assert report["fault_count"] >= 3, summary(report)
+    recoveries = {row[0]: row[1] for row in report["rows"] if row[0].startswith("kill → last stranded reply")}
+    assert len(recoveries) == 3 and not any("unanswered" in v or v == "none" for v in recoveries.values()), summary(
+        report
+    )
+    assert report["wall_s"] < DEFAULTS_WALL_BOUND_S, summary(report)
 
 
 def test_faults_standby_takeover_short(tmp_path: Path) -> None:
