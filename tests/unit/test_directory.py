@@ -4,34 +4,17 @@ ends where the stores say, never with an account paused for ever."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from runtime import moves, pipeline
-from runtime.accounts import AccountSpec, create_account
 from runtime.directory import Rebuilt, discarder, enter_accounts, rebuild_directory
 from runtime.moves import begin_move, flip, load_move
-from runtime.routes import RouteSpec, create_route
 from runtime.shards import Placement
 from runtime.states import MoveStep, PlacementState
 from tests.local_services import Local
-from tests.unit.test_moves import _replied, _shard, page
+from tests.unit.test_moves import _replied, page
+from tests.unit.test_moves import shards as shards  # the fixture: shards a (serving `shop`) and b
 from worker.coordination import LocalCoordinator
-
-
-@pytest.fixture
-def shards(tmp_path: Path) -> Iterator[tuple[Local, Local, LocalCoordinator]]:
-    """Shards a (serving `shop`, entered in the directory) and b, on one coordination file."""
-    a, b = _shard(tmp_path, "a"), _shard(tmp_path, "b")
-    create_account(a.store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
-    create_route(a.store, RouteSpec(id="shop-direct", account_id="shop", conversation_type="direct"), "op-r")
-    coordination = LocalCoordinator(tmp_path / "coordination.sqlite")
-    assert enter_accounts(a.store, coordination, "a").elsewhere == []
-    yield a, b, coordination
-    a.store.close()
-    b.store.close()
 
 
 def _rebuild(services: Local, coordination: LocalCoordinator) -> Rebuilt:
