@@ -38,13 +38,14 @@ def rescue_interval_s(settings: Settings) -> float:
 
 
 def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
+    rescue_s = rescue_interval_s(settings)
     return {
         "reconcile": {"task": pipeline.reconcile.name, "schedule": settings.reconcile.interval_s},
         # A turn whose holder died goes again within a third of its lease after the lease lapsed.
         "rescue": {
             "task": pipeline.rescue.name,
-            "schedule": rescue_interval_s(settings),
-            "options": {"expires": rescue_interval_s(settings)},
+            "schedule": rescue_s,
+            "options": {"expires": rescue_s},
         },
         "checkpoint": {"task": pipeline.checkpoint.name, "schedule": settings.checkpoint.interval_ms / 1000},
         # A round left waiting longer than its interval is superseded by the next one.
