@@ -298,6 +298,12 @@ def advance(services: Services, coordination: Coordination, op_id: str, retry_fa
             current = load_move(coordination, op_id) or record
             problem = {**current.detail, "problem": error.message}
             try:
+                if current.step == MoveStep.EXPORTED and shard == current.target:
+                    # The import was refused (a damaged or missing slice, ids taken here) and
+                    # nothing was written: the same slice would be refused again, so the source
+                    # resumes the account now rather than at the import's bound.
+                    begin_rollback(coordination, current, error=error.code, detail=problem)
+                    return Step(f"import refused with {error.code}; rolling back")
                 save_move(coordination, current, error=error.code, detail=problem)
             except MoveRaced:
                 pass
@@ -427,7 +433,7 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
 
 def _import(services: Services, coordination: Coordination, record: MoveRecord) -> str:
     """A refusal (a disagreeing cursor, ids taken here, a damaged slice) changes nothing here;
-    the move stops with its code, for a rerun or a rollback."""
+    the move rolls back with its code (advance)."""
     data = coordination.blob(f"{record.op_id}:slice")
     if data is None or hashlib.sha256(data).hexdigest() != record.slice_sha256:
         raise KefuError("KEFU_PLACEMENT_SLICE_MISSING", f"move {record.op_id}: the exported slice is gone", "roll back")

@@ -388,13 +388,19 @@ def settle(services: Services, request_id: str) -> Step:
 # --- the beat ------------------------------------------------------------------------------
 
 
-def reconcile(services: Services) -> Step:
+def reconcile(services: Services, grace_s: float | None = None) -> Step:
     """Re-derive from SQLite whatever is pending and overdue, so a lost or duplicated broker
     message never loses or repeats work: input to admit, batches to run, requests to attempt
     or settle, received pages whose broker message was lost, and pages the platform served
-    while no listener ran (catch-up from the committed cursor)."""
+    while no listener ran (catch-up from the committed cursor).
+
+    `grace_s` 0 is a worker's pass as it starts: what its dead predecessor had taken from the
+    broker but not begun (Redis hands it back only after the visibility timeout) goes again
+    now, not after the grace. Work still queued elsewhere then runs twice, which every step
+    tolerates (leases, receipts). Catch-up keeps the configured grace: it asks the platform."""
     settings, store, now = services.settings, services.store, now_ms()
-    quiet = now - int(settings.reconcile.grace_s * 1000)
+    grace_ms = int((settings.reconcile.grace_s if grace_s is None else grace_s) * 1000)
+    quiet = now - grace_ms
     lease = now - int(settings.outbox.attempt_lease_s * 1000)
     expired = inbound_media.expire_images(store, now, RECONCILE_LIMIT)  # too old to fetch: no platform call
     with store.read() as conn:
@@ -403,7 +409,7 @@ def reconcile(services: Services) -> Step:
         attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
         settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
         images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet, now=now)
-    recorded = overdue_pages(store, int(settings.reconcile.grace_s * 1000))
+    recorded = overdue_pages(store, grace_ms)
     prune_ingested(store)
     caught_up = _catch_up(services)
     follow_ups = (

@@ -402,6 +402,15 @@ def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_
             " shard (customer ids are kept when an account moves)",
             "find out why two shards gave out the same customer ids; nothing was imported",
         )
+    routes = json.dumps([r.get("id") for r in s.tables.get("route", [])])
+    clash = sql("SELECT id FROM route WHERE account_id != :a AND id IN (SELECT value FROM json_each(:ids)) ORDER BY id")
+    if named := list(conn.execute(clash, {"a": a, "ids": routes}).scalars()):
+        raise KefuError(
+            "KEFU_PLACEMENT_ID_CONFLICT",
+            f"account {a!r}: route id(s) {', '.join(map(repr, named))} belong to another account on this shard"
+            " (route ids are kept when an account moves)",
+            "create the route again under another id on the source shard (or rename this shard's), then move",
+        )
     return earlier
 
 

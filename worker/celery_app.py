@@ -150,10 +150,13 @@ def _freeze_startup_heap(**_: object) -> None:
 @worker_ready.connect
 def _rescue_at_start(sender: object, **_: object) -> None:
     """A worker that starts (again) looks at once for turns its dead predecessor on this host
-    held: a restart, not the customer lease's expiry, paces their recovery. Sent as a task: this
-    main process forks pool processes and must not open the store."""
+    held, and for what it had taken from the broker without beginning it (a reconciler pass
+    with no grace): a restart, not the customer lease's expiry or the reconciler's grace, paces
+    their recovery. Sent as tasks: this main process forks pool processes and must not open
+    the store."""
     try:
         pipeline.rescue.apply_async(expires=60)
+        pipeline.reconcile.apply_async(kwargs={"grace_s": 0}, expires=60)
     except Exception as error:  # the broker is down: the rescue beat finds them
         logging.getLogger(__name__).warning("rescue at start not sent (%s)", type(error).__name__)
 

@@ -52,7 +52,7 @@ def set_up_store(settings: Settings, account: str = ACCOUNT) -> None:
     """The run's shop: a simulator account with an enabled direct route."""
     store = DeliveryStore(settings.delivery_path, settings.delivery)
     create_account(store, AccountSpec(id=account, platform="simulator", identity=f"{account}-seller"))
-    create_route(store, RouteSpec(id="faults-direct", account_id=account, conversation_type="direct"), "faults-r")
+    create_route(store, RouteSpec(id=f"{account}-direct", account_id=account, conversation_type="direct"), "faults-r")
     store.close()
 
 

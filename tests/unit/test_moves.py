@@ -210,6 +210,27 @@ def test_an_import_not_taken_within_its_bound_rolls_back_on_the_source_alone(sha
         assert local_placement(conn, "shop") is None
 
 
+def test_an_import_refused_by_the_target_rolls_back_at_once_and_names_the_route_taken(shards):
+    """Route ids are chosen by operators, per shard; one the target gives another account
+    refuses the import before anything is written, and the account is served again by its
+    source at the next pass, not after the import's bound."""
+    a, b, coordination = shards
+    create_account(b.store, AccountSpec(id="other", platform="simulator", identity="seller-2"))
+    create_route(b.store, RouteSpec(id="shop-direct", account_id="other", conversation_type="direct"), "op-r")
+    begin_move(coordination, "m1", "shop", "b")
+    assert moves.advance(a, coordination, "m1").outcome.startswith("exported")
+    [(_, refused)] = moves.drive(b, coordination)
+    assert refused.outcome == "import refused with KEFU_PLACEMENT_ID_CONFLICT; rolling back"
+    record = load_move(coordination, "m1")
+    assert (record.step, record.error) == (MoveStep.ROLLING_BACK_SOURCE, "KEFU_PLACEMENT_ID_CONFLICT")
+    assert "'shop-direct' belong to another account" in record.detail["problem"]
+    with b.store.read() as conn:
+        assert local_placement(conn, "shop") is None  # nothing of the slice written
+    [(_, rolled)] = moves.drive(a, coordination)
+    assert rolled.outcome.startswith("rolled back") and load_move(coordination, "m1").step == MoveStep.ROLLED_BACK
+    assert pipeline.ingest(a, page(2).model_dump(mode="json")).outcome == "ingested"  # input resumed
+
+
 def test_an_imported_move_only_goes_forward(shards):
     a, b, coordination = shards
     begin_move(coordination, "m1", "shop", "b")

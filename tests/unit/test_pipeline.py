@@ -318,6 +318,18 @@ def test_reconcile_asks_for_overdue_turns_attempts_and_settlements(services):
     assert Settle("op-1") in pipeline.reconcile(services).follow_ups
 
 
+def test_a_starting_worker_reconciles_with_no_grace_what_a_dead_one_had_taken(services):
+    """The dead worker had taken the turn's broker message without beginning it: no lease lapsed
+    for the rescue to see, and Redis hands the message back only after its visibility timeout."""
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    with services.store.write() as conn:  # claimed a moment ago, well within the 30 s grace
+        conn.exec_driver_sql("UPDATE admission_batch SET updated_at = updated_at - 50")
+    assert RunTurn(customer_id) not in pipeline.reconcile(services).follow_ups
+    assert pipeline.rescue(services).follow_ups == ()
+    assert RunTurn(customer_id) in pipeline.reconcile(services, grace_s=0).follow_ups
+
+
 def test_check_reads_stores_a_read_found_by_a_read_status_query(services):
     reading = MockReadStatusTransport(readers=lambda message_id: {"b1": 1_700_000_000_000}, schedule=(2, 0))
     services.transport = reading

@@ -84,10 +84,11 @@ def read_status(self: Task) -> str:
 
 
 @kefu_task("kefu.ingest.reconcile")
-def reconcile(self: Task) -> str:
-    """Beat. Also prunes the embedded broker's consumed messages."""
+def reconcile(self: Task, grace_s: float | None = None) -> str:
+    """Beat, and once with no grace when a worker starts. Also prunes the embedded broker's
+    consumed messages."""
     runtime = runtime_for(self.app)
-    outcome = _run(self, pipeline.reconcile(runtime))
+    outcome = _run(self, pipeline.reconcile(runtime, grace_s))
     if runtime.settings.embedded_broker:
         _prune_processed(embedded_folders(runtime.settings.data_dir)["processed_folder"])
     return outcome
