@@ -149,11 +149,11 @@ def _freeze_startup_heap(**_: object) -> None:
 
 @worker_ready.connect
 def _rescue_at_start(sender: object, **_: object) -> None:
-    """A worker that starts (again) looks at once for turns its dead predecessor on this host
-    held, and for what it had taken from the broker without beginning it (a reconciler pass
-    with no grace): a restart, not the customer lease's expiry or the reconciler's grace, paces
-    their recovery. Sent as tasks: this main process forks pool processes and must not open
-    the store."""
+    """A worker that starts (again) runs at once the turns its dead predecessor on this host
+    held (their leases lapsed in the startup check) and what it had taken from the broker
+    without beginning it (a reconciler pass with no grace): a restart, not the customer
+    lease's expiry or the reconciler's grace, paces their recovery. Sent as tasks, which any
+    worker may take: this main process forks pool processes and must not hold the store open."""
     try:
         pipeline.rescue.apply_async(expires=60)
         pipeline.reconcile.apply_async(kwargs={"grace_s": 0}, expires=60)

@@ -23,6 +23,7 @@ from runtime.alerts import AlertSink
 from runtime.credentials import load_credentials
 from runtime.directory import Rebuilt, discarder, rebuild_directory
 from runtime.errors import KefuError
+from runtime.leases import lapse_gone_holders
 from runtime.media import AttachmentPolicy
 from runtime.memory.store import MemoryStore
 from runtime.moves import AccountOnOtherShard
@@ -169,12 +170,16 @@ class WorkerRuntime:
         return rebuild_directory(self.store, self.coordination, settings.shard, resume, discard)
 
     def check(self) -> None:
-        """Fail startup early: open the store (migrate, check PRAGMAs), load the agent.
+        """Fail startup early: open the store (migrate, check PRAGMAs), load the agent, and
+        lapse the leases of this host's dead processes (a predecessor killed mid-turn): this
+        process runs on their host, which any worker the rescue task reaches may not, so the
+        rescue only has to run their turns (runtime.pipeline.rescue).
 
         The store's connections are closed again: the worker forks its pool and its embedded
         beat after this, and SQLite must never be open across a fork (a child would inherit the
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider, self.memory
+        lapse_gone_holders(self.store)
         if self.settings.agent.openai.vision and isinstance(self.provider, OpenAIChatProvider):
             self.provider.check_vision()
         for account_id in self.rebuild_directory().elsewhere:  # what it resumed, the reconciler picks up

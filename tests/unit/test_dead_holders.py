@@ -12,14 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from config import load_settings
 from runtime import holders, leases, pipeline
 from runtime.manual import ManualSend, send_manual
 from runtime.outbox import AttemptGrant, begin_attempt, load_request
 from runtime.pipeline import Attempt, RunTurn, Settle, Step
 from runtime.ports import NeverReceived, SendReceipt
 from runtime.states import OutboxState
-from runtime.store import now_ms
+from runtime.store import DeliveryStore, now_ms
 from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
+from worker.context import WorkerRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,3 +145,17 @@ def test_a_live_senders_attempt_stays_in_progress(services):  # noqa: F811
     request_id = _send_begun_by(services, holders.new_owner())
     assert pipeline.rescue(services).follow_ups == ()
     assert pipeline.deliver(services, request_id) == Step("in-progress")
+
+
+def test_a_starting_worker_lapses_its_hosts_dead_holders_before_it_forks(tmp_path, dead_owner):
+    """The rescue task its start sends may reach a worker on another host, which cannot see
+    this host's processes: the lapse is the starting worker's own, in its startup check."""
+    settings = load_settings(data_dir=tmp_path)
+    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    assert leases.grant(store, "customer:7", dead_owner, ttl_s=600) is not None
+    assert leases.grant(store, "customer:8", holders.new_owner(), ttl_s=600) is not None  # alive
+    WorkerRuntime(settings).check()
+    with store.read() as conn:
+        expiry = dict(conn.exec_driver_sql("SELECT name, expires_at FROM lease").all())
+    assert expiry["customer:7"] == 1 and expiry["customer:8"] > now_ms()  # lapsed; kept
+    store.close()
