@@ -6,12 +6,13 @@ import gc
 import logging
 import sys
 
-from celery import Celery
+from celery import Celery, current_app
 from celery.signals import beat_init, worker_init, worker_process_init, worker_ready, worker_shutdown
 from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
 from runtime.errors import KefuError
+from runtime.leases import lapse_gone_holders
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
@@ -133,6 +134,17 @@ def _check_runtime(sender: object, **_: object) -> None:
         logging.getLogger(__name__).exception("startup check failed")
         failed = KefuError("KEFU_STARTUP_FAILED", f"the startup check failed ({type(error).__name__})", "see above")
         refuse_start(failed)
+
+
+@worker_process_init.connect
+def _lapse_lost_siblings(**_: object) -> None:
+    """A pool process that starts most often replaces one that died mid-turn: it lapses that
+    one's leases at once, on their host (the requeued task or the rescue beat may reach a
+    worker on another host, which cannot see them gone), and the rescue runs their turns."""
+    try:
+        lapse_gone_holders(runtime_for(current_app._get_current_object()).store)
+    except Exception as error:  # the rescue beat and the leases' expiry still find them
+        logging.getLogger(__name__).warning("lapsing dead holders failed (%s)", type(error).__name__)
 
 
 @worker_init.connect

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from celery import current_app
+from celery.signals import worker_process_init
 
 from config import load_settings
 from runtime import holders, leases, pipeline
@@ -21,7 +23,8 @@ from runtime.ports import NeverReceived, SendReceipt
 from runtime.states import OutboxState
 from runtime.store import DeliveryStore, now_ms
 from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
-from worker.context import WorkerRuntime
+from worker.celery_app import make_app
+from worker.context import WorkerRuntime, runtime_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,4 +161,22 @@ def test_a_starting_worker_lapses_its_hosts_dead_holders_before_it_forks(tmp_pat
     with store.read() as conn:
         expiry = dict(conn.exec_driver_sql("SELECT name, expires_at FROM lease").all())
     assert expiry["customer:7"] == 1 and expiry["customer:8"] > now_ms()  # lapsed; kept
+    store.close()
+
+
+def test_a_pool_process_that_starts_lapses_the_leases_of_the_one_it_replaces(tmp_path, dead_owner):
+    """Celery replaces a pool process that died; the task it was running is requeued and may
+    reach a worker on another host, which cannot see the process gone."""
+    settings = load_settings(data_dir=tmp_path)
+    store = DeliveryStore(settings.delivery_path, settings.delivery)
+    assert leases.grant(store, "customer:7", dead_owner, ttl_s=600) is not None
+    app, previous = make_app(settings), current_app._get_current_object()
+    app.set_current()  # as billiard's process initializer does before it sends the signal
+    try:
+        worker_process_init.send(sender=None)
+    finally:
+        previous.set_current()
+    with store.read() as conn:
+        assert conn.exec_driver_sql("SELECT expires_at FROM lease").scalar_one() == 1
+    runtime_for(app).store.close()
     store.close()
