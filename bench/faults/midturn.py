@@ -132,8 +132,10 @@ def inject_midturn_kills(options: Options, kills: list[Kill]) -> Inject:
         tracker = TaskTracker(rig.app).start()
         here, elsewhere = rig.workers[:-1], rig.workers[-1:]
         try:
-            for index in range(options.kills):
-                kind = KINDS[index % len(KINDS)]
+            tries = 0
+            while len(kills) < options.kills and tries < 2 * options.kills:  # a kind without a target is tried again
+                tries += 1
+                kind = KINDS[len(kills) % len(KINDS)]
                 _all_running(rig)  # one fault at a time: the other host is back before the next
                 target = _turn_holder(rig, tracker, elsewhere if kind == "other host" else here)
                 if target is None:
