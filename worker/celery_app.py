@@ -140,9 +140,14 @@ def _check_runtime(sender: object, **_: object) -> None:
 def _lapse_lost_siblings(**_: object) -> None:
     """A pool process that starts most often replaces one that died mid-turn: it lapses that
     one's leases at once, on their host (the requeued task or the rescue beat may reach a
-    worker on another host, which cannot see them gone), and the rescue runs their turns."""
+    worker on another host, which cannot see them gone), and the rescue runs their turns.
+
+    The store is closed again: the solo pool sends this signal in the worker's main process,
+    which forks the embedded beat afterwards (SQLite must not be open across a fork)."""
     try:
-        lapse_gone_holders(runtime_for(current_app._get_current_object()).store)
+        store = runtime_for(current_app._get_current_object()).store
+        lapse_gone_holders(store)
+        store.close()
     except Exception as error:  # the rescue beat and the leases' expiry still find them
         logging.getLogger(__name__).warning("lapsing dead holders failed (%s)", type(error).__name__)
 
