@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 from celery import Celery
@@ -122,12 +123,15 @@ def _tree_cpu_s(pid: int) -> float:
 
 
 class Workers:
-    """The worker processes of a rig: one prefork worker of `concurrency` pool processes, or
-    `concurrency` solo workers side by side on the same data dir and broker."""
+    """The worker processes of a rig: one prefork worker of `concurrency` pool processes,
+    `concurrency` solo workers side by side on the same data dir and broker, one worker on a
+    thread pool of `concurrency` threads, or one worker on the pool kefu picks for its settings
+    ("default", worker.celery_app.pool_defaults)."""
 
     def __init__(self, env: dict[str, str], data_dir: Path, concurrency: int, pool: str = "prefork") -> None:
+        log = data_dir / "worker.log"
         if pool == "prefork":
-            self.processes = [WorkerProcess(env, data_dir / "worker.log", beat=False, concurrency=concurrency)]
+            self.processes = [WorkerProcess(env, log, beat=False, concurrency=concurrency)]
             pool_label = "-P solo" if concurrency == 1 else f"-P prefork -c {concurrency}"  # as WorkerProcess runs it
             self.label = f"one worker {pool_label}"
         elif pool == "solo":
@@ -135,8 +139,11 @@ class Workers:
                 WorkerProcess(env, data_dir / f"worker-{i}.log", beat=False, concurrency=1) for i in range(concurrency)
             ]
             self.label = f"{concurrency} workers -P solo"
+        elif pool in ("threads", "default"):
+            self.processes = [WorkerProcess(env, log, beat=False, concurrency=concurrency, pool=pool)]
+            self.label = f"one worker -P threads -c {concurrency}" if pool == "threads" else "one worker, kefu's pool"
         else:
-            raise ValueError(f"no pool {pool!r}: prefork or solo")
+            raise ValueError(f"no pool {pool!r}: prefork, solo, threads or default")
 
     def start(self) -> None:
         for process in self.processes:
@@ -169,11 +176,16 @@ class Rig:
         platform_path: Path | None = None,
         flush: bool = True,
         pool: str = "prefork",
+        env: dict[str, str] | None = None,
+        **overrides: Any,
     ) -> None:
+        """`env`: more settings for the workers, which `overrides` gives this process's settings."""
         if flush:
             redis.Redis.from_url(broker).flushdb()
         simulator = {"platform_path": platform_path} if platform_path else {}
-        self.settings = load_settings(data_dir=data_dir, broker_url=broker, shard=shard, simulator=simulator)
+        self.settings = load_settings(
+            data_dir=data_dir, broker_url=broker, shard=shard, simulator=simulator, **overrides
+        )
         self.accounts = list(accounts)
         store = DeliveryStore(self.settings.delivery_path)
         for account in self.accounts:
@@ -187,7 +199,7 @@ class Rig:
         self.platform = SimulatedPlatform(self.settings.simulator_path)
         self.transport = SimulatorTransport(self.platform)
         self.app = make_app(self.settings)
-        env = {"KEFU_DATA_DIR": str(data_dir), "KEFU_BROKER_URL": broker}
+        env = {"KEFU_DATA_DIR": str(data_dir), "KEFU_BROKER_URL": broker, **(env or {})}
         if shard != "default":
             env["KEFU_SHARD"] = shard
         if platform_path:

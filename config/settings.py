@@ -61,6 +61,11 @@ class OpenAISettings(_Section):
     # The model takes images (checked with the provider when a worker starts): buyers' images go
     # to it as image content for `KEFU_AGENT__IMAGE_ROUNDS` turns; otherwise they read `[image]`.
     vision: bool = False
+    # Model calls in flight at once in one worker process; more turns wait for a free slot in
+    # the order they asked (one turn per customer at a time, so per customer). A worker whose
+    # agent is this provider runs a thread pool this large plus WORKER_THREADS_SPARE by default
+    # (worker.celery_app): a turn waiting on the model costs a thread, not a process.
+    max_concurrency: int = Field(512, ge=1, le=10_000)
 
 
 class AgentSettings(_Section):

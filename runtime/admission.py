@@ -267,10 +267,14 @@ def revoke_batch(conn: Connection, batch_id: str) -> None:
     )
 
 
-def finish_batch(conn: Connection, batch_id: str) -> None:
+def finish_batch(conn: Connection, batch_id: str, model_calls: int = 0, model_ms: int = 0) -> None:
+    """Done; with the model calls its turn's last run made and their time (runtime.status)."""
     conn.execute(
-        sql("UPDATE admission_batch SET state = 'done', updated_at = :at WHERE id = :b"),
-        {"b": batch_id, "at": now_ms()},
+        sql(
+            "UPDATE admission_batch SET state = 'done', updated_at = :at, model_calls = :c, model_ms = :ms"
+            " WHERE id = :b"
+        ),
+        {"b": batch_id, "at": now_ms(), "c": model_calls, "ms": model_ms},
     )
 
 

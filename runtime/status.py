@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from runtime.classification import AGENT_INPUT_ROLES
 from runtime.customers import Source, of_source, source_param
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, now_ms
 from runtime.store.sql import sql
 
 
@@ -57,6 +57,9 @@ def is_quiet(store: DeliveryStore) -> bool:
 REPLY_LATENCY_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
+MODEL_WINDOW_S = 600  # model calls are reported over the batches finished this recently
+
+
 class Operations(BaseModel):
     """What operators and monitoring want to know at a glance, read from the store alone."""
 
@@ -67,6 +70,12 @@ class Operations(BaseModel):
     reply_latency: list[int]  # replies within each REPLY_LATENCY_BOUNDS bound (cumulative)
     reply_latency_count: int
     reply_latency_sum_s: float
+    model_calls: int  # made by the turns of batches finished in the last MODEL_WINDOW_S
+    model_seconds: float  # their wall time, waiting for a model slot included
+
+    @property
+    def model_call_mean_s(self) -> float | None:
+        return self.model_seconds / self.model_calls if self.model_calls else None
 
 
 def operations(store: DeliveryStore) -> Operations:
@@ -93,6 +102,13 @@ def operations(store: DeliveryStore) -> Operations:
                 " WHERE latency_ms IS NOT NULL"  # a reply to the buyer: not to an operator's message alone
             )
         ).one()
+        model = conn.execute(
+            sql(
+                "SELECT coalesce(sum(model_calls), 0), coalesce(sum(model_ms), 0) FROM admission_batch"
+                " WHERE model_calls > 0 AND updated_at >= :since"
+            ),
+            {"since": now_ms() - MODEL_WINDOW_S * 1000},
+        ).one()
     return Operations(
         buyer_messages=buyer_messages,
         requests=requests,
@@ -101,6 +117,8 @@ def operations(store: DeliveryStore) -> Operations:
         reply_latency=[int(n or 0) for n in latency[2:]],
         reply_latency_count=int(latency[0]),
         reply_latency_sum_s=float(latency[1]) / 1000,
+        model_calls=int(model[0]),
+        model_seconds=float(model[1]) / 1000,
     )
 
 

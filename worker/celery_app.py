@@ -7,6 +7,8 @@ import logging
 import sys
 
 from celery import Celery, current_app
+from celery.concurrency import get_implementation
+from celery.concurrency.thread import TaskPool as ThreadPool
 from celery.signals import beat_init, worker_init, worker_process_init, worker_ready, worker_shutdown
 from kombu import Exchange, Queue
 
@@ -22,6 +24,9 @@ from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (regi
 MOVES_DRIVE_S = 5.0  # beat's pass over the open moves (a drain's retry, a bound's check)
 FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
 DIRECTORY_INTERVAL_S = 20.0  # a directory lost with Redis is whole again within this (and at each start)
+# Threads of a network model's worker beyond its model slots: ingestion, sends and the rest go
+# on while every slot waits on the model.
+WORKER_THREADS_SPARE = 32
 
 
 def queue_name(family: str, shard: str) -> str:
@@ -82,6 +87,22 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     }
 
 
+def pool_defaults(settings: Settings) -> dict[str, object]:
+    """The pool a worker runs when its command line names none (`-P`/`-c` override it).
+
+    The rules agent answers from the process in milliseconds: Celery's default, a prefork pool
+    of one process per core. A model behind a network spends seconds per call waiting: a turn
+    must not hold a process for that, so such a worker runs a thread pool with a thread for
+    every model slot (`KEFU_AGENT__OPENAI__MAX_CONCURRENCY`) and some to spare; one process,
+    one store lock queue, one connection pool to the model."""
+    if settings.agent.provider == "rules":
+        return {}
+    return {
+        "worker_pool": "threads",
+        "worker_concurrency": settings.agent.openai.max_concurrency + WORKER_THREADS_SPARE,
+    }
+
+
 def make_app(settings: Settings) -> Celery:
     app = Celery("kefu")
     shard = settings.shard
@@ -108,6 +129,7 @@ def make_app(settings: Settings) -> Celery:
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
         worker_hijack_root_logger=False,
+        **pool_defaults(settings),
     )
     # After the configuration: naming a task object binds the tasks, which read it (acks_late).
     app.conf.beat_schedule = _beat_schedule(settings)
@@ -134,6 +156,13 @@ def _check_runtime(sender: object, **_: object) -> None:
         logging.getLogger(__name__).exception("startup check failed")
         failed = KefuError("KEFU_STARTUP_FAILED", f"the startup check failed ({type(error).__name__})", "see above")
         refuse_start(failed)
+
+
+@worker_init.connect
+def _note_pool(sender: object, **_: object) -> None:
+    """Whether this worker runs its tasks on threads (worker.dispatch runs turns inline then)."""
+    pool = get_implementation(sender.pool_cls)  # type: ignore[attr-defined]
+    sender.app.kefu_thread_pool = isinstance(pool, type) and issubclass(pool, ThreadPool)  # type: ignore[attr-defined]
 
 
 @worker_process_init.connect

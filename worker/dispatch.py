@@ -5,8 +5,12 @@ in the task that made it due, each a broker hop per buyer message saved without 
 recovery (the work is on disk before it runs, and every step is idempotent and fenced):
 - admission after a turn ends (after a page is ingested, it runs in the page's transaction);
 - the turn of a batch admitted while ingesting a page, when the agent answers from this
-  process (the rules agent: no network, a few milliseconds); a model behind a network keeps
-  its turns on the agent queue, so a slow call never holds up ingestion;
+  process (the rules agent: no network, a few milliseconds), or when this worker runs a thread
+  pool (a network model's layout, worker.celery_app.pool_defaults): a turn waiting on the model
+  holds one of hundreds of threads, not a process, and the hop to the agent queue (a publish,
+  a delivery, an ack and three task events) cost more CPU than the turn's own work. A network
+  model on a prefork pool keeps its turns on the agent queue, so a slow call never holds up
+  ingestion there;
 - the first attempt of each reply a turn registers, while the turn goes on (begun by the
   reply's registration, in its transaction: only the send and its outcome are left).
 Everything else is sent to its family's queue. A send that fails raises: the work is still in
@@ -42,10 +46,14 @@ def dispatch(app: Celery, follow_ups: Iterable[FollowUp], turns_here: bool = Fal
     for work in follow_ups:
         if isinstance(work, Admit):
             dispatch(app, pipeline.admit(runtime_for(app), work.customer_id).follow_ups, turns_here)
-        elif turns_here and isinstance(work, RunTurn) and not work.countdown_s and runtime_for(app).local_agent:
+        elif turns_here and isinstance(work, RunTurn) and not work.countdown_s and _turns_inline(app):
             dispatch(app, turn(app, work.customer_id).follow_ups)
         else:
             send(app, work)
+
+
+def _turns_inline(app: Celery) -> bool:
+    return runtime_for(app).local_agent or getattr(app, "kefu_thread_pool", False)
 
 
 def turn(app: Celery, customer_id: int) -> pipeline.Step:

@@ -127,7 +127,8 @@ class KefuProcess(ABC):
 
 class WorkerProcess(KefuProcess):
     """A worker serving every queue of its shard (with `beat`, also the embedded beat; with
-    `listen`, also the account listeners); `concurrency` > 1 runs a prefork pool."""
+    `listen`, also the account listeners); `concurrency` > 1 runs a prefork pool, unless `pool`
+    names one ("default": the pool kefu picks for its settings, worker.celery_app.pool_defaults)."""
 
     def __init__(
         self,
@@ -138,8 +139,10 @@ class WorkerProcess(KefuProcess):
         listen: bool = False,
         clean_env: bool = False,
         cwd: Path | None = None,
+        pool: str | None = None,
     ) -> None:
         super().__init__(env, log_path, clean_env, cwd)
+        self.pool = pool
         self.beat = beat
         self.listen = listen
         self.concurrency = concurrency
@@ -147,7 +150,12 @@ class WorkerProcess(KefuProcess):
 
     def command(self) -> list[str]:
         data_dir = Path(self.env["KEFU_DATA_DIR"])
-        pool = ["-P", "solo"] if self.concurrency == 1 else ["-P", "prefork", "-c", str(self.concurrency)]
+        if self.pool == "default":
+            pool = []
+        elif self.pool is not None:
+            pool = ["-P", self.pool, "-c", str(self.concurrency)]
+        else:
+            pool = ["-P", "solo"] if self.concurrency == 1 else ["-P", "prefork", "-c", str(self.concurrency)]
         self.node_name = f"kefu-{os.getpid()}-{time.monotonic_ns()}"
         command = [
             sys.executable,

@@ -33,9 +33,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the run folder even when the run passes")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("--shards", type=int, default=1, choices=(1, 2), help="shards, one account each (default 1)")
+    parser.add_argument(
+        "--network-model",
+        action="store_true",
+        help="the agent is a fake network model and the workers run the pool kefu picks for it (a thread pool)",
+    )
     args = parser.parse_args(argv)
     if args.shards > 1 and args.scenario not in SHARDED:
         parser.error(f"--shards 2 runs with {', '.join(SHARDED)}")
+    if args.network_model and args.scenario not in SHARDED:
+        parser.error(f"--network-model runs with {', '.join(SHARDED)}")
     return args
 
 
@@ -60,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir=args.workdir,
         keep=args.keep,
         shards=args.shards,
+        network_model=args.network_model,
     )
     console = Console(width=None if sys.stdout.isatty() else 132)
     progress = Console(stderr=True)

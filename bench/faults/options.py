@@ -67,6 +67,7 @@ class Options:
     workdir: Path | None = None  # where the run keeps its data, logs and AOF (default: a temp dir)
     keep: bool = False  # keep the run dir even when the run passed
     shards: int = 1  # 2: two shards on the one Redis and simulated platform, one account each
+    network_model: bool = False  # the agent is a (fake) network model, its workers on the pool kefu picks for it
 
     @property
     def window_s(self) -> float:
@@ -87,12 +88,15 @@ def options_for(
     workdir: Path | None = None,
     keep: bool = False,
     shards: int = 1,
+    network_model: bool = False,
 ) -> Options:
     """The scenario's defaults (full or short), with whatever was given explicitly on top."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
     if shards not in (1, 2) or (shards > 1 and scenario not in SHARDED):
         raise ValueError(f"--shards {shards}: 1, or 2 with {', '.join(SHARDED)}")
+    if network_model and scenario not in SHARDED:
+        raise ValueError(f"--network-model runs with {', '.join(SHARDED)}")
     base = (SHORT if short else FULL)[scenario]
     return Options(
         scenario=scenario,
@@ -106,4 +110,5 @@ def options_for(
         workdir=workdir,
         keep=keep,
         shards=shards,
+        network_model=network_model,
     )

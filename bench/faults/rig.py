@@ -155,6 +155,9 @@ class RigConfig:
     elsewhere: int = 0  # the last this many workers run as if on another host (ElsewhereWorker)
     instance: str | None = None  # KEFU_INSTANCE of every process of the one shard (default: the host's name)
     redis_persistent: bool = True  # False: a Redis that keeps nothing on disk (redis-wipe)
+    # Workers on the pool kefu picks for their settings (no -P: a thread pool for a network
+    # model, whose pool lives in the main process: no pool children to kill)
+    kefu_pool: bool = False
 
 
 class Rig:
@@ -246,6 +249,7 @@ class Rig:
         for index in range(1, self.config.workers + 1):
             options: dict[str, Any] = {
                 "beat": False, "concurrency": self.config.concurrency, "clean_env": True, "cwd": PROJECT_ROOT,
+                "pool": "default" if self.config.kefu_pool else None,
             }  # fmt: skip
             worker: WorkerProcess
             if index > self.config.workers - self.config.elsewhere:

@@ -8,7 +8,8 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,7 @@ def inject_kills(options: Options, tracker: TaskTracker) -> Inject:
                 listener = listeners[next(listener_turns) % len(listeners)]
                 rig.kill_main(listener, pause_s=rng.uniform(0.5, 2.0))
             main, with_pool = index % 2 == 0, index % 6 != 4  # main kills: with its pool, with, alone, …
+            main = main or rig.config.kefu_pool  # a thread pool has no pool processes of its own
             burst = threading.Thread(target=workload.burst, args=(BURST, BURST_SPREAD_S), daemon=True)
             burst.start()
             target = _holding_a_page(rig, tracker, rng) if main else None
@@ -215,8 +217,6 @@ def _listener_text(rig: Rig) -> str:
 
 
 def kill_workers(options: Options, root: Path, say: Say) -> RunReport:
-    config = RigConfig(listen=not options.direct, shards=options.shards)
-
     def inject(rig: Rig, workload: Workload, rng: random.Random) -> None:
         tracker = TaskTracker(rig.app).start()
         try:
@@ -224,7 +224,8 @@ def kill_workers(options: Options, root: Path, say: Say) -> RunReport:
         finally:
             tracker.stop()
 
-    report = run_traffic(options, config, root, say, inject)
+    with _agent(options) as config:
+        report = run_traffic(options, config, root, say, inject)
     in_flight = report.faults.pop("main kills with a page in flight", 0)
     report.rows.append(("main kills aimed at a page in flight", str(in_flight)))
     kills = sum(n for kind, n in report.faults.items() if kind.startswith(("worker kills", "pool child")))
@@ -233,10 +234,38 @@ def kill_workers(options: Options, root: Path, say: Say) -> RunReport:
 
 
 def broker_restart(options: Options, root: Path, say: Say) -> RunReport:
-    config = RigConfig(listen=not options.direct, shards=options.shards)
-    report = run_traffic(options, config, root, say, inject_redis_restarts(options))
+    with _agent(options) as config:
+        report = run_traffic(options, config, root, say, inject_redis_restarts(options))
     report.checks[f"≥ {options.kills} redis kills"] = report.faults.get("redis kills", 0) >= options.kills
     return report
+
+
+NETWORK_MODEL_DELAY_S = 1.0  # kill-workers and broker-restart with --network-model: per model response
+
+
+@contextmanager
+def _agent(options: Options) -> Iterator[RigConfig]:
+    """The rig of kill-workers and broker-restart: the rules agent on prefork workers, or with
+    `--network-model` a fake model taking NETWORK_MODEL_DELAY_S per call, on the pool kefu picks."""
+    config = RigConfig(listen=not options.direct, shards=options.shards)
+    if not options.network_model:
+        yield config
+        return
+    from tests.fakes.openai_server import FakeOpenAI
+
+    with FakeOpenAI(policy=SlowModel(NETWORK_MODEL_DELAY_S)) as fake:
+        config.env = _openai_env(fake.base_url)
+        config.kefu_pool = True
+        yield config
+
+
+def _openai_env(base_url: str) -> dict[str, str]:
+    return {
+        "KEFU_AGENT__PROVIDER": "openai",
+        "KEFU_AGENT__OPENAI__BASE_URL": base_url,
+        "KEFU_AGENT__OPENAI__MODEL": "fake-slow",
+        "KEFU_AGENT__OPENAI__API_KEY": "fake-key",
+    }
 
 
 # slow-turns: a model slower than the customer writer lease, so every turn outlives its lease.
@@ -250,16 +279,13 @@ def slow_turns(options: Options, root: Path, say: Say) -> RunReport:
 
     with FakeOpenAI(policy=SlowModel()) as fake:
         env = {
-            "KEFU_AGENT__PROVIDER": "openai",
-            "KEFU_AGENT__OPENAI__BASE_URL": fake.base_url,
-            "KEFU_AGENT__OPENAI__MODEL": "fake-slow",
-            "KEFU_AGENT__OPENAI__API_KEY": "fake-key",
+            **_openai_env(fake.base_url),
             "KEFU_AGENT__OPENAI__TIMEOUT_S": str(MODEL_TIMEOUT_S),
             "KEFU_AGENT__OPENAI__MAX_ATTEMPTS": "1",
             "KEFU_AGENT__OPENAI__RETRY_BACKOFF_S": "0",
             "KEFU_AGENT__TURN_LEASE_S": str(TURN_LEASE_S),
         }
-        config = RigConfig(listen=not options.direct, env=env, shards=options.shards)
+        config = RigConfig(listen=not options.direct, env=env, shards=options.shards, kefu_pool=options.network_model)
         report = run_traffic(options, config, root, say, no_injection, linger_s=3 * MODEL_DELAY_S + 2)
         model_calls = len(fake.requests)
     lengths = [_turn_lengths(sessions, TURN_LEASE_S) for sessions in sorted(root.glob("data*/sessions"))]

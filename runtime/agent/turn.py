@@ -8,6 +8,7 @@ appended after the tail (never re-running a tool), followed by one follow-up tur
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,6 +292,7 @@ def run_turn(
     # each start before it runs, results before the next model call; a step without tools is
     # flushed with the turn's end.
     step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
+    model_calls, model_s = 0, 0.0
     while step < agent.max_steps:
         if checked is None:
             with store.read() as conn:
@@ -310,7 +312,9 @@ def run_turn(
                 if inline.folders or inline.trimmed:  # new pending or review folders: a new task
                     archived_inline, task = True, judge_task(memory)
         _note_request(log, agent.model_name, tools)
+        began = time.monotonic()
         reply = _call_model(provider, log, tools, agent, store, step, task, attempts_before)
+        model_calls, model_s = model_calls + 1, model_s + time.monotonic() - began
         resuming, attempts_before = False, 0
         if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
             _commit_if_logged(binding)
@@ -359,7 +363,10 @@ def run_turn(
     if not unavailable:
         with store.write() as conn:
             binding.commit_logged(conn)  # what the log holds is committed, even if a human took over since
-            (revoke_batch if paused else finish_batch)(conn, batch.id)
+            if paused:
+                revoke_batch(conn, batch.id)
+            else:
+                finish_batch(conn, batch.id, model_calls, round(model_s * 1000))
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
             admit_next = not nothing_to_admit(conn, customer_id)  # input that came during the turn

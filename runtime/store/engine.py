@@ -38,6 +38,8 @@ class _Connection(sqlite3.Connection):
     kefu_synchronous = "FULL"  # NORMAL in WAL mode: a commit is on disk at the next FULL one or checkpoint
     kefu_generation = 0  # the store's close() count when it was opened: an older one is closed
     kefu_busy_timeout_ms = 2000  # the store's busy timeout, as configured (`_begin_write` lifts it a moment)
+    kefu_writers: threading.RLock | None = None  # the store's in-process queue of writers (`_begin_write`)
+    kefu_writing = False  # this connection holds `kefu_writers` (its write transaction is open)
 
 
 def now_ms() -> int:
@@ -62,16 +64,48 @@ def synchronous(db: sqlite3.Connection, durable: bool) -> Iterator[None]:
         db.execute(f"PRAGMA synchronous = {base}")
 
 
+WRITERS_WAIT_S = 60.0  # the longest a write waits for this process's writers ahead of it
+
 # Waits between quick tries of BEGIN IMMEDIATE while another connection writes (seconds).
 _QUICK_WAITS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.0005, *(0.001,) * 8, *(0.002,) * 10)
 
 
 def _begin_write(db: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE. SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ms … between
+    """BEGIN IMMEDIATE, after this process's other writers of the store (the store's writers
+    lock, held until COMMIT or ROLLBACK: `_end_write`). Threads of one process (a thread pool
+    of hundreds of turns) queue on that lock instead of polling SQLite's; it is re-entrant, so a
+    transaction opened inside another on the same thread fails as SQLite would (busy) instead
+    of waiting for itself. A writer waits there as long as the queue ahead of it takes, up to
+    WRITERS_WAIT_S (a writer stuck that long is a fault, not a queue), never the busy timeout
+    meant for another process's transaction.
+
+    Between processes, SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ms … between
     tries: worker processes whose write transactions last a fraction of a millisecond would
     spend their time in those sleeps, and latency would jump by tens of milliseconds as soon as
     two of them meet. So the lock is tried without SQLite's wait first, again after short sleeps
     (about 35 ms in all), and only then with the connection's whole busy timeout."""
+    timeout_ms = getattr(db, "kefu_busy_timeout_ms", _Connection.kefu_busy_timeout_ms)
+    writers: threading.RLock | None = getattr(db, "kefu_writers", None)
+    if writers is not None:
+        if not writers.acquire(timeout=max(WRITERS_WAIT_S, timeout_ms / 1000)):
+            raise sqlite3.OperationalError("database is locked (by this process's other writers)")
+        db.kefu_writing = True  # type: ignore[attr-defined]
+    try:
+        _begin_immediate(db, timeout_ms)
+    except BaseException:
+        _end_write(db)
+        raise
+
+
+def _end_write(db: sqlite3.Connection) -> None:
+    """The connection's write transaction is over (committed or rolled back): the next writer of
+    this process goes. Harmless when it held no place in the queue."""
+    if getattr(db, "kefu_writing", False) and not db.in_transaction:
+        db.kefu_writing = False  # type: ignore[attr-defined]
+        db.kefu_writers.release()  # type: ignore[attr-defined]
+
+
+def _begin_immediate(db: sqlite3.Connection, timeout_ms: int) -> None:
     db.execute("PRAGMA busy_timeout = 0")
     try:
         for wait_s in _QUICK_WAITS:
@@ -83,7 +117,7 @@ def _begin_write(db: sqlite3.Connection) -> None:
                     raise
             time.sleep(wait_s)
     finally:
-        db.execute(f"PRAGMA busy_timeout = {getattr(db, 'kefu_busy_timeout_ms', _Connection.kefu_busy_timeout_ms)}")
+        db.execute(f"PRAGMA busy_timeout = {timeout_ms}")
     db.execute("BEGIN IMMEDIATE")
 
 
@@ -117,6 +151,7 @@ def _begin(db: sqlite3.Connection, write: bool) -> None:
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            _end_write(db)
             raise
 
 
@@ -125,7 +160,10 @@ def _commit(db: sqlite3.Connection) -> None:
     proving = getattr(db, "kefu_proving", 0)  # 0 on any connection but a guarded store's
     if proving:
         db.kefu_proving = 0  # type: ignore[attr-defined]
-    db.execute("COMMIT")
+    try:
+        db.execute("COMMIT")
+    finally:
+        _end_write(db)  # (a COMMIT that failed leaves the transaction open: its ROLLBACK ends it)
     if proving:
         db.kefu_proved = proving  # type: ignore[attr-defined]
 
@@ -137,6 +175,7 @@ def _rollback(db: sqlite3.Connection, error: BaseException) -> BaseException | N
         db.kefu_proving = 0  # type: ignore[attr-defined]
     if db.in_transaction:
         db.execute("ROLLBACK")
+    _end_write(db)
     return fence.lost(db) if fence.refused(error) else None
 
 
@@ -175,13 +214,20 @@ def _owner_only(path: Path) -> None:
         os.chmod(path, mode & 0o700)
 
 
+IDLE_KEPT = 64  # idle connections a store keeps open; one returned beyond them is closed
+
+
 class DeliveryStore:
     """One shard's delivery state. All writes go through `write()` (BEGIN IMMEDIATE); with a
     `guard`, each of them holds only while this process holds the shard's lease.
 
-    Each thread keeps its connections open for the life of the store (a long-lived
-    connection keeps SQLite's page cache and sqlite3's prepared statements); a transaction
-    opened inside another one on the same thread takes a second connection."""
+    Connections stay open for the life of the store (a long-lived connection keeps SQLite's
+    page cache and sqlite3's prepared statements) in one pool that every thread of the process
+    draws on, the last one returned first: a thread pool of hundreds of turns opens as many
+    connections as transactions run at once, not one per thread, and the connection just used,
+    whose page cache is current, goes next. A transaction opened inside another one on the
+    same thread takes a second connection. The process's writers queue on one lock before
+    SQLite's (`_begin_write`)."""
 
     def __init__(
         self,
@@ -198,16 +244,16 @@ class DeliveryStore:
         self.guard = guard
         self.customer_id_base = customer_id_base
         self._fenced = False  # migrations run before the fence's table exists
-        self._local = threading.local()
-        # Every open connection, for close() and trace(); weakly, so a connection whose thread
-        # ended (a lease renewer, say) is closed with that thread's idle list, not kept open.
+        self._idle: list[_Connection] = []  # the pool, most recently returned last
+        self._writers = threading.RLock()
+        # Every open connection, for close() and trace(); weakly, so one dropped from the pool
+        # (beyond IDLE_KEPT) is closed when it is let go, not kept open here.
         self._opened: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._busy: set[_Connection] = set()  # those in a transaction now
         self._generation = 0  # +1 on each close()
         self._opened_lock = threading.Lock()
         self._pid = os.getpid()
         self._trace: Callable[[str], None] | None = None
-        self._shared: list[_Connection] = []
         self._exclusive = threading.RLock() if self.settings.locking_mode == "EXCLUSIVE" else None
         try:
             self._open()
@@ -266,6 +312,7 @@ class DeliveryStore:
             wanted.append(("temp_store", "MEMORY", 2))  # the fence's triggers (runtime.store.fence)
         dbapi.kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         dbapi.kefu_busy_timeout_ms = s.busy_timeout_ms
+        dbapi.kefu_writers = self._writers
         if s.cache_size_kib is not None:
             wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
         for name, value, expected in wanted:
@@ -289,16 +336,18 @@ class DeliveryStore:
 
     @contextmanager
     def _checkout(self) -> Iterator[_Connection]:
-        """This thread's idle connection, or a new one (a transaction inside another, or the
-        first on this thread). EXCLUSIVE locking allows a single holder: the threads take turns
-        on one connection, and a transaction inside another one fails (busy)."""
+        """An idle connection of the pool, or a new one. EXCLUSIVE locking allows a single
+        holder: the threads take turns on one connection, and a transaction inside another one
+        fails (busy)."""
         if os.getpid() != self._pid:  # a forked child must never use its parent's connections
             raise RuntimeError("a DeliveryStore is used across a fork: open a new one in the child")
         with self._exclusive or nullcontext():
-            idle = self._idle()
-            while idle and idle[-1].kefu_generation != self._generation:
-                idle.pop()  # closed by close() meanwhile
-            dbapi = idle.pop() if idle else self._connect()
+            with self._opened_lock:
+                while self._idle and self._idle[-1].kefu_generation != self._generation:
+                    self._idle.pop()  # closed by close() meanwhile
+                dbapi = self._idle.pop() if self._idle else None
+            if dbapi is None:
+                dbapi = self._connect()
             with self._opened_lock:
                 self._busy.add(dbapi)
             try:
@@ -306,26 +355,33 @@ class DeliveryStore:
             finally:
                 if dbapi.in_transaction:  # an error inside BEGIN/COMMIT handling: never reuse it half-done
                     dbapi.execute("ROLLBACK")
+                _end_write(dbapi)
                 with self._opened_lock:
                     self._busy.discard(dbapi)
-                    stale = dbapi.kefu_generation != self._generation
+                    stale = dbapi.kefu_generation != self._generation or len(self._idle) >= IDLE_KEPT
                     if stale:
                         self._opened.discard(dbapi)
-                if stale:  # close() ran while it was in use: closed now that it is free
+                    else:
+                        self._idle.append(dbapi)
+                if stale:  # close() ran while it was in use, or the pool is full: closed now that it is free
                     dbapi.close()
-                else:
-                    idle.append(dbapi)
 
-    def _idle(self) -> list[_Connection]:
-        """The idle connections: this thread's, or under EXCLUSIVE locking the one all share."""
-        if self._exclusive is not None:
-            return self._shared
-        idle: list[_Connection] = self._local.__dict__.setdefault("idle", [])
-        return idle
+    @contextmanager
+    def _writers_turn(self) -> Iterator[None]:
+        """This process's turn to write, taken before a connection is: writers that wait hold no
+        connection of the pool (`_begin_write` takes the same re-entrant lock again)."""
+        if not self._writers.acquire(timeout=max(WRITERS_WAIT_S, self.settings.busy_timeout_ms / 1000)):
+            raise as_sqlalchemy_error(
+                "BEGIN", sqlite3.OperationalError("database is locked (by this process's writers)")
+            )
+        try:
+            yield
+        finally:
+            self._writers.release()
 
     @contextmanager
     def _transaction(self, write: bool, durable: bool = False) -> Iterator[Connection]:
-        with self._checkout() as dbapi, synchronous(dbapi, durable):
+        with self._writers_turn() if write else nullcontext(), self._checkout() as dbapi, synchronous(dbapi, durable):
             try:
                 _begin(dbapi, write)
             except sqlite3.Error as error:  # as SQLAlchemy would raise it (busy, damaged: callers catch those)

@@ -596,6 +596,16 @@ V20 = Migration(
     ),
 )
 
+V21 = Migration(
+    21,
+    "the model calls of each finished batch's turn, and their time (status and metrics)",
+    (
+        "ALTER TABLE admission_batch ADD COLUMN model_calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE admission_batch ADD COLUMN model_ms INTEGER NOT NULL DEFAULT 0",  # wall time, slot wait included
+        "CREATE INDEX batch_model_calls ON admission_batch (updated_at) WHERE model_calls > 0",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -617,5 +627,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     V18,
     V19,
     V20,
+    V21,
 )
 LATEST_VERSION = MIGRATIONS[-1].version

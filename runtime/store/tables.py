@@ -215,6 +215,8 @@ class AdmissionBatch(SQLModel):
     message_count: int
     created_at: int
     updated_at: int
+    model_calls: int = 0  # of the turn's run that finished it
+    model_ms: int = 0  # their wall time, waiting for a model slot included
 
 
 class AdmissionBatchTable(AdmissionBatch, table=True):

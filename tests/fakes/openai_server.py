@@ -2,14 +2,18 @@
 
 Scripted steps are served in order; when the script is empty, a default policy answers like a
 minimal shop agent: one `im_send_message` echoing the last buyer line, then a closing text.
-Run standalone for the demo: `python -m tests.fakes.openai_server --port 8765`.
+Run standalone for the demo: `python -m tests.fakes.openai_server --port 8765`; with
+`--latency 2 --jitter 0.2` every default answer takes 2 s ± 0.2 s, like a network model
+(`bench.model_load`). Connections are kept alive (HTTP/1.1), as a real endpoint's are.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -108,17 +112,35 @@ class FakeOpenAI:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     policy: Callable[[dict[str, Any]], dict[str, Any]] = default_policy  # answers when the script is empty
+    latency_s: float = 0.0  # each policy answer's delay: latency_s ± jitter_s (uniform)
+    jitter_s: float = 0.0
+    record: bool = True  # keep every request's body and headers (`requests`, `headers`)
+    in_flight: int = 0  # calls being answered now, and the most at once
+    peak_in_flight: int = 0
 
     def __post_init__(self) -> None:
         fake = self
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the openai client expects of a real endpoint
+            disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append(body)
-                fake.headers.append(dict(self.headers))
-                step = fake.script.popleft() if fake.script else Step(body=fake.policy(body))
-                time.sleep(step.delay_s)
+                with lock:
+                    if fake.record:
+                        fake.requests.append(body)
+                        fake.headers.append(dict(self.headers))
+                    fake.in_flight += 1
+                    fake.peak_in_flight = max(fake.peak_in_flight, fake.in_flight)
+                    scripted = fake.script.popleft() if fake.script else None
+                try:
+                    step = scripted or Step(body=fake.policy(body), delay_s=fake.delay())
+                    time.sleep(step.delay_s)
+                finally:
+                    with lock:
+                        fake.in_flight -= 1
                 payload = json.dumps(step.body or {"error": {"message": "scripted failure"}}).encode()
                 self.send_response(step.status)
                 self.send_header("Content-Type", "application/json")
@@ -126,14 +148,32 @@ class FakeOpenAI:
                 self.end_headers()
                 try:
                     self.wfile.write(payload)
-                except BrokenPipeError:  # the client timed out and left
+                except ConnectionError:  # the client timed out and left
                     pass
+
+            def do_GET(self) -> None:  # noqa: N802 - `/stats`: calls in flight now and at most (benchmarks)
+                payload = json.dumps({"in_flight": fake.in_flight, "peak_in_flight": fake.peak_in_flight}).encode()
+                self.send_response(200 if self.path == "/stats" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # hundreds of turns connect at once (the default backlog is 5)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # not a client that went away (killed)
+                    super().handle_error(request, client_address)
+
+        self.server = Server((self.host, self.port), Handler)
         self.port = self.server.server_address[1]
+
+    def delay(self) -> float:
+        return max(0.0, self.latency_s + random.uniform(-self.jitter_s, self.jitter_s))
 
     @property
     def base_url(self) -> str:
@@ -151,7 +191,9 @@ class FakeOpenAI:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8765)
-    port = parser.parse_args().port
-    with FakeOpenAI(port=port) as fake:
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds each answer takes")
+    parser.add_argument("--jitter", type=float, default=0.0, help="± seconds, uniform")
+    args = parser.parse_args()
+    with FakeOpenAI(port=args.port, latency_s=args.latency, jitter_s=args.jitter, record=False) as fake:
         print(f"fake OpenAI-compatible server at {fake.base_url}", flush=True)
         threading.Event().wait()

@@ -9,12 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.fakes.openai_server import FakeOpenAI
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.audit import audit
 
@@ -75,7 +77,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("broker_url", ["redis"], indirect=True)
-def test_compose_services_receive_answer_and_pass_their_health_checks(settings, store, shop, platform):
+@pytest.mark.parametrize("agent", ["rules", "openai"])
+def test_compose_services_receive_answer_and_pass_their_health_checks(settings, store, shop, platform, agent):
+    """With the rules agent the worker runs a prefork pool; with a network model (kefu.env
+    naming one) the same command runs a thread pool, and answers through it."""
     services, ports = COMPOSE["services"], {"8470": str(_free_port()), "5555": str(_free_port())}
     env = {
         **os.environ,
@@ -85,6 +90,32 @@ def test_compose_services_receive_answer_and_pass_their_health_checks(settings, 
         "HOSTNAME": socket.gethostname(),  # the worker's node name, as in a container
         "COLUMNS": "200",
     }
+    with ExitStack() as stack:
+        if agent == "openai":
+            model = stack.enter_context(FakeOpenAI())
+            env |= {
+                "KEFU_AGENT__PROVIDER": "openai",
+                "KEFU_AGENT__OPENAI__BASE_URL": model.base_url,
+                "KEFU_AGENT__OPENAI__API_KEY": "compose-test",
+                "KEFU_AGENT__OPENAI__MODEL": "fake",
+            }
+        _run_services(settings, store, shop, platform, services, env, ports)
+    pool = "(thread)" if agent == "openai" else "(prefork)"
+    banner = next(
+        line for line in (settings.data_dir / "worker.log").read_text().splitlines() if "concurrency:" in line
+    )
+    assert pool in banner, banner
+
+
+def _run_services(
+    settings: Any,
+    store: Any,
+    shop: str,
+    platform: Any,
+    services: dict[str, Any],
+    env: dict[str, str],
+    ports: dict[str, str],
+) -> None:
     started: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name in KEFU_SERVICES:

@@ -253,3 +253,18 @@ def test_reconcile_session_commits_a_batch_the_log_already_finished(store, setti
         assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
         assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+
+
+def test_a_finished_turn_records_its_model_calls_and_status_reports_them(store, settings, shop, transport, platform):
+    """The rules agent's turn makes two model steps (the reply, then its closing text): the
+    batch keeps both calls and their time, and the operations view counts them."""
+    from runtime.status import operations
+
+    customer = say(store, transport, platform, "b1", "什么时候发货？")
+    evaluate(store, customer, 1000)
+    assert turn(store, settings, customer).outcome == "complete"
+    with store.read() as conn:
+        calls, ms = conn.exec_driver_sql("SELECT model_calls, model_ms FROM admission_batch").one()
+    assert calls == 2 and ms >= 0
+    now = operations(store)
+    assert now.model_calls == 2 and now.model_call_mean_s is not None

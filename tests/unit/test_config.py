@@ -236,3 +236,16 @@ def test_a_bad_url_is_echoed_without_its_password_or_query(monkeypatch):
         load_settings()
     assert "KEFU_BROKER_URL (got 'kafka://10.0.0.5:9092/0')" in str(raised.value)
     assert "hunter2" not in str(raised.value) and "abc" not in str(raised.value)
+
+
+def test_a_network_models_worker_runs_a_thread_pool_unless_told_otherwise(tmp_path):
+    from worker.celery_app import WORKER_THREADS_SPARE, make_app
+
+    rules = make_app(load_settings(data_dir=tmp_path))
+    assert rules.conf.worker_pool in (None, "prefork")  # Celery's default: a process per core
+    network = load_settings(
+        data_dir=tmp_path,
+        agent={"provider": "openai", "openai": {"base_url": "http://x/v1", "api_key": "k", "model": "m", "max_concurrency": 40}},
+    )
+    conf = make_app(network).conf
+    assert (conf.worker_pool, conf.worker_concurrency) == ("threads", 40 + WORKER_THREADS_SPARE)

@@ -167,3 +167,23 @@ def test_operator_errors_turn_an_unreachable_redis_into_its_code_and_exit_2(caps
         raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:1.")
     assert raised.value.exit_code == 2
     assert "KEFU_COORDINATION_UNAVAILABLE" in capsys.readouterr().out
+
+
+def test_the_heartbeat_leaves_a_lease_its_holder_renewed_by_writing_and_renews_one_it_did_not(store):
+    """Each fenced write of a turn renews its lease: the heartbeat writes only for a holder
+    that has not written for a quarter of the lease (one waiting on the model)."""
+
+    def expires() -> int:
+        with store.read() as conn:
+            return int(conn.exec_driver_sql("SELECT expires_at FROM lease WHERE name = 'hb'").scalar_one())
+
+    with leases.held(store, "hb", ttl_s=8) as fence:
+        assert fence is not None
+        with leases.fenced(store, fence):
+            pass
+        written = expires()
+        wait_s = leases._renewals._renew(fence)
+        assert expires() == written and wait_s is not None and 0 < wait_s <= 2.0
+        fence.held_until -= 3000  # as if the holder had last written 3 s ago, more than a quarter
+        assert leases._renewals._renew(fence) == 2.0
+        assert expires() == fence.held_until >= written  # written again by the heartbeat

@@ -12,6 +12,7 @@ import time
 import pytest
 from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound
 
+from config import DeliverySettings
 from runtime.store import DeliveryStore
 
 
@@ -67,23 +68,63 @@ def test_a_transaction_inside_another_on_one_thread_has_its_own_connection(store
         assert conn.execute("SELECT count(*) FROM account").scalar_one() == before - 1
 
 
-def test_each_thread_keeps_its_connection_and_close_ends_them_all(store):
+def test_threads_share_a_pool_of_as_many_connections_as_transactions_run_at_once(store):
+    """A thread pool of hundreds of turns must not hold a connection (and its page cache) per
+    thread: threads that take turns reuse one connection; two at once take two."""
     seen: list[int] = []
 
     def use() -> None:
-        for _ in range(2):
-            with store.raw() as db:
-                seen.append(id(db))
+        with store.raw() as db:
+            seen.append(id(db))
 
-    threads = [threading.Thread(target=use) for _ in range(2)]
+    for _ in range(20):  # one after another, each on a thread of its own
+        thread = threading.Thread(target=use)
+        thread.start()
+        thread.join()
+    assert len(set(seen)) == 1
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with store.raw() as db:
+            seen.append(id(db))
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(10)
+    use()  # while the other thread holds the pooled one: a second connection
+    release.set()
+    holder.join()
+    assert len(set(seen)) == 2
+    store.close()
+    with store.read() as conn:  # opened anew after close
+        assert conn.execute("SELECT 1").scalar_one() == 1
+
+
+def test_writers_of_one_process_queue_instead_of_timing_out(tmp_path):
+    """Many threads writing at once (a thread pool's turns) each wait their turn in the process,
+    even when one transaction outlasts the busy timeout many times over in all."""
+    store = DeliveryStore(tmp_path / "d.sqlite", DeliverySettings(busy_timeout_ms=200))
+    _two_accounts(store)
+    errors: list[BaseException] = []
+
+    def write(index: int) -> None:
+        try:
+            with store.write() as conn:
+                conn.execute("UPDATE account SET identity = :w WHERE id = 'a'", {"w": f"w{index}"})
+                time.sleep(0.01)  # 40 writers × 10 ms: twice the busy timeout in all
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(40)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(set(seen)) == 2  # one per thread, reused by its second transaction
+    assert errors == []
     store.close()
-    with store.read() as conn:  # opened anew after close
-        assert conn.execute("SELECT 1").scalar_one() == 1
 
 
 def test_a_forked_child_never_uses_its_parents_connections(store):

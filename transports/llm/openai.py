@@ -3,16 +3,28 @@
 
 The client's own retries are off: every attempt is returned to the turn loop, which records a
 failed one as `assistant/attempt` (never shown to the model) and decides about backing off.
+
+A process makes at most `max_concurrency` model calls at once (its model slots); the turns
+beyond them wait for a slot in the order they asked, so a burst of buyers queues in kefu
+instead of opening a connection each against the provider's rate limits. Each slot has a
+client of its own with one kept-alive connection, all sharing one TLS context: httpx's pool
+looks over every connection it holds at each request and response, so one client holding
+hundreds of connections spent more CPU there than the turn itself.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
+import httpx
 import openai
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from config import OpenAISettings
 from runtime.errors import KefuError
@@ -67,12 +79,33 @@ class OpenAIChatProvider:
                 "KEFU_PROVIDER_CONFIG", f"the openai provider needs {', '.join(missing)}", "set them, or use rules"
             )
         self.model = model
-        self.client = openai.OpenAI(
-            base_url=base_url,
-            api_key=api_key.get_secret_value(),
-            timeout=settings.timeout_s,
-            max_retries=0,
-        )
+        self._base_url, self._api_key, self._timeout_s = base_url, api_key.get_secret_value(), settings.timeout_s
+        self._slots = threading.BoundedSemaphore(settings.max_concurrency)
+        self._idle: queue.LifoQueue[openai.OpenAI] = queue.LifoQueue()  # the last used, its connection warm, first
+        self._tls = httpx.create_ssl_context()  # httpx's default trust store, loaded once
+
+    @contextmanager
+    def _client(self) -> Iterator[openai.OpenAI]:
+        """A model slot and its client, for one call (waits while every slot is in use)."""
+        with self._slots:
+            try:
+                client = self._idle.get_nowait()
+            except queue.Empty:
+                client = openai.OpenAI(
+                    base_url=self._base_url,
+                    api_key=self._api_key,
+                    timeout=self._timeout_s,
+                    max_retries=0,
+                    http_client=openai.DefaultHttpxClient(
+                        timeout=self._timeout_s,
+                        verify=self._tls,
+                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=60),
+                    ),
+                )
+            try:
+                yield client
+            finally:
+                self._idle.put(client)
 
     def check_vision(self) -> None:
         """Ask the model about a one-pixel image: KEFU_PROVIDER_NO_VISION if it refuses it (a 4xx
@@ -101,10 +134,11 @@ class OpenAIChatProvider:
         """One probe request: answered, the status of a 4xx that refused it (about the request,
         not auth, timeout or rate limit), or unknown (unreachable, those, a 5xx)."""
         try:
-            self.client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "user", "content": content}],  # type: ignore[list-item,misc]
-            )
+            with self._client() as client:
+                client.chat.completions.create(
+                    model=self.model,
+                    messages=[{"role": "user", "content": content}],  # type: ignore[list-item,misc]
+                )
         except openai.APIStatusError as error:
             status = error.status_code
             return status if 400 <= status < 500 and status not in (401, 403, 408, 429) else "unknown"
@@ -113,13 +147,18 @@ class OpenAIChatProvider:
         return "answered"
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
+        # The request as JSON-ready dicts, posted through the client's transport (its auth,
+        # timeouts and status errors): the typed `chat.completions.create` walks every message
+        # against its TypedDicts and builds a model of the response, a third of a turn's CPU.
+        body = {
+            "model": self.model,
+            "messages": [_wire_message(m) for m in messages],
+            "tools": [_wire_tool(t) for t in tools],
+        }
         try:
-            response = self.client.chat.completions.create(
-                model=self.model,
-                # Plain dicts (a message's keys depend on its role) where the client declares TypedDicts.
-                messages=[_wire_message(m) for m in messages],  # type: ignore[misc]
-                tools=[_wire_tool(t) for t in tools],  # type: ignore[misc]
-            )
+            with self._client() as client:
+                response = client.post("/chat/completions", body=body, cast_to=httpx.Response)
+            completion = _Completion.model_validate_json(response.content)
         except openai.APITimeoutError:
             raise ModelError("MODEL_TIMEOUT", transient=True) from None
         except openai.APIConnectionError:
@@ -128,14 +167,47 @@ class OpenAIChatProvider:
             status = error.status_code
             transient = status == 429 or status >= 500
             raise ModelError(f"MODEL_HTTP_{status}", transient=transient, status=status) from None
-        try:
-            message = response.choices[0].message
-            calls: list[ToolCall] = []
-            for c in message.tool_calls or []:
-                if not hasattr(c, "function"):  # a custom (free-form) tool call: kefu offers function tools only
-                    raise ModelError("MODEL_BAD_RESPONSE", transient=True)
-                calls.append(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or ""))
-        except (IndexError, AttributeError, ValidationError):
+        except (ValidationError, httpx.HTTPError):  # not a completion, or cut off while read
             raise ModelError("MODEL_BAD_RESPONSE", transient=True) from None
-        usage = response.usage.model_dump() if response.usage else None
-        return AssistantReply(text=message.content or "", tool_calls=calls, usage=usage)
+        if not completion.choices:
+            raise ModelError("MODEL_BAD_RESPONSE", transient=True)
+        message = completion.choices[0].message
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "") for c in message.tool_calls
+        ]
+        return AssistantReply(text=message.content or "", tool_calls=calls, usage=completion.usage)
+
+
+class _Function(BaseModel):
+    name: str
+    arguments: str | None = None
+
+
+class _ToolCall(BaseModel):
+    """A function tool call (a custom, free-form tool call has no `function`: kefu offers
+    function tools only, so it is a bad response)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: _Function
+
+
+class _Message(BaseModel):
+    content: str | None = None
+    tool_calls: list[_ToolCall] = Field(default_factory=list)
+
+    @field_validator("tool_calls", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: object) -> object:
+        return [] if value is None else value
+
+
+class _Choice(BaseModel):
+    message: _Message
+
+
+class _Completion(BaseModel):
+    """What kefu reads of a Chat Completions response."""
+
+    choices: list[_Choice]
+    usage: dict[str, Any] | None = None

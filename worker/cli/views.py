@@ -96,6 +96,7 @@ def _status_of(shard: str, source: Source) -> None:
             table.add_row(stage.stage, state, str(count))
     console.print(table)
     if shard == settings.shard:
+        _print_load(store)
         _print_checkpoints(None, source)
     _print_damaged_sessions(store, source)
     if source == "real" and not _counted(stages):
@@ -103,6 +104,28 @@ def _status_of(shard: str, source: Source) -> None:
             simulated = _counted(stage_counts(store, "simulation"))
         if simulated:
             hint_simulation("rows", "status" if shard == settings.shard else f"status --shard {shard}")
+
+
+def _print_load(store: DeliveryStore) -> None:
+    """What waits in the broker, and how long model calls take now (back-pressure shows here:
+    turns waiting for a model slot make the calls' time grow, and the agent's queue)."""
+    from runtime.status import MODEL_WINDOW_S, operations
+    from worker.broker import queue_depths
+    from worker.celery_app import FAMILIES, queue_name
+
+    settings = current_settings()
+    names = [queue_name(family, settings.shard) for family in FAMILIES]
+    depths = [f"{name} {depth}" for name, depth in queue_depths(settings, names).items() if depth >= 0]
+    console.print(f"broker queues: {', '.join(depths) if depths else 'not readable'}")
+    with operator_errors():
+        now = operations(store)
+    window = f"last {MODEL_WINDOW_S // 60} min"
+    if now.model_call_mean_s is None:
+        console.print(f"model calls ({window}): none")
+    else:
+        console.print(
+            f"model calls ({window}): {now.model_calls}, mean {now.model_call_mean_s:.2f} s (slot wait included)"
+        )
 
 
 def _counted(stages: list[StageCounts]) -> bool:

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from config import Settings
 from runtime.alerts import backlog
 from runtime.states import OutboxState
-from runtime.status import REPLY_LATENCY_BOUNDS, operations
+from runtime.status import MODEL_WINDOW_S, REPLY_LATENCY_BOUNDS, operations
 from runtime.store import DeliveryStore
 from worker.broker import queue_depths
 from worker.celery_app import FAMILIES, queue_name
@@ -62,6 +62,21 @@ class StoreCollector(Collector):
         buckets = [(str(bound), n) for bound, n in zip(REPLY_LATENCY_BOUNDS, now.reply_latency, strict=True)]
         latency.add_metric(shard, [*buckets, ("+Inf", now.reply_latency_count)], now.reply_latency_sum_s)
         yield latency
+        calls = GaugeMetricFamily(
+            "kefu_model_calls_recent",
+            f"Model calls of the turns of batches finished in the last {MODEL_WINDOW_S // 60} minutes",
+            labels=["shard"],
+        )
+        calls.add_metric(shard, now.model_calls)
+        yield calls
+        if now.model_call_mean_s is not None:
+            mean = GaugeMetricFamily(
+                "kefu_model_call_seconds_mean",
+                "Their mean wall time, waiting for a model slot included (none without a call)",
+                labels=["shard"],
+            )
+            mean.add_metric(shard, now.model_call_mean_s)
+            yield mean
         alerts = GaugeMetricFamily(
             "kefu_alerts_undelivered", "Alerts raised and not yet delivered to their sink", labels=["shard"]
         )
