@@ -21,10 +21,10 @@ own thread (unbounded concurrency), round-trip p50/p99.
 
 Layouts: `default` (the pool kefu picks for a network model: worker.celery_app.pool_defaults),
 `prefork` (`-P prefork -c 2`, the rules agent's layout; slow: measured at `--prefork-rate`
-only).
+only). Each layout runs on its own Redis database: `--redis`'s, then the next.
 
     python -m bench.model_load [--redis redis://127.0.0.1:6379/14] [--latency 2] [--jitter 0.2]
-                               [--rates 10,20,40,60,80] [--step-seconds 10] [--burst 600]
+                               [--rates 10,20,40,60,80] [--step-seconds 10] [--burst 800]
                                [--layouts default,prefork]
 """
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 from rich.table import Table
@@ -159,6 +161,10 @@ def measure(rig: Rig, rate: float, seconds: float, drain_s: float) -> Step:
     return Step(rate, run, (rig.workers.cpu_s() - cpu) * 1000 / max(run.offered, 1))
 
 
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds through the rig and the fake, which stop what they started
+
+
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value / 1000:.2f}"
 
@@ -170,10 +176,11 @@ def main() -> None:
     parser.add_argument("--jitter", type=float, default=0.2, help="± seconds, uniform")
     parser.add_argument("--rates", default="10,20,40,60,80", help="offered msg/s of the step-up")
     parser.add_argument("--step-seconds", type=float, default=10)
-    parser.add_argument("--burst", type=int, default=600, help="buyers published at once")
+    parser.add_argument("--burst", type=int, default=800, help="buyers published at once")
     parser.add_argument("--layouts", default="default", help="default and/or prefork, comma-separated")
     parser.add_argument("--prefork-rate", type=float, default=2, help="the prefork layout's one offered rate")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _terminate)
     rates = [float(r) for r in args.rates.split(",")]
     console = Console(width=150)
     model = FakeModel(args.latency, args.jitter)
@@ -187,8 +194,10 @@ def main() -> None:
             limits[rate] = (percentile(times, 0.5), percentile(times, 0.99))
             limit.add_row(f"{rate:g}", _s(limits[rate][0]), _s(limits[rate][1]))
         console.print(limit)
-        for layout in args.layouts.split(","):
-            with tempfile.TemporaryDirectory() as tmp, _rig(Path(tmp), args.redis, model, layout) as rig:
+        for index, layout in enumerate(args.layouts.split(",")):
+            base, db = args.redis.rsplit("/", 1)
+            broker = f"{base}/{int(db) + index}"  # a database each: a layout's shard lease outlives its rig here
+            with tempfile.TemporaryDirectory() as tmp, _rig(Path(tmp), broker, model, layout) as rig:
                 offer([(rig, ACCOUNT)], 5, 2, drain_s)  # warm-up
                 table = Table(
                     "offered msg/s",
@@ -235,10 +244,10 @@ def main() -> None:
                     burst = offer([(rig, ACCOUNT)], 10_000, args.burst / 10_000, drain_s)
                     peak = model.stats()["peak_in_flight"]
                     print(
-                        f"burst of {args.burst} buyers at once: {len(burst.latencies)} answered,"
-                        f" p50 {_s(burst.p(0.5))} s, p99 {_s(burst.p(0.99))} s, last reply"
-                        f" {burst.drained_s:.1f} s after the last publication; model calls in flight at once:"
-                        f" {peak} (before the burst: {before})"
+                        f"burst of {args.burst} buyers at once (published in {burst.last_offer_s:.1f} s):"
+                        f" {len(burst.latencies)} answered, p50 {_s(burst.p(0.5))} s, p99 {_s(burst.p(0.99))} s,"
+                        f" last reply {burst.drained_s:.1f} s after the last publication; model calls in flight"
+                        f" at once: {peak}" + (f" (the steps' most: {before})" if before >= peak else "")
                     )
                 pid = rig.workers.processes[0].pid
                 if pid is not None:

@@ -87,14 +87,18 @@ def _begin_write(db: sqlite3.Connection) -> None:
     timeout_ms = getattr(db, "kefu_busy_timeout_ms", _Connection.kefu_busy_timeout_ms)
     writers: threading.RLock | None = getattr(db, "kefu_writers", None)
     if writers is not None:
-        if not writers.acquire(timeout=max(WRITERS_WAIT_S, timeout_ms / 1000)):
-            raise sqlite3.OperationalError("database is locked (by this process's other writers)")
+        _wait_for_turn(writers, timeout_ms)
         db.kefu_writing = True  # type: ignore[attr-defined]
     try:
         _begin_immediate(db, timeout_ms)
     except BaseException:
         _end_write(db)
         raise
+
+
+def _wait_for_turn(writers: threading.RLock, busy_timeout_ms: int) -> None:
+    if not writers.acquire(timeout=max(WRITERS_WAIT_S, busy_timeout_ms / 1000)):
+        raise sqlite3.OperationalError("database is locked (by this process's other writers)")
 
 
 def _end_write(db: sqlite3.Connection) -> None:
@@ -370,10 +374,10 @@ class DeliveryStore:
     def _writers_turn(self) -> Iterator[None]:
         """This process's turn to write, taken before a connection is: writers that wait hold no
         connection of the pool (`_begin_write` takes the same re-entrant lock again)."""
-        if not self._writers.acquire(timeout=max(WRITERS_WAIT_S, self.settings.busy_timeout_ms / 1000)):
-            raise as_sqlalchemy_error(
-                "BEGIN", sqlite3.OperationalError("database is locked (by this process's writers)")
-            )
+        try:
+            _wait_for_turn(self._writers, self.settings.busy_timeout_ms)
+        except sqlite3.Error as error:
+            raise as_sqlalchemy_error("BEGIN", error) from error
         try:
             yield
         finally:

@@ -245,7 +245,10 @@ def test_a_network_models_worker_runs_a_thread_pool_unless_told_otherwise(tmp_pa
     assert rules.conf.worker_pool in (None, "prefork")  # Celery's default: a process per core
     network = load_settings(
         data_dir=tmp_path,
-        agent={"provider": "openai", "openai": {"base_url": "http://x/v1", "api_key": "k", "model": "m", "max_concurrency": 40}},
+        agent={
+            "provider": "openai",
+            "openai": {"base_url": "http://x/v1", "api_key": "k", "model": "m", "max_concurrency": 40},
+        },
     )
     conf = make_app(network).conf
     assert (conf.worker_pool, conf.worker_concurrency) == ("threads", 40 + WORKER_THREADS_SPARE)
