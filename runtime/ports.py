@@ -258,10 +258,13 @@ class ModelProvider(Protocol):
 class ModelError(Exception):
     """One failed model call. `transient` failures (rate limits, 5xx, timeouts) are retried."""
 
-    def __init__(self, code: str, transient: bool, status: int | None = None) -> None:
+    def __init__(
+        self, code: str, transient: bool, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
         self.code = code
         self.transient = transient
         self.status = status
+        self.retry_after_s = retry_after_s  # the provider's Retry-After, bounded (a rate limit's)
         super().__init__(f"{code} (HTTP {status})" if status else code)
 
 

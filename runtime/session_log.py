@@ -125,6 +125,7 @@ class AssistantAttempt(_Event):
     attempt: int = Field(ge=1)
     code: str
     status: int | None  # HTTP status, if any
+    retry_after_s: float | None = None  # the provider's Retry-After (a rate limit's), if it gave one
 
 
 class ToolCallStart(_Event):

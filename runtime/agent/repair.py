@@ -45,6 +45,7 @@ class Waiting:
     step: int
     attempts: int
     last_attempt_at: int
+    retry_after_s: float | None  # the provider's word on when to try again, with the last attempt
 
 
 def waiting_for_model(log: SessionLog) -> Waiting | None:
@@ -61,7 +62,8 @@ def waiting_for_model(log: SessionLog) -> Waiting | None:
     if any(isinstance(e, AssistantMessage | ToolCallStart | ToolResult) for e in after):
         return None
     attempts = sum(isinstance(e, AssistantAttempt) for e in after)
-    return Waiting(turn.turn, turn.batch_id, step.step, attempts, events[-1].at)
+    last = events[-1]
+    return Waiting(turn.turn, turn.batch_id, step.step, attempts, last.at, last.retry_after_s)
 
 
 def last_of(events: list[SessionEvent], kinds: type | UnionType) -> int | None:

@@ -89,8 +89,10 @@ class _RetryAfter:
     seconds: float
 
 
-def _backoff_s(retry: OpenAISettings, attempt: int) -> float:
-    return float(retry.retry_backoff_s * 2 ** (attempt - 1))
+def _backoff_s(retry: OpenAISettings, attempt: int, retry_after_s: float | None = None) -> float:
+    """The wait after the `attempt`th failed call: exponential, or longer when the provider
+    said when to come back (a 429's Retry-After, which the provider bounds)."""
+    return max(float(retry.retry_backoff_s * 2 ** (attempt - 1)), retry_after_s or 0.0)
 
 
 def _deliver_reads(store: DeliveryStore, log: SessionLog, reads: list[BuyerRead], zone: ZoneInfo) -> None:
@@ -169,11 +171,17 @@ def _call_model(
                    window_tokens=agent.context_window_tokens)  # fmt: skip
         reply = provider.complete(with_image_data(store, view), tools)
     except ModelError as error:
-        log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status)
+        log.append(
+            "assistant/attempt",
+            attempt=attempt,
+            code=error.code,
+            status=error.status,
+            retry_after_s=error.retry_after_s,
+        )
         log.flush()
         if not error.transient or attempt == retry.max_attempts:
             return None
-        return _RetryAfter(_backoff_s(retry, attempt))
+        return _RetryAfter(_backoff_s(retry, attempt, error.retry_after_s))
     tokens, source = context_use(view_tokens(log, task), reply)
     return reply.model_copy(update={"usage": {**(reply.usage or {}), "context_tokens": tokens, "source": source}})
 
@@ -233,7 +241,11 @@ def run_turn(
         close_unfinished(log)
         waiting = None
     if waiting is not None:
-        due_in_ms = waiting.last_attempt_at + _backoff_s(agent.openai, waiting.attempts) * 1000 - now_ms()
+        due_in_ms = (
+            waiting.last_attempt_at
+            + _backoff_s(agent.openai, waiting.attempts, waiting.retry_after_s) * 1000
+            - now_ms()
+        )
         if due_in_ms > 0:  # asked early (new input, the reconciler): come back when it is due
             return TurnResult(batch.id, "waiting", session_id, retry_after_s=due_in_ms / 1000)
         turn_id, first_step, attempts_before = waiting.turn_id, waiting.step, waiting.attempts

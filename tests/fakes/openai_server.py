@@ -30,6 +30,7 @@ class Step:
     status: int = 200
     body: dict[str, Any] | None = None
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def completion(content: str | None = None, tool_calls: list[tuple[str, str, str]] | None = None) -> dict[str, Any]:
@@ -143,6 +144,8 @@ class FakeOpenAI:
                         fake.in_flight -= 1
                 payload = json.dumps(step.body or {"error": {"message": "scripted failure"}}).encode()
                 self.send_response(step.status)
+                for name, value in step.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()

@@ -63,3 +63,21 @@ def test_a_completion_gives_its_text_tool_calls_and_usage():
         ("c1", "im_send_message", '{"text": "您好"}')
     ]
     assert reply.usage is not None and reply.usage["total_tokens"] == 110
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait_s"),
+    [
+        ({"Retry-After": "7"}, 7.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"Retry-After": "86400"}, 60.0),  # a provider asking for a day is not waited out
+        ({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),
+        ({}, None),
+    ],
+)
+def test_a_rate_limit_says_when_to_come_back_within_a_bound(headers, wait_s):
+    with FakeOpenAI() as fake:
+        fake.script.append(Step(status=429, headers=headers))
+        with pytest.raises(ModelError) as raised:
+            provider(fake).complete(BUYER, [])
+    assert (raised.value.code, raised.value.retry_after_s) == ("MODEL_HTTP_429", wait_s)

@@ -369,15 +369,16 @@ class FlakyModel:
 
     name = "flaky"
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, retry_after_s: float | None = None) -> None:
         self.failures = failures
+        self.retry_after_s = retry_after_s  # what the rate limit says about coming back
         self.seen: list[list[ChatMessage]] = []
         self.rules = RulesProvider(load_knowledge(None))
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
         self.seen.append(messages)
         if len(self.seen) <= self.failures:
-            raise ModelError("MODEL_HTTP_429", transient=True, status=429)
+            raise ModelError("MODEL_HTTP_429", transient=True, status=429, retry_after_s=self.retry_after_s)
         return self.rules.complete(messages, tools)
 
 
@@ -412,6 +413,19 @@ def test_a_turn_asked_again_before_its_backoff_waits_for_the_rest_of_it(services
     [again] = early.follow_ups
     assert early.outcome == "waiting" and isinstance(again, RunTurn) and 25 < again.countdown_s <= 30
     assert len(services.provider.seen) == 1  # no second call before the backoff
+
+
+def test_a_rate_limits_retry_after_longer_than_the_backoff_is_waited_out_even_when_asked_early(services):
+    with_model(services, FlakyModel(failures=1, retry_after_s=20), backoff_s=1)
+    customer_id = ingested(services)
+    pipeline.admit(services, customer_id)
+    first, _ = turn(services, customer_id)
+    [later] = first.follow_ups
+    assert first.outcome == "waiting" and isinstance(later, RunTurn) and later.countdown_s == 20
+    early, _ = turn(services, customer_id)  # past the backoff, not past the provider's word
+    [again] = early.follow_ups
+    assert early.outcome == "waiting" and isinstance(again, RunTurn) and 15 < again.countdown_s <= 20
+    assert len(services.provider.seen) == 1
 
 
 def test_a_human_taking_over_while_a_turn_waits_ends_it_without_a_call(services):

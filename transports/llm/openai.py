@@ -166,7 +166,8 @@ class OpenAIChatProvider:
         except openai.APIStatusError as error:
             status = error.status_code
             transient = status == 429 or status >= 500
-            raise ModelError(f"MODEL_HTTP_{status}", transient=transient, status=status) from None
+            wait_s = _retry_after_s(error.response.headers) if transient else None
+            raise ModelError(f"MODEL_HTTP_{status}", transient=transient, status=status, retry_after_s=wait_s) from None
         except (ValidationError, httpx.HTTPError):  # not a completion, or cut off while read
             raise ModelError("MODEL_BAD_RESPONSE", transient=True) from None
         if not completion.choices:
@@ -176,6 +177,22 @@ class OpenAIChatProvider:
             ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "") for c in message.tool_calls
         ]
         return AssistantReply(text=message.content or "", tool_calls=calls, usage=completion.usage)
+
+
+MAX_RETRY_AFTER_S = 60.0  # a provider's Retry-After beyond this is not waited out: buyers are waiting
+
+
+def _retry_after_s(headers: httpx.Headers) -> float | None:
+    """A rate limit's Retry-After (seconds, or OpenAI's retry-after-ms), at most
+    MAX_RETRY_AFTER_S; None when absent or not a number (an HTTP date is not worth parsing)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            value = float(headers.get(name, "")) * scale
+        except ValueError:
+            continue
+        if value >= 0:
+            return min(value, MAX_RETRY_AFTER_S)
+    return None
 
 
 class _Function(BaseModel):
