@@ -240,7 +240,10 @@ def broker_restart(options: Options, root: Path, say: Say) -> RunReport:
     return report
 
 
-NETWORK_MODEL_DELAY_S = 1.0  # kill-workers and broker-restart with --network-model: per model response
+# kill-workers and broker-restart with --network-model: per model response, and the timeout of
+# a call (× 1 attempt, within the 5 s turn lease of base_env)
+NETWORK_MODEL_DELAY_S = 0.5
+NETWORK_MODEL_TIMEOUT_S = 2.0
 
 
 @contextmanager
@@ -254,7 +257,7 @@ def _agent(options: Options) -> Iterator[RigConfig]:
     from tests.fakes.openai_server import FakeOpenAI
 
     with FakeOpenAI(policy=SlowModel(NETWORK_MODEL_DELAY_S)) as fake:
-        config.env = _openai_env(fake.base_url)
+        config.env = {**_openai_env(fake.base_url), "KEFU_AGENT__OPENAI__TIMEOUT_S": str(NETWORK_MODEL_TIMEOUT_S)}
         config.kefu_pool = True
         yield config
 

@@ -171,13 +171,10 @@ def _call_model(
                    window_tokens=agent.context_window_tokens)  # fmt: skip
         reply = provider.complete(with_image_data(store, view), tools)
     except ModelError as error:
-        log.append(
-            "assistant/attempt",
-            attempt=attempt,
-            code=error.code,
-            status=error.status,
-            retry_after_s=error.retry_after_s,
-        )
+        # Retry-After only when the provider gave one: a log without it still reads in a kefu
+        # that predates the field (a rolling upgrade's older workers).
+        waited = {"retry_after_s": error.retry_after_s} if error.retry_after_s is not None else {}
+        log.append("assistant/attempt", attempt=attempt, code=error.code, status=error.status, **waited)
         log.flush()
         if not error.transient or attempt == retry.max_attempts:
             return None
