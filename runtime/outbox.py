@@ -590,3 +590,21 @@ def retried_as(conn: Connection, request_id: str) -> str | None:
     query = sql("SELECT request_id FROM outbox_request WHERE retry_of = :r")
     retry: str | None = conn.execute(query, {"r": request_id}).scalar_one_or_none()
     return retry
+
+
+def reply_parts(conn: Connection, text_id: str) -> list[tuple[str, str, str]]:
+    """A reply registered under `text_id`: (request id, content type, state) of its attachments
+    in order (`{text_id}-{n}`), then of its text; empty when it was never registered."""
+    rows: list[tuple[str, str, str]] = [
+        (str(request_id), str(kind), str(state))
+        for request_id, kind, state in conn.execute(
+            sql(
+                "SELECT request_id, content_type, state FROM outbox_request"
+                " WHERE request_id = :t OR (request_id > :t || '-' AND request_id < :t || '.')"
+            ),
+            {"t": text_id},
+        )
+    ]
+    text = [row for row in rows if row[0] == text_id]
+    parts = sorted((row for row in rows if row[0] != text_id), key=lambda row: int(row[0].rsplit("-", 1)[1]))
+    return [*parts, *text] if text else []

@@ -27,6 +27,7 @@ from runtime.agent.memory import (
 )
 from runtime.agent.repair import repair
 from runtime.agent.sessions import open_session, session_path
+from runtime.agent.tools import recorded_sends
 from runtime.clock import conversation_clock
 from runtime.memory.heuristic import score_backlog
 from runtime.session_log import SessionLog
@@ -62,7 +63,8 @@ class SessionJobs:
             if not self._has_session(customer_id):  # erased between the look and the lease
                 return "no-session"
             session = open_session(self.store, customer_id, self.sessions_dir, fence)
-            repair(session.log)  # a turn that crashed mid-way is closed the same way its next turn would
+            # a turn that crashed mid-way is closed the same way its next turn would
+            repair(session.log, recorded_sends(self.store, session.session_id))
             result = job(session.log, session.session_id, memory)
         if not self.engine.model_scores:
             score_scope(memory)

@@ -8,10 +8,17 @@ when it never started, TOOL_OUTCOME_UNKNOWN when it did: the outside state must 
 before any retry), the open step's end, and `turn/end` (interrupted, or forked for a fork's
 copy). Closers carry the time of the last event, not of the repair, so closing the same log
 twice (two processes after a crash, a test) writes the very same events.
+
+A started call whose effect kefu itself recorded (a reply registered in the outbox before the
+crash: `Recorded`) is closed with that record, as the tool would have answered, not as
+unknown: told "outcome unknown", a model sends the reply again in other words, and the buyer
+reads it twice. A worker running hundreds of turns on threads cuts many turns at once, some
+of them between registering a reply and logging its result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import UnionType
 from typing import Any, Literal
@@ -31,6 +38,9 @@ from runtime.session_log import (
 )
 
 Closer = tuple[EventType, dict[str, Any]]
+# (turn id, call id, tool name) -> the result the tool gave as kefu recorded it elsewhere, and
+# its request id; None when kefu's records say nothing of that call.
+Recorded = Callable[[str, str, str], tuple[str, str] | None]
 
 
 @dataclass(frozen=True)
@@ -71,17 +81,17 @@ def last_of(events: list[SessionEvent], kinds: type | UnionType) -> int | None:
     return next((i for i in range(len(events) - 1, -1, -1) if isinstance(events[i], kinds)), None)
 
 
-def repair(log: SessionLog) -> bool:
+def repair(log: SessionLog, recorded: Recorded | None = None) -> bool:
     """Close an unfinished turn at the tail, unless it only waits for a model retry. Returns
     True if closers were appended."""
     if waiting_for_model(log) is not None:
         return False
-    return close_unfinished(log)
+    return close_unfinished(log, recorded)
 
 
-def close_unfinished(log: SessionLog) -> bool:
+def close_unfinished(log: SessionLog, recorded: Recorded | None = None) -> bool:
     """Close the open turn at the tail as interrupted; True if there was one."""
-    closers = open_turn_closers(log.events, "interrupted")
+    closers = open_turn_closers(log.events, "interrupted", recorded)
     for type, data in closers:
         log.append(type, **data)
     log.flush()
@@ -96,7 +106,9 @@ _NOTES = {
 }
 
 
-def open_turn_closers(events: list[SessionEvent], outcome: Literal["interrupted", "forked"]) -> list[Closer]:
+def open_turn_closers(
+    events: list[SessionEvent], outcome: Literal["interrupted", "forked"], recorded: Recorded | None = None
+) -> list[Closer]:
     """The events (type and fields, `at` included) that close the open turn at the end of
     `events`: none if the last turn ended."""
     start = last_of(events, TurnStart | TurnEnd)
@@ -113,6 +125,12 @@ def open_turn_closers(events: list[SessionEvent], outcome: Literal["interrupted"
     closers: list[Closer] = []
     for call in requested:
         if call["id"] in finished:
+            continue
+        known = recorded(turn.turn, call["id"], call["name"]) if recorded and call["id"] in started else None
+        if known is not None:
+            content, request_id = known
+            result = {"at": at, "call_id": call["id"], "name": call["name"], "content": content}
+            closers.append(("tool/result", {**result, "request_id": request_id}))
             continue
         code = "TOOL_OUTCOME_UNKNOWN" if call["id"] in started else "TOOL_NOT_STARTED"
         closers.append(

@@ -15,13 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.admission import commit_batch
 from runtime.agent.memory import SessionMemory
+from runtime.agent.repair import Recorded
 from runtime.clock import REAL_TIME, ConversationClock
 from runtime.errors import KefuError, validation_problems
 from runtime.handling import pause_handling
 from runtime.history import query_history
 from runtime.leases import Fence, LeaseLost, fenced
 from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
-from runtime.outbox import ReplyCheck, register_outbound, reply_check
+from runtime.outbox import ReplyCheck, register_outbound, reply_check, reply_parts
 from runtime.pending_questions import ask
 from runtime.ports import ToolCall, ToolSpec
 from runtime.recipients import RecipientUnavailable, recipient_of
@@ -212,9 +213,33 @@ def im_send_message(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
         return ToolOutcome(f"Error: IM reply failed ({refused.code} {text_id}): {refused.help_text}", True, text_id)
     for request in requests:
         binding.on_registered(request.request_id)
-    listed = ", ".join(f"{r.content_type} {r.request_id}" for r in requests)
-    note = " in this order; if one fails, the later ones are not sent" if len(requests) > 1 else ""
-    return ToolOutcome(f"Queued for delivery{note}: {listed} (status {requests[-1].state}).", request_id=text_id)
+    queued = _queued([(r.content_type, r.request_id) for r in requests], requests[-1].state)
+    return ToolOutcome(queued, request_id=text_id)
+
+
+def _queued(parts: list[tuple[str, str]], state: str) -> str:
+    """im_send_message's answer for the parts (content type, request id) it registered."""
+    listed = ", ".join(f"{kind} {request_id}" for kind, request_id in parts)
+    note = " in this order; if one fails, the later ones are not sent" if len(parts) > 1 else ""
+    return f"Queued for delivery{note}: {listed} (status {state})."
+
+
+def recorded_sends(store: DeliveryStore, session_id: str) -> Recorded:
+    """For repairing a turn cut off mid-call (runtime.agent.repair): the answer an
+    `im_send_message` call would have given, from the requests it registered in the outbox
+    (their ids derive from the session, turn and call), with their state now."""
+
+    def recorded(turn_id: str, call_id: str, name: str) -> tuple[str, str] | None:
+        if name != IM_SEND_MESSAGE.name:
+            return None
+        text_id = _request_id_for(session_id, turn_id, call_id)
+        with store.read() as conn:
+            parts = reply_parts(conn, text_id)
+        if not parts:
+            return None
+        return _queued([(kind, request_id) for request_id, kind, _ in parts], parts[-1][2]), text_id
+
+    return recorded
 
 
 class ImQueryHistoryArgs(BaseModel):

@@ -30,7 +30,7 @@ from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.rotation import rotate, rotated_note, rotation_due
 from runtime.agent.sessions import DAMAGED_NOTE, begin_first_session, open_session
-from runtime.agent.tools import TOOLS, TurnBinding, execute
+from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
 from runtime.agent.view import model_view
 from runtime.clock import conversation_clock
 from runtime.handling import is_current
@@ -251,7 +251,7 @@ def run_turn(
         if ending is not None:
             session = rotate(store, customer_id, sessions_dir, fence, ending, agent.model_name, memory, session)
             log, session_id = session.log, session.session_id
-        repair(log)
+        repair(log, recorded_sends(store, session_id))
         if not log.of_type("system/message"):  # a new session (a fork of an empty one has its marker)
             note = DAMAGED_NOTE if session.replaced else rotated_note(session.header)
             prompt = _system_prompt(agent.persona)

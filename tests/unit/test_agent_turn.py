@@ -118,9 +118,36 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
     events = SessionLog(log.path).load()
     kinds = [e.kind for e in events if e.type == "turn/start"]
     assert kinds == ["batch", "follow-up"]
-    assert any(getattr(e, "code", None) == "TOOL_OUTCOME_UNKNOWN" for e in events)
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+        request_id, state = conn.exec_driver_sql("SELECT request_id, state FROM outbox_request").one()
+    # The outbox holds what the cut-off call registered: the follow-up reads it as the tool's
+    # own answer, not as "outcome unknown" (which a model answers by sending again).
+    closer = next(e for e in events if e.type == "tool/result")
+    assert (closer.is_error, closer.code, closer.request_id) == (False, None, request_id)
+    assert closer.content.startswith(f"Queued for delivery: text {request_id} (status ")
+
+
+def test_a_turn_cut_off_before_its_reply_was_registered_reads_outcome_unknown(
+    store, settings, shop, transport, platform
+):
+    customer = say(store, transport, platform, "b1", "可以退货吗")
+    evaluate(store, customer, 1000)
+    turn(store, settings, customer)
+    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
+    events = log.load()
+    cut = next(e.seq for e in events if e.type == "tool/result")
+    log.path.write_bytes(
+        b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
+    )
+    with store.write() as conn:  # the registration's transaction never committed
+        conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
+        conn.exec_driver_sql("DELETE FROM outbox_attempt")
+        conn.exec_driver_sql("DELETE FROM outbox_request")
+
+    assert turn(store, settings, customer).outcome == "complete"
+    events = SessionLog(log.path).load()
+    closer = next(e for e in events if e.type == "tool/result")
+    assert (closer.is_error, closer.code) == (True, "TOOL_OUTCOME_UNKNOWN")
 
 
 def test_a_crash_between_logging_the_batch_and_its_commit_brings_one_follow_up(
