@@ -87,15 +87,19 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     }
 
 
-def pool_defaults(settings: Settings) -> dict[str, object]:
-    """The pool a worker runs when its command line names none (`-P`/`-c` override it).
+def pool_defaults(settings: Settings, argv: list[str]) -> dict[str, object]:
+    """The pool a worker runs when its command line (`argv`) names none.
 
     The rules agent answers from the process in milliseconds: Celery's default, a prefork pool
     of one process per core. A model behind a network spends seconds per call waiting: a turn
     must not hold a process for that, so such a worker runs a thread pool with a thread for
     every model slot (`KEFU_AGENT__OPENAI__MAX_CONCURRENCY`) and some to spare; one process,
-    one store lock queue, one connection pool to the model."""
-    if settings.agent.provider == "rules":
+    one store lock queue, one connection pool to the model.
+
+    A pool named on the command line (`-P`, `--pool=`) turns this off: Celery cannot tell
+    `-P prefork` from its default and would let a configured pool win over it."""
+    named = any(arg.startswith("-P") or arg == "--pool" or arg.startswith("--pool=") for arg in argv)
+    if settings.agent.provider == "rules" or named:
         return {}
     return {
         "worker_pool": "threads",
@@ -129,7 +133,7 @@ def make_app(settings: Settings) -> Celery:
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
         worker_hijack_root_logger=False,
-        **pool_defaults(settings),
+        **pool_defaults(settings, sys.argv),
     )
     # After the configuration: naming a task object binds the tasks, which read it (acks_late).
     app.conf.beat_schedule = _beat_schedule(settings)

@@ -22,6 +22,8 @@ received sends and every session log.
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
+    python -m bench.faults kill-workers --network-model   # a network model's layout (also
+                                                          # broker-restart, slow-turns)
 
 Scenarios:
   kill-workers    SIGKILL worker main processes and pool children alternately (≥ --kills);
@@ -63,6 +65,12 @@ Scenarios:
                   grant counter, directory, journal and queued broker messages gone). Checks
                   grants above the fence, ≤ 2 exits per process, the directory rebuilt, and
                   wipe → last reply ≤ 60 s.
+
+With --network-model the agent is the fake OpenAI-compatible endpoint (kill-workers and
+broker-restart: 0.5 s per response, 2 s timeout) and the workers run without -P, on the pool
+kefu picks for a network model: one process with a thread pool, its turns inline in the
+ingest task. A kill then cuts dozens of turns at once; there are no pool children to kill, so
+every kill is a main's.
 
 With --shards 2 each of two shards has its own data dir, account, KEFU_SHARD and KEFU_INSTANCE,
 two workers, beat and `kefu listen`, on the one Redis and one simulated platform file; buyers

@@ -164,6 +164,8 @@ def run_traffic(
 def setup_text(options: Options, config: RigConfig, publisher: Publisher | None) -> str:
     path = f"direct publishing via {publisher.via}" if publisher else "kefu listen"
     pool = f"{config.workers} prefork workers × {config.concurrency}"
+    if config.kefu_pool:
+        pool = f"{config.workers} workers on the pool kefu picks (a network model's: threads)"
     if config.shards > 1:
         pool = f"{config.shards} shards, each {pool}"
     return f"{options.messages} messages, {options.buyers} buyers, {options.rate:g}/s · {path} · {pool} · beat"

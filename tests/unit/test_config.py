@@ -239,10 +239,10 @@ def test_a_bad_url_is_echoed_without_its_password_or_query(monkeypatch):
 
 
 def test_a_network_models_worker_runs_a_thread_pool_unless_told_otherwise(tmp_path):
-    from worker.celery_app import WORKER_THREADS_SPARE, make_app
+    from worker.celery_app import WORKER_THREADS_SPARE, pool_defaults
 
-    rules = make_app(load_settings(data_dir=tmp_path))
-    assert rules.conf.worker_pool in (None, "prefork")  # Celery's default: a process per core
+    rules = load_settings(data_dir=tmp_path)
+    assert pool_defaults(rules, ["celery", "-A", "worker", "worker"]) == {}  # Celery's: a process per core
     network = load_settings(
         data_dir=tmp_path,
         agent={
@@ -250,5 +250,7 @@ def test_a_network_models_worker_runs_a_thread_pool_unless_told_otherwise(tmp_pa
             "openai": {"base_url": "http://x/v1", "api_key": "k", "model": "m", "max_concurrency": 40},
         },
     )
-    conf = make_app(network).conf
-    assert (conf.worker_pool, conf.worker_concurrency) == ("threads", 40 + WORKER_THREADS_SPARE)
+    picked = pool_defaults(network, ["celery", "-A", "worker", "worker", "-l", "info", "--pool-start-method", "spawn"])
+    assert picked == {"worker_pool": "threads", "worker_concurrency": 40 + WORKER_THREADS_SPARE}
+    for named in (["-P", "prefork"], ["-Pprefork"], ["--pool", "solo"], ["--pool=prefork"]):
+        assert pool_defaults(network, ["celery", "-A", "worker", "worker", *named, "-c", "2"]) == {}, named
