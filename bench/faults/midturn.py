@@ -171,10 +171,13 @@ def midturn_kill(options: Options, root: Path, say: Say) -> RunReport:
             "KEFU_AGENT__OPENAI__MODEL": "fake-slow",
             "KEFU_AGENT__OPENAI__API_KEY": "fake-key",
         }
-        # One instance on both "hosts" (else the other one would wait as a standby).
-        config = RigConfig(env=env, defaults=True, elsewhere=1, instance="faults", listen=not options.direct)
+        # One instance on both "hosts" (else the other one would wait as a standby). Two workers
+        # on this host: the worker that takes a page from Redis is seldom the one whose BRPOP is
+        # waiting when the page's turn is published a moment later, so with one worker here the
+        # turns kept going to the other host's for minutes and a same-host kill found no target.
+        config = RigConfig(env=env, workers=3, defaults=True, elsewhere=1, instance="faults", listen=not options.direct)
         report = run_traffic(options, config, root, say, inject_midturn_kills(options, kills), linger_s=6)
-    report.setup += " · kefu's default settings · worker-2 as another host"
+    report.setup += " · kefu's default settings · worker-3 as another host"
     report.rows.append(("model", f"{MODEL_DELAY_S:g} s for a turn's first call, {LATER_DELAY_S:g} s for later ones"))
     for kind in KINDS:
         of_kind = [k.recovery_s() for k in kills if k.kind == kind]
