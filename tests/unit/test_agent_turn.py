@@ -36,6 +36,21 @@ def turn(store, settings, customer_id, registered=None):
     )
 
 
+def answered_then_cut(store, settings, transport, platform, text, before):
+    """A customer whose turn ran, and its log cut back to before the turn's first `before`
+    event, as it was when a worker died there. Returns (customer id, log)."""
+    customer = say(store, transport, platform, "b1", text)
+    evaluate(store, customer, 1000)
+    turn(store, settings, customer)
+    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
+    events = log.load()
+    cut = next(e.seq for e in events if e.type == before)
+    log.path.write_bytes(
+        b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
+    )
+    return customer, log
+
+
 def test_one_open_batch_per_customer(store, shop, transport, platform):
     customer = say(store, transport, platform, "b1", "什么时候发货")
     first = evaluate(store, customer, batch_size=1000)
@@ -100,16 +115,10 @@ def test_a_turn_logs_the_batch_then_answers_through_the_tool(store, settings, sh
 
 
 def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, settings, shop, transport, platform):
-    customer = say(store, transport, platform, "b1", "可以退货吗")
-    evaluate(store, customer, 1000)
-    turn(store, settings, customer)
-    with store.write() as conn:  # simulate a crash right after the send was registered
+    # a crash right after the send was registered: the tool started, no result logged
+    customer, log = answered_then_cut(store, settings, transport, platform, "可以退货吗", before="tool/result")
+    with store.write() as conn:
         conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
-    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
-    events = log.load()
-    cut = next(e.seq for e in events if e.type == "tool/result")
-    data = b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
-    log.path.write_bytes(data)  # the log as it was when the worker died (tool started, no result)
 
     result = turn(store, settings, customer)
     assert result.outcome == "complete"
@@ -130,15 +139,7 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
 def test_a_turn_cut_off_before_its_reply_was_registered_reads_outcome_unknown(
     store, settings, shop, transport, platform
 ):
-    customer = say(store, transport, platform, "b1", "可以退货吗")
-    evaluate(store, customer, 1000)
-    turn(store, settings, customer)
-    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
-    events = log.load()
-    cut = next(e.seq for e in events if e.type == "tool/result")
-    log.path.write_bytes(
-        b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
-    )
+    customer, log = answered_then_cut(store, settings, transport, platform, "可以退货吗", before="tool/result")
     with store.write() as conn:  # the registration's transaction never committed
         conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
         conn.exec_driver_sql("DELETE FROM outbox_attempt")
@@ -153,15 +154,8 @@ def test_a_turn_cut_off_before_its_reply_was_registered_reads_outcome_unknown(
 def test_a_crash_between_logging_the_batch_and_its_commit_brings_one_follow_up(
     store, settings, shop, transport, platform
 ):
-    customer = say(store, transport, platform, "b1", "发什么快递")
-    evaluate(store, customer, 1000)
-    turn(store, settings, customer)
-    log = SessionLog(session_path(settings.sessions_dir, f"s{customer}-1"))
-    events = log.load()
-    cut = next(e.seq for e in events if e.type == "step/start")  # logged the batch, wrote nothing since
-    log.path.write_bytes(
-        b"".join(log._compressor.compress((e.model_dump_json() + "\n").encode()) for e in events[:cut])
-    )
+    # logged the batch, wrote nothing since
+    customer, log = answered_then_cut(store, settings, transport, platform, "发什么快递", before="step/start")
     with store.write() as conn:  # the batch commit rides on the turn's first write, which never came
         conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed'")
         conn.exec_driver_sql("UPDATE inbound_message SET state = 'claimed'")
