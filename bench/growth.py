@@ -2,14 +2,21 @@
 
 Each buyer message runs the whole pipeline in this process, the steps a worker would run on
 its tasks (ingest, admission, the agent turn with the memory engine on, the outbox attempt)
-against a real store, session log and simulator. The baseline in the same run is a raw
-SQLite insert-and-commit of one row.
+against a real store, session log and simulator: once with the rules agent, once with the
+`openai` provider against a fake Chat Completions server on loopback that answers at once
+(the model path: each call's request carries the whole view, which grows with the session up
+to what the memory engine's archive leaves in the window). CPU is this thread's: the fake
+server's threads are not counted. The baselines in the same run: a raw SQLite insert-and-commit
+of one row, and for the reconciler an indexed probe of the pending input.
 
-    python -m bench.growth [--turns 1000] [--history 0] [--buyers 1]
+    python -m bench.growth [--turns 1000] [--history 0] [--backlog] [--buyers 1] [--paths rules,model]
 
-`--turns`: one customer, one message per turn; the cost is reported per window of turns.
-`--history N`: N inbound messages of other customers are stored first, so the cost is read
-at that store size (and the store's size per 100,000 messages is printed).
+`--turns`: one customer, one message per turn; the cost is reported per window of turns
+(the median of the 40 messages up to the turn, the first one apart).
+`--history N`: N inbound messages of 1,000 other customers are stored first, so the cost is
+read at that store size (and the store's size per 100,000 messages is printed); they are
+settled (committed) unless `--backlog`, which leaves them waiting for admission, an hour old
+(an outage's backlog). Either way the reconciler's pass (`pipeline.reconcile`) is timed.
 `--buyers N`: the turns' messages come from N buyers in turn instead of one (the process's
 resident memory before and after the turns is printed: e.g. 10,000 turns of 10,000 buyers).
 """
@@ -25,7 +32,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -36,6 +45,7 @@ from runtime.accounts import AccountSpec, create_account
 from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Settle
 from runtime.ports import Services
 from runtime.routes import RouteSpec, create_route
+from tests.fakes.openai_server import FakeOpenAI
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.context import WorkerRuntime
 
@@ -96,57 +106,124 @@ def raw_commit_ms(folder: Path, rows: int = 500, synchronous: str = "NORMAL") ->
     return (time.perf_counter() - began) / rows * 1000
 
 
+@dataclass
+class Run:
+    """One path's figures."""
+
+    name: str
+    wall_ms: list[float]
+    cpu_ms: list[float]
+    replies: int
+    log_mb: float
+    rss_mb: tuple[float, float]
+    filled_s: float = 0.0
+    stored_mb: float = 0.0
+    reconcile: tuple[float, float, int] | None = None  # (pass ms, raw probe ms, admissions handed out)
+
+
+def run_path(folder: Path, name: str, agent: dict[str, Any], args: argparse.Namespace, reconcile: bool) -> Run:
+    settings = load_settings(data_dir=folder, agent=agent)
+    runtime = WorkerRuntime(settings)
+    create_account(runtime.store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
+    create_route(runtime.store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="r")
+    platform = SimulatedPlatform(settings.simulator_path)
+    transport = SimulatorTransport(platform)
+    filled = time.perf_counter()
+    fill_history(runtime, transport, platform, args.history)
+    filled = time.perf_counter() - filled
+    with sqlite3.connect(settings.delivery_path) as db:  # the history settled, or an hour overdue
+        if args.backlog:
+            db.execute("UPDATE inbound_message SET received_at = received_at - 3600000 WHERE state = 'pending'")
+        else:
+            db.execute("UPDATE inbound_message SET state = 'committed' WHERE state = 'pending'")
+    stored_mb = sum(p.stat().st_size for p in folder.glob("*.sqlite*")) / 1e6
+    passes = reconcile_ms(runtime, settings.delivery_path) if reconcile and args.history else None
+    rss_before = _rss_mb()
+    costs: list[float] = []
+    cpu: list[float] = []
+    for turn in range(args.turns):
+        buyer = "loyal" if args.buyers == 1 else f"buyer{turn % args.buyers}"
+        said = platform.buyer_says(ACCOUNT, buyer, "老顾客", f"第{turn}次：什么时候发货？")
+        page = transport.page_of(ACCOUNT, [said])
+        began, began_cpu = time.perf_counter(), time.thread_time()
+        run_inline(runtime, Ingest(page.model_dump(mode="json")))
+        costs.append((time.perf_counter() - began) * 1000)
+        cpu.append((time.thread_time() - began_cpu) * 1000)
+    replies = len(platform.received(ACCOUNT))  # the history is ingested only: never answered
+    log_mb = sum(p.stat().st_size for p in settings.sessions_dir.glob("*.zst")) / 1e6
+    return Run(name, costs, cpu, replies, log_mb, (rss_before, _rss_mb()), filled, stored_mb, passes)
+
+
+def reconcile_ms(runtime: WorkerRuntime, delivery: Path, passes: int = 20) -> tuple[float, float, int]:
+    """The reconciler's pass (median of `passes`), beside a raw indexed probe of the pending
+    input (the baseline); and how many admissions one pass hands out."""
+    times, handed = [], 0
+    for _ in range(passes):
+        began = time.perf_counter()
+        step = pipeline.reconcile(runtime)
+        times.append((time.perf_counter() - began) * 1000)
+        handed = sum(isinstance(work, Admit) for work in step.follow_ups)
+    db = sqlite3.connect(delivery)
+    probe = "SELECT min(customer_id) FROM inbound_message WHERE state = 'pending'"
+    began = time.perf_counter()
+    for _ in range(1000):
+        db.execute(probe).fetchone()
+    raw = time.perf_counter() - began  # ms per probe: seconds / 1000 probes × 1000
+    db.close()
+    return statistics.median(times), raw, handed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--backlog", action="store_true")
     parser.add_argument("--buyers", type=int, default=1)
+    parser.add_argument("--paths", default="rules,model")
     args = parser.parse_args()
-    windows = sorted({w for w in (1, 10, 100, 500, 1000, 2000, 5000) if w <= args.turns} | {args.turns})
+    paths = args.paths.split(",")
+    windows = sorted({w for w in (10, 100, 500, 1000, 2000, 5000) if w <= args.turns} | {args.turns})
+    runs: list[Run] = []
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the shard lease thread may still write
         folder = Path(tmp)
-        settings = load_settings(data_dir=folder)
-        runtime = WorkerRuntime(settings)
-        create_account(runtime.store, AccountSpec(id=ACCOUNT, platform="simulator", identity="bench"))
-        create_route(runtime.store, RouteSpec(id="all", account_id=ACCOUNT, conversation_type="direct"), op_id="r")
-        platform = SimulatedPlatform(settings.simulator_path)
-        transport = SimulatorTransport(platform)
-        filled = time.perf_counter()
-        fill_history(runtime, transport, platform, args.history)
-        filled = time.perf_counter() - filled
-        stored_mb = sum(p.stat().st_size for p in folder.glob("*.sqlite*")) / 1e6
-        rss_before = _rss_mb()
-        costs: list[float] = []
-        cpu: list[float] = []
-        for turn in range(args.turns):
-            buyer = "loyal" if args.buyers == 1 else f"buyer{turn % args.buyers}"
-            page = transport.page_of(
-                ACCOUNT, [platform.buyer_says(ACCOUNT, buyer, "老顾客", f"第{turn}次：什么时候发货？")]
-            )
-            began, began_cpu = time.perf_counter(), time.process_time()
-            run_inline(runtime, Ingest(page.model_dump(mode="json")))
-            costs.append((time.perf_counter() - began) * 1000)
-            cpu.append((time.process_time() - began_cpu) * 1000)
-        rss_after = _rss_mb()
-        replies = len(platform.received(ACCOUNT))  # the history is ingested only: never answered
+        if "rules" in paths:
+            runs.append(run_path(folder / "rules", "rules", {}, args, reconcile=True))
+        if "model" in paths:
+            with FakeOpenAI(record=False) as fake:
+                endpoint = {"base_url": fake.base_url, "api_key": "sk-bench", "model": "fake"}
+                model = {"provider": "openai", "openai": endpoint}
+                runs.append(run_path(folder / "model", "model (fake, instant)", model, args, reconcile=not runs))
         raw = raw_commit_ms(folder)
-        log_bytes = sum(p.stat().st_size for p in settings.sessions_dir.glob("*.zst"))
-    table = Table("turn", "wall ms per message", "CPU ms per message", "CPU vs turn 10", "wall × raw commit")
-    base = statistics.median(cpu[5:15]) if args.turns >= 15 else statistics.median(cpu)
-    for at in windows:
-        window = slice(max(0, at - 20), at)  # the 20 messages up to this turn, their median
-        wall, used = statistics.median(costs[window]), statistics.median(cpu[window])
-        table.add_row(f"{at:,}", f"{wall:.2f}", f"{used:.2f}", f"{used / base:.2f}×", f"{wall / raw:.1f}")
     console = Console()
+    table = Table("path", "turn", "wall ms per message", "CPU ms per message", "CPU vs turn 10", "wall × raw commit")
+    for run in runs:
+        cpu = run.cpu_ms
+        base = statistics.median(cpu[1:10]) if args.turns >= 10 else statistics.median(cpu)
+        for at in windows:
+            window = slice(max(1, at - 40), at)  # the 40 messages up to this turn, the first apart
+            wall, used = statistics.median(run.wall_ms[window]), statistics.median(cpu[window])
+            table.add_row(run.name, f"{at:,}", f"{wall:.2f}", f"{used:.2f}", f"{used / base:.2f}×", f"{wall / raw:.1f}")
     console.print(table)
-    console.print(
-        f"{args.turns:,} messages, {replies:,} replied; history {args.history:,} messages stored in {filled:.1f} s;"
-        f" raw SQLite commit {raw:.3f} ms; session logs {log_bytes / 1e6:.2f} MB"
-    )
-    if args.history:
-        per = stored_mb / args.history * 100_000
-        console.print(f"delivery store after the history: {stored_mb:.1f} MB, {per:.1f} MB per 100,000 messages")
-    console.print(f"resident memory: {rss_before:.0f} MB before the turns, {rss_after:.0f} MB after")
+    for run in runs:
+        console.print(
+            f"{run.name}: {args.turns:,} messages, {run.replies:,} replied; session logs {run.log_mb:.2f} MB;"
+            f" resident memory {run.rss_mb[0]:.0f} MB before the turns, {run.rss_mb[1]:.0f} MB after"
+        )
+    console.print(f"raw SQLite commit {raw:.3f} ms (baseline)")
+    if args.history and runs:
+        first = runs[0]
+        per = first.stored_mb / args.history * 100_000
+        console.print(
+            f"history: {args.history:,} messages of 1,000 customers stored in {first.filled_s:.1f} s;"
+            f" delivery store {first.stored_mb:.1f} MB, {per:.1f} MB per 100,000 messages"
+        )
+    passes = next((run.reconcile for run in runs if run.reconcile), None)
+    if passes is not None:
+        state = "waiting for admission, an hour old" if args.backlog else "settled"
+        console.print(
+            f"reconciler pass, the history {state}: {passes[0]:.2f} ms (median of 20), handing out"
+            f" {passes[2]:,} admissions; a raw indexed probe of the pending input {passes[1]:.4f} ms (baseline)"
+        )
 
 
 def _rss_mb() -> float:

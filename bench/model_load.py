@@ -14,7 +14,9 @@ from a new buyer (no batching). Printed, for each layout:
   p99 <= latency + 1 s;
 - a burst of `--burst` buyers published at once: how many turns waited on the model together
   (the fake's peak of calls in flight), answered, p99;
-- the worker's peak RSS (VmHWM, summed over its process tree).
+- the worker's peak RSS (VmHWM, summed over its process tree);
+- how many writes failed on the store's lock over the whole run (its threads' writers queue in
+  the process: runtime.store.engine).
 
 The baseline, the physical limit: the same rate of calls made straight to the fake, each on its
 own thread (unbounded concurrency), round-trip p50/p99.
@@ -252,6 +254,8 @@ def main() -> None:
                 pid = rig.workers.processes[0].pid
                 if pid is not None:
                     print(f"worker peak RSS ({rig.workers.label}): {peak_rss_mb(pid):.0f} MB")
+                locked = sum(process.output().count("database is locked") for process in rig.workers.processes)
+                print(f"writes that failed on the store's lock (`database is locked` in the worker's log): {locked}")
     finally:
         model.close()
 

@@ -10,16 +10,19 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from pydantic import TypeAdapter
+
 from runtime.accounts import account_is_live, load_account
 from runtime.classification import AGENT_INPUT_ROLES
 from runtime.input_pause import is_paused
 from runtime.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
 from runtime.rendering import RenderableMessage
 from runtime.routes import resolve_route
+from runtime.states import QuestionState
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import Account, AdmissionBatch, BuyerRead, Customer, Route
+from runtime.store.tables import Account, AdmissionBatch, BuyerRead, Customer, Route, SessionHeader
 
 
 def batch_id_of(customer_id: int, first_platform_message_id: str) -> str:
@@ -81,15 +84,27 @@ def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
     return AdmissionBatch.model_validate(dict(row)) if row else None
 
 
-def _columns(alias: str, model: type[Customer | AdmissionBatch | Account]) -> str:
+# The open batch's lines, in id order (a subquery's order, which SQLite's aggregate keeps).
+_BATCH_LINES_JSON = (
+    "(SELECT json_group_array(json_object('id', m.id, 'sender_role', m.sender_role, 'sender_name', m.sender_name,"
+    " 'content_type', m.content_type, 'body', m.body, 'received_at', m.received_at, 'occurred_at', m.occurred_at))"
+    " FROM (SELECT * FROM inbound_message WHERE batch_id = b.id ORDER BY id) m)"
+)
+_LINES = TypeAdapter(list[RenderableMessage])
+
+
+def _columns(alias: str, model: type[Customer | AdmissionBatch | Account | SessionHeader]) -> str:
     return ", ".join(f"{alias}.{name}" for name in model.model_fields)
 
 
 _TURN_ROWS = sql(
     f"SELECT {_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)},"
-    f" {UNDELIVERED_READS_JSON} FROM customer c"
+    f" {_columns('s', SessionHeader)}, {UNDELIVERED_READS_JSON}, {_BATCH_LINES_JSON},"
+    " EXISTS (SELECT 1 FROM pending_question q WHERE q.customer_id = c.id AND q.state IN (:asked, :offered))"
+    " FROM customer c"
     " LEFT JOIN admission_batch b ON b.customer_id = c.id AND b.state IN ('claimed', 'committed')"
-    " LEFT JOIN account a ON a.id = c.account_id WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
+    " LEFT JOIN account a ON a.id = c.account_id LEFT JOIN agent_session s ON s.id = c.session_id"
+    " WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
 )
 
 
@@ -99,26 +114,39 @@ class TurnRows(NamedTuple):
     customer: Customer
     batch: AdmissionBatch | None  # the open batch
     account: Account | None
+    session: SessionHeader | None  # the customer's current session's header
     reads: list[BuyerRead]  # what the buyer read that the session has not been told yet
+    lines: list[RenderableMessage]  # the open batch's, in order
+    questions: bool  # a question the agent asked the buyer waits to be offered (runtime.pending_questions)
 
 
 def turn_rows(conn: Connection, customer_id: int) -> TurnRows | None:
-    row = conn.execute(_TURN_ROWS, {"c": customer_id}).first()
+    asked = {"asked": QuestionState.PENDING, "offered": QuestionState.OFFERED}
+    row = conn.execute(_TURN_ROWS, {"c": customer_id, **asked}).first()
     if row is None:
         return None
     parts, at = [], 0
-    for model in (Customer, AdmissionBatch, Account):
+    for model in (Customer, AdmissionBatch, Account, SessionHeader):
         values, at = row[at : at + len(model.model_fields)], at + len(model.model_fields)
         parts.append(model.model_validate(dict(zip(model.model_fields, values, strict=True))) if values[0] else None)
-    return TurnRows(parts[0], parts[1], parts[2], reads_from_json(row[at]))  # type: ignore[arg-type]
+    customer, batch, account, session = parts
+    reads, lines, questions = reads_from_json(row[at]), _LINES.validate_json(row[at + 1]), bool(row[at + 2])
+    return TurnRows(customer, batch, account, session, reads, lines, questions)  # type: ignore[arg-type]
 
 
-_NOTHING_TO_ADMIT = sql(  # for a known customer not paused: any other answer comes from the full evaluation
-    "SELECT EXISTS (SELECT 1 FROM customer WHERE id = :c AND NOT handling_paused)"
-    " AND NOT EXISTS (SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed'))"
-    " AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE customer_id = :c AND state = 'pending'"
-    f"  AND sender_role IN {AGENT_INPUT_ROLES})"
-)
+def _nothing_to_admit(customer: str) -> str:
+    """For a known customer not paused (any other answer comes from the full evaluation), SQL
+    of the customer id `customer`."""
+    return (
+        f"(EXISTS (SELECT 1 FROM customer cu WHERE cu.id = {customer} AND NOT cu.handling_paused)"
+        f" AND NOT EXISTS (SELECT 1 FROM admission_batch ob WHERE ob.customer_id = {customer}"
+        "  AND ob.state IN ('claimed', 'committed'))"
+        f" AND NOT EXISTS (SELECT 1 FROM inbound_message im WHERE im.customer_id = {customer}"
+        f"  AND im.state = 'pending' AND im.sender_role IN {AGENT_INPUT_ROLES}))"
+    )
+
+
+_NOTHING_TO_ADMIT = sql("SELECT " + _nothing_to_admit(":c"))
 
 
 def nothing_to_admit(conn: Connection, customer_id: int) -> bool:
@@ -232,17 +260,6 @@ def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: t
     return False
 
 
-def batch_messages(conn: Connection, batch_id: str) -> list[RenderableMessage]:
-    rows = conn.execute(
-        sql(
-            "SELECT id, sender_role, sender_name, content_type, body, received_at, occurred_at FROM inbound_message"
-            " WHERE batch_id = :b ORDER BY id"
-        ),
-        {"b": batch_id},
-    ).mappings()
-    return [RenderableMessage.model_validate(dict(row)) for row in rows]
-
-
 def commit_batch(conn: Connection, batch_id: str) -> None:
     """The session log holds the batch durably: its messages are committed."""
     at = now_ms()
@@ -267,15 +284,18 @@ def revoke_batch(conn: Connection, batch_id: str) -> None:
     )
 
 
-def finish_batch(conn: Connection, batch_id: str, model_calls: int = 0, model_ms: int = 0) -> None:
-    """Done; with the model calls its turn's last run made and their time (runtime.status)."""
-    conn.execute(
-        sql(
-            "UPDATE admission_batch SET state = 'done', updated_at = :at, model_calls = :c, model_ms = :ms"
-            " WHERE id = :b"
-        ),
-        {"b": batch_id, "at": now_ms(), "c": model_calls, "ms": model_ms},
-    )
+_FINISH = sql(
+    "UPDATE admission_batch SET state = 'done', updated_at = :at, model_calls = :c, model_ms = :ms WHERE id = :b"
+    f" RETURNING NOT {_nothing_to_admit('admission_batch.customer_id')}"
+)
+
+
+def finish_batch(conn: Connection, batch_id: str, model_calls: int = 0, model_ms: int = 0) -> bool:
+    """Done; with the model calls its turn's last run made and their time (runtime.status).
+    True when admission has something to decide for the customer now (`nothing_to_admit`, read
+    in the same statement): input that came during the turn."""
+    found = conn.execute(_FINISH, {"b": batch_id, "at": now_ms(), "c": model_calls, "ms": model_ms}).first()
+    return found is not None and bool(found[0])
 
 
 # Buyer input no batch has claimed yet: what admission is for.
@@ -284,10 +304,33 @@ _WAITING = (
 )
 
 
-def customers_waiting(conn: Connection, received_before: int, limit: int) -> list[int]:
-    """Customers whose input waited longer than a grace: its admission was lost (reconciler)."""
-    query = sql(_WAITING + " AND received_at < :t LIMIT :n")
-    return [int(c) for c in conn.execute(query, {"t": received_before, "n": limit}).scalars()]
+# One customer at a time in the pending index, from the one after :after up to :until (a skip
+# scan: a few index probes per customer, however many of its lines wait), each kept when a line
+# of its waited past the grace (its oldest usually did). What a pass costs grows with the
+# customers it hands out, never with the lines waiting behind them.
+_OVERDUE = sql(
+    "WITH RECURSIVE next(customer_id) AS ("
+    " SELECT (SELECT min(customer_id) FROM inbound_message WHERE state = 'pending' AND customer_id > :after)"
+    " UNION ALL"
+    " SELECT (SELECT min(customer_id) FROM inbound_message WHERE state = 'pending' AND customer_id > n.customer_id)"
+    " FROM next n WHERE n.customer_id <= :until)"
+    " SELECT customer_id FROM next n WHERE customer_id <= :until AND EXISTS (SELECT 1 FROM inbound_message m"
+    f" WHERE m.customer_id = n.customer_id AND m.state = 'pending' AND m.sender_role IN {AGENT_INPUT_ROLES}"
+    " AND m.received_at < :t) LIMIT :n"
+)
+
+
+def customers_waiting(conn: Connection, received_before: int, limit: int, after: int = 0) -> list[int]:
+    """Customers whose input waited longer than a grace: its admission was lost (reconciler).
+    Up to `limit` of them, in customer order from the one after `after` round to it, so that
+    customers whose input waits on (kept back by an input pause) never crowd the others out."""
+    found: list[int] = []
+    for start, until in ((after, 2**63 - 1), (0, after)):
+        params = {"after": start, "until": until, "t": received_before, "n": limit - len(found)}
+        found += [int(c) for c in conn.execute(_OVERDUE, params).scalars()]
+        if len(found) >= limit or not after:
+            break
+    return found
 
 
 def customers_waiting_in(conn: Connection, account_id: str | None) -> list[int]:

@@ -11,8 +11,11 @@ script time of the latest buyer message received by then, advanced by the real t
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
@@ -43,20 +46,53 @@ class ConversationClock:
 REAL_TIME = ConversationClock()
 
 _MESSAGE_TIMES = sql(
-    "SELECT received_at, occurred_at FROM inbound_message WHERE customer_id = :c AND sender_role = 'external'"
+    "SELECT received_at, occurred_at, id FROM inbound_message"
+    " WHERE customer_id = :c AND sender_role = 'external' AND id > :after"
     " AND EXISTS (SELECT 1 FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c AND a.simulated)"
     " ORDER BY received_at, id"
 )
+KEPT = 4096  # conversations whose clock a process keeps
+
+
+@dataclass
+class _Read:
+    """A conversation's anchors as read up to its buyer message `last` (received_at, id)."""
+
+    last: tuple[int, int] = (0, 0)
+    anchors: list[tuple[int, int]] = field(default_factory=list)
+
+
+_read: OrderedDict[tuple[Path, int], _Read] = OrderedDict()
+_read_lock = threading.Lock()
 
 
 def conversation_clock(conn: Connection, customer_id: int) -> ConversationClock:
     """A simulated conversation's script clock from its stored buyer messages; real time for a
-    real one (a real platform's `occurred_at` is evidence, never the shop's clock)."""
-    anchors: list[tuple[int, int]] = []
-    for received_at, occurred_at in conn.execute(_MESSAGE_TIMES, {"c": customer_id}):
+    real one (a real platform's `occurred_at` is evidence, never the shop's clock). The anchors
+    read are kept in this process, so a turn reads only the buyer messages stored since the
+    last (a message received before those read, from a host whose clock is behind, reads all
+    again); a message pruned or erased since leaves its anchor, a time, not its content."""
+    path = getattr(conn.dbapi, "kefu_path", None)
+    key = (path, customer_id) if path is not None else None
+    with _read_lock:
+        known = _read.pop(key, None) if key is not None else None
+    read = known or _Read()
+    rows = conn.execute(_MESSAGE_TIMES, {"c": customer_id, "after": read.last[1]}).all()
+    if rows and (rows[0][0], rows[0][2]) < read.last:
+        read = _Read()
+        rows = conn.execute(_MESSAGE_TIMES, {"c": customer_id, "after": 0}).all()
+    anchors = read.anchors
+    for received_at, occurred_at, _ in rows:
         offset = occurred_at - received_at
         if not anchors or abs(offset - anchors[-1][1]) > _SAME_OFFSET_MS:
             anchors.append((received_at, offset))
+    if rows:
+        read.last = (rows[-1][0], rows[-1][2])
+    if key is not None:
+        with _read_lock:
+            _read[key] = read
+            while len(_read) > KEPT:
+                _read.popitem(last=False)
     if len(anchors) == 1 and abs(anchors[0][1]) <= _SAME_OFFSET_MS:
         return REAL_TIME  # a simulation without a script clock (the demo's rate load, `kefu simulate say`)
     return ConversationClock(tuple(anchors))

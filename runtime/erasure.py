@@ -86,6 +86,8 @@ def conversation_key(conversation_id: str) -> str:
 
 _THROUGH = "SELECT max(through_ms) FROM erasure WHERE account_id = ? AND conversation_key = ?"
 _ANY_ERASED = "SELECT 1 FROM erasure WHERE account_id = ? LIMIT 1"
+# For a statement that reads the account's row anyway (the usual page costs no lookup of its own).
+ANY_ERASED_COLUMN = "EXISTS (SELECT 1 FROM erasure WHERE account_id = :a) AS any_erased"
 
 
 def unerased(db: sqlite3.Connection, account_id: str, group: ConversationGroup) -> ConversationGroup | None:
@@ -101,11 +103,17 @@ def unerased(db: sqlite3.Connection, account_id: str, group: ConversationGroup) 
     return group.model_copy(update={"messages": kept}) if kept else None
 
 
-def without_erased(db: sqlite3.Connection, page: InboundPage) -> InboundPage:
+def any_erased(db: sqlite3.Connection, account_id: str) -> bool:
+    """Anybody of the account was ever erased."""
+    return db.execute(_ANY_ERASED, (account_id,)).fetchone() is not None
+
+
+def without_erased(db: sqlite3.Connection, page: InboundPage, erased: bool | None = None) -> InboundPage:
     """The page without an erased conversation's redelivered messages: what a receiver records
     and ingest stores, so kefu never keeps them again (the page itself, if nothing is erased).
-    One indexed lookup for a page of an account nobody was erased from: the usual case."""
-    if db.execute(_ANY_ERASED, (page.account_id,)).fetchone() is None:
+    One indexed lookup for a page of an account nobody was erased from (the usual case), none
+    when the caller read `erased` (any_erased, ANY_ERASED_COLUMN) already."""
+    if not (any_erased(db, page.account_id) if erased is None else erased):
         return page
     groups = [unerased(db, page.account_id, group) for group in page.groups]
     if all(kept is group for kept, group in zip(groups, page.groups, strict=True)):

@@ -190,7 +190,8 @@ def stored_images(lines: Iterable[RenderableMessage]) -> list[ImageRef]:
 
 
 def with_image_data(store: DeliveryStore, view: list[ChatMessage]) -> list[ChatMessage]:
-    """The model's view with each image's bytes loaded from the store, for the call. Left out:
+    """Messages of the model's view (those that show images: runtime.agent.view.model_view)
+    with each image's bytes loaded from the store, for the call. Left out:
     an image whose copy is gone (e.g. erased meanwhile), and one of a type vision models do not
     take (not in VISION_MIMES: a BMP). Such an image is stored all the same, so operators see it,
     and the model reads its line's `[image]`, as for any model without vision."""

@@ -19,7 +19,7 @@ import json
 import sqlite3
 from typing import Any
 
-from runtime.erasure import without_erased
+from runtime.erasure import any_erased, without_erased
 from runtime.pages import InboundPage
 from runtime.store import DeliveryStore, immediate, now_ms
 from runtime.store.connection import Connection
@@ -40,6 +40,13 @@ class Unchecked:
 UNCHECKED = Unchecked()
 
 
+_RECORD = (
+    "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at)"
+    " SELECT ?1, ?2, ?3, ?4, ?5, ?5"
+    " WHERE NOT EXISTS (SELECT 1 FROM page_receipt WHERE account_id = ?1 AND stream_id = ?2 AND page_op_id = ?3)"
+)
+
+
 def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> bool:
     """Keep the page until it is ingested. True when it is to be published: it is new, or it is
     still pending (a platform redelivery of a page whose broker message may be lost). False when
@@ -55,13 +62,12 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
             ).fetchone()
             if (row[0] if row else None) != fetched_after:
                 return False
-        page = without_erased(db, page)  # an erased buyer's redelivered words are never kept again
-        inserted = db.execute(  # unless it was committed before (its record may be forgotten since)
-            "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at,"
-            " published_at) SELECT ?1, ?2, ?3, ?4, ?5, ?5 WHERE NOT EXISTS (SELECT 1 FROM page_receipt"
-            " WHERE account_id = ?1 AND stream_id = ?2 AND page_op_id = ?3)",
-            (*key, page.model_dump_json(), at),
-        ).rowcount
+        # Unless it was committed before (its record may be forgotten since); the usual page, of
+        # an account nobody was erased from, in this one statement.
+        inserted = db.execute(_RECORD + " AND NOT EXISTS (SELECT 1 FROM erasure WHERE account_id = ?1)",
+                              (*key, page.model_dump_json(), at)).rowcount  # fmt: skip
+        if not inserted and any_erased(db, page.account_id):  # an erased buyer's redelivered words are never kept
+            inserted = db.execute(_RECORD, (*key, without_erased(db, page, True).model_dump_json(), at)).rowcount
         if inserted:
             return True
         return bool(  # still pending: published again (a committed page's record is marked ingested)

@@ -23,7 +23,7 @@ from typing import Any
 
 from runtime.admission import Known, decide
 from runtime.classification import evidence_role, role_sql
-from runtime.erasure import without_erased
+from runtime.erasure import ANY_ERASED_COLUMN, without_erased
 from runtime.errors import KefuError
 from runtime.inbound_media import PENDING as PENDING_IMAGE
 from runtime.inbound_media import inline_images
@@ -100,7 +100,7 @@ def _stored(message: InboundMessage, conversation_id: str, inline: dict[tuple[st
     return content.type, json.dumps(content.model_dump(exclude={"type"}), ensure_ascii=False)
 
 
-_ACCOUNT_AND_PAUSE = f"SELECT *, {PAUSED_OR_HELD_COLUMNS} FROM account WHERE id = :a"
+_ACCOUNT_AND_PAUSE = f"SELECT *, {PAUSED_OR_HELD_COLUMNS}, {ANY_ERASED_COLUMN} FROM account WHERE id = :a"
 
 
 def ingest_page(
@@ -126,10 +126,11 @@ def ingest_page(
             return IngestResult(page.page_op_id, replayed=True, customer_ids=found)
         # Inside the transaction: a pause is never half-applied.
         held = held_unless_paused(page.account_id, bool(account.pop("input_paused")), bool(account.pop("page_held")))
+        erased = bool(account.pop("any_erased"))
         result = IngestResult(page.page_op_id, replayed=False)
         touched: dict[int, _Upserted] = {}  # each live customer once, as its last upsert saw it
         rows: list[tuple[Any, ...]] = []
-        page = without_erased(db, page)  # the page as recorded as ingested, too
+        page = without_erased(db, page, erased)  # the page as recorded as ingested, too
         inline = inline_images(conn, page)
         for group in page.groups:
             upserted, group_rows = _upsert_group(db, page, group, origin, store.customer_id_base, inline)

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -70,6 +71,7 @@ ATTEMPT_BACKOFF_S = (1, 2, 5, 10, 30, 60)
 MAX_THROTTLE_WAIT_S = 600
 RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the rest
 IMAGE_BACKOFF_S = 5.0  # times the attempts so far, between tries of an image fetch
+_handed_out: dict[Path, int] = {}  # store -> the last customer a full pass handed out for admission
 
 
 # --- follow-up work ------------------------------------------------------------------------
@@ -404,11 +406,12 @@ def reconcile(services: Services, grace_s: float | None = None) -> Step:
     lease = now - int(settings.outbox.attempt_lease_s * 1000)
     expired = inbound_media.expire_images(store, now, RECONCILE_LIMIT)  # too old to fetch: no platform call
     with store.read() as conn:
-        admissions = customers_waiting(conn, quiet, RECONCILE_LIMIT)
+        admissions = customers_waiting(conn, quiet, RECONCILE_LIMIT, _handed_out.get(store.path, 0))
         turns = batches_left_open(conn, quiet, RECONCILE_LIMIT)
         attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
         settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
         images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet, now=now)
+    _handed_out[store.path] = admissions[-1] if len(admissions) == RECONCILE_LIMIT else 0  # the rest next pass
     recorded = overdue_pages(store, grace_ms)
     prune_ingested(store)
     caught_up = _catch_up(services)

@@ -17,12 +17,14 @@ import json
 import logging
 import os
 import threading
+import weakref
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
 import zstandard
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
@@ -32,6 +34,7 @@ from runtime.store import now_ms
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+S = TypeVar("S")
 
 # A position (seq, 0..N-1) and a count (offset, 0..N) are different things; both are exact
 # non-negative integers.
@@ -292,6 +295,28 @@ def parse_event(line: bytes) -> SessionEvent:
         return extension
 
 
+@dataclass
+class _Turns:
+    starts: dict[str, list[TurnStart]] = field(default_factory=dict)  # batch id -> its turns' starts
+    outcomes: dict[str, str] = field(default_factory=dict)  # turn -> outcome
+
+    def take(self, event: SessionEvent) -> None:
+        if isinstance(event, TurnStart):
+            self.starts.setdefault(event.batch_id, []).append(event)
+        elif isinstance(event, TurnEnd):
+            self.outcomes[event.turn] = event.outcome
+
+
+def batch_turns(log: SessionLog, batch_id: str) -> list[tuple[TurnStart, str | None]]:
+    """(turn/start, outcome or None) of every turn the log holds for a batch, oldest first."""
+    return log.folded(
+        "turns",
+        _Turns,
+        _Turns.take,
+        lambda turns: [(start, turns.outcomes.get(start.turn)) for start in turns.starts.get(batch_id, ())],
+    )
+
+
 def own_from(log: SessionLog) -> int:
     """The seq a session's own events begin at: after a fork's copy of its parent's prefix (its
     inherited end-seed marker), else 0. Rounds and notes of a fork count only its own."""
@@ -363,29 +388,70 @@ def _whole_frame_after(data: bytes, start: int) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Prefix:
+    """A log file's bytes up to its last whole event, as their length and CRC-32 (what tells a
+    reader that another writer only appended), and the file's stat after this process last
+    wrote or read it (what tells it that nobody did: then it reads nothing)."""
+
+    size: int = 0
+    crc: int = 0
+    stat: tuple[int, int, int] | None = None  # (inode, size, mtime ns) with exactly these bytes
+
+    def then(self, data: bytes, stat: os.stat_result | None = None) -> _Prefix:
+        """The prefix with `data` appended, and the file's stat when it holds no more."""
+        size = self.size + len(data)
+        known = _stat_key(stat) if stat is not None and stat.st_size == size else None
+        return _Prefix(size, zlib.crc32(data, self.crc), known)
+
+
+def _stat_key(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 @dataclass
 class _Parsed:
-    """A log file's bytes up to its last whole event, and the events they hold, indexed by type,
-    with what was derived from them (SessionLog.derived). The lists are append-only: a
-    snapshot shares them with the log that made it and keeps their lengths at that moment."""
+    """A log file's known prefix, and the events it holds, indexed by type, with what was
+    derived from them (SessionLog.derived). The lists are append-only: a snapshot shares them
+    with the log that made it (its `owner`) and keeps their lengths at that moment."""
 
-    data: bytes
+    prefix: _Prefix
     events: list[SessionEvent]
     by_type: dict[str, list[SessionEvent]]
     derived: dict[str, list[Any]] = field(default_factory=dict)
     lengths: dict[str, int] = field(default_factory=dict)  # of each type's list, at the snapshot
     count: int = 0  # of events, at the snapshot
+    owner: weakref.ref[SessionLog] | None = None  # the log that appends to the lists
 
-    def snapshot(self) -> _Parsed:
+    def snapshot(self, owner: SessionLog) -> _Parsed:
         lengths = {type: len(events) for type, events in self.by_type.items()}
-        return _Parsed(self.data, self.events, dict(self.by_type), self.derived, lengths, len(self.events))
+        return _Parsed(
+            self.prefix, self.events, dict(self.by_type), self.derived, lengths, len(self.events), weakref.ref(owner)
+        )
+
+    def for_log(self, log: SessionLog) -> _Parsed:
+        """Of a snapshot: its lists, for `log` to append to, when no other log that may still
+        append to them is alive (the usual case: a turn's log is gone when the next turn
+        loads), cut back to the snapshot (what a log that ended without flushing left in them),
+        so a load costs nothing per event; else a copy."""
+        with _owners:
+            owner = self.owner() if self.owner is not None else None
+            if owner is not None and owner is not log:
+                return self.copy()
+            self.owner = weakref.ref(log)
+        del self.events[self.count :]
+        for type, length in self.lengths.items():
+            del self.by_type[type][length:]
+        for values in list(self.derived.values()):
+            del values[self.count :]
+        return _Parsed(self.prefix, self.events, dict(self.by_type), self.derived)
 
     def copy(self) -> _Parsed:
         """Of a snapshot: lists of its own, as they were at the snapshot. Derived values are by
         seq, so those of its events are good whenever they were derived (the snapshot shares
         the log's `derived`, to keep what is derived after it)."""
         return _Parsed(
-            self.data,
+            self.prefix,
             self.events[: self.count],
             {type: events[: self.lengths[type]] for type, events in self.by_type.items() if type in self.lengths},
             {name: values[: self.count] for name, values in list(self.derived.items())},
@@ -393,10 +459,11 @@ class _Parsed:
 
 
 class _ParsedCache:
-    """What this process last read or wrote of each log, so a turn reads only the frames added
-    since (by another process: a customer's turns move between workers) and never decodes and
-    validates the whole history again. A file whose known prefix changed is read whole, so
-    damage anywhere is still found. Bounded by bytes and events, least recently used out.
+    """What this process last read or wrote of each log, so a turn reads nothing when the file
+    is as this process left it, only the frames added since when another process appended (a
+    customer's turns move between workers), and never decodes and validates the whole history
+    again. A file whose known prefix changed is read whole, so damage anywhere is still found.
+    Bounded by bytes and events, least recently used out.
     Locked: a worker uses it from one thread, the console from many."""
 
     def __init__(self, max_bytes: int = 32 << 20, max_events: int = 50_000) -> None:
@@ -418,7 +485,7 @@ class _ParsedCache:
             if not entry.count:
                 return  # nothing to keep: an empty or missing log is read in no time
             self._entries[path] = entry
-            self._bytes += len(entry.data)
+            self._bytes += entry.prefix.size
             self._events += entry.count
             while len(self._entries) > 1 and (self._bytes > self.max_bytes or self._events > self.max_events):
                 self._drop(next(iter(self._entries)))
@@ -430,11 +497,45 @@ class _ParsedCache:
     def _drop(self, path: Path) -> None:
         entry = self._entries.pop(path, None)
         if entry is not None:
-            self._bytes -= len(entry.data)
+            self._bytes -= entry.prefix.size
             self._events -= entry.count
 
 
 _parsed = _ParsedCache()
+_owners = threading.Lock()  # held while a log takes a snapshot's lists (_Parsed.for_log)
+
+
+@dataclass
+class _Folding(Generic[S]):
+    """A fold's state (SessionLog.folded) over a log's first `upto` events; `tail` is the last
+    of them, to know the log they were folded from."""
+
+    state: S
+    upto: int = 0
+    tail: SessionEvent | None = None
+
+
+class _FoldCache:
+    """Each log's folds by file and name, least recently used out. An entry is taken out while
+    a call extends and reads it, so two threads never fold into one state."""
+
+    def __init__(self, max_entries: int = 2048) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[Path, str], _Folding[Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple[Path, str]) -> _Folding[Any] | None:
+        with self._lock:
+            return self._entries.pop(key, None)
+
+    def give(self, key: tuple[Path, str], entry: _Folding[Any]) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+
+_folds = _FoldCache()
 
 
 class SessionLog:
@@ -452,7 +553,7 @@ class SessionLog:
         self._pending: list[SessionEvent] = []
         self._by_type: dict[str, list[SessionEvent]] = {}
         self._derived: dict[str, list[Any]] = {}
-        self._data = b""  # the file's bytes up to its last whole event, as this log read or wrote them
+        self._prefix = _Prefix()  # of the file's bytes up to its last whole event, as this log read or wrote them
         self._compressor = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True)
 
     @property
@@ -471,6 +572,11 @@ class SessionLog:
     def all_events(self) -> list[SessionEvent]:
         """Durable events followed by buffered ones."""
         return self.events + self._pending
+
+    def event(self, seq: int) -> SessionEvent:
+        """The event (durable or buffered) at `seq`."""
+        durable = len(self.events)
+        return self.events[seq] if seq < durable else self._pending[seq - durable]
 
     def of_type(self, type: EventType) -> Sequence[SessionEvent]:
         """The events of one type (durable and buffered), oldest first, without a scan."""
@@ -492,28 +598,58 @@ class SessionLog:
             values.extend(map(derive, self._pending[len(values) - durable :]))
         return values
 
+    def folded(
+        self, name: str, new: Callable[[], S], step: Callable[[S, SessionEvent], None], read: Callable[[S], T]
+    ) -> T:
+        """`read` of the state that `step` folds the events (durable and buffered) into, from
+        `new()`. The state is kept per file in this process with the last event it took, so a
+        call folds only the events since: a turn's cost does not grow with the session's length.
+        A log whose events are not the ones folded (read whole again, or this log's buffered
+        events were never made durable) is folded from its start."""
+        key = (self.path, name)
+        entry: _Folding[S] | None = _folds.take(key)
+        if entry is None or entry.upto > self.offset or (entry.upto and self.event(entry.upto - 1) is not entry.tail):
+            entry = _Folding(new())
+        for seq in range(entry.upto, self.offset):
+            step(entry.state, self.event(seq))
+        if self.offset:
+            entry.upto, entry.tail = self.offset, self.event(self.offset - 1)
+        try:
+            return read(entry.state)
+        finally:
+            _folds.give(key, entry)
+
     def _index(self, events: Sequence[SessionEvent]) -> None:
         for event in events:
             self._by_type.setdefault(event.type, []).append(event)
 
     def load(self) -> list[SessionEvent]:
-        data = self.path.read_bytes() if self.path.exists() else b""
         known = _parsed.get(self.path)
-        if known is not None and data.startswith(known.data) and self._load_after(known, data):
+        try:
+            with open(self.path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                if known is not None and known.prefix.stat == _stat_key(stat):
+                    self._set_loaded(known.for_log(self))  # as this process left it
+                    return self.events
+                data = handle.read()
+        except FileNotFoundError:
+            data, stat = b"", None
+        size = known.prefix.size if known is not None else 0
+        if known is not None and zlib.crc32(data[:size]) == known.prefix.crc and self._load_after(known, data, stat):
             return self.events
-        self._load_whole(data)
+        self._load_whole(data, stat)
         if not self.torn_bytes:
             self._remember()
         return self.events
 
-    def _load_after(self, known: _Parsed, data: bytes) -> bool:
+    def _load_after(self, known: _Parsed, data: bytes, stat: os.stat_result | None) -> bool:
         """Take the known prefix as read, then the frames after it; False (nothing changed) when
         what follows is not all whole events, for the whole-file read to judge."""
-        rest = data[len(known.data) :]
+        rest = data[known.prefix.size :]
         frames = read_frames(rest)
         if (frames[-1][1] if frames else 0) != len(rest):
             return False  # a torn or damaged tail
-        known = known.copy()
+        known = known.for_log(self)
         events, first_new = known.events, len(known.events)
         for _, _, payload in frames:
             for line in payload.splitlines():
@@ -524,23 +660,23 @@ class SessionLog:
                 if event.seq != len(events):
                     return False
                 events.append(event)
-        self._set_loaded(_Parsed(data, events, known.by_type, known.derived))
+        self._set_loaded(_Parsed(known.prefix.then(rest, stat), events, known.by_type, known.derived))
         self._index(events[first_new:])
         if frames:
             self._remember()
         return True
 
     def _set_loaded(self, parsed: _Parsed) -> None:
-        self.events, self._pending, self._data = parsed.events, [], parsed.data
-        self.torn_bytes, self._damage_at, self._salvaged = 0, len(parsed.data), []
+        self.events, self._pending, self._prefix = parsed.events, [], parsed.prefix
+        self.torn_bytes, self._damage_at, self._salvaged = 0, parsed.prefix.size, []
         self._by_type, self._derived = parsed.by_type, parsed.derived
 
     def _remember(self) -> None:
         """Keep what this log knows of the file (all of it durable: nothing is buffered) for
         the next load here."""
-        _parsed.put(self.path, _Parsed(self._data, self.events, self._by_type, self._derived).snapshot())
+        _parsed.put(self.path, _Parsed(self._prefix, self.events, self._by_type, self._derived).snapshot(self))
 
-    def _load_whole(self, data: bytes) -> None:
+    def _load_whole(self, data: bytes, stat: os.stat_result | None) -> None:
         frames = read_frames(data)
         events: list[SessionEvent] = []
         self._damage_at = frames[-1][1] if frames else 0  # where the torn tail starts
@@ -567,7 +703,7 @@ class SessionLog:
                     raise CorruptSessionLog(f"{self.path}: seq {event.seq} where {len(events)} was expected")
                 events.append(event)
         salvaged, damage_at = self._salvaged, self._damage_at
-        self._set_loaded(_Parsed(data[:damage_at], events, {}))
+        self._set_loaded(_Parsed(_Prefix().then(data[:damage_at], stat), events, {}))
         self._index(events)
         self._salvaged, self._damage_at, self.torn_bytes = salvaged, damage_at, len(data) - damage_at
 
@@ -582,8 +718,9 @@ class SessionLog:
                 if self._salvaged:
                     handle.seek(self._damage_at)
                     handle.write(salvage := self._frame(self._salvaged))
-                    self._data += salvage
+                    self._prefix = self._prefix.then(salvage)
                 os.fsync(handle.fileno())
+                self._prefix = self._prefix.then(b"", os.fstat(handle.fileno()))
             self.torn_bytes, self._salvaged = 0, []
             self._remember()
         return events
@@ -606,18 +743,18 @@ class SessionLog:
             return False
         frame = self._frame(self._pending)
         with self._guard():
-            _append_durably(self.path, frame)
+            stat = _append_durably(self.path, frame)
         self.events.extend(self._pending)
         self._pending.clear()
-        self._data += frame
+        self._prefix = self._prefix.then(frame, stat)
         self._remember()
         return True
 
 
-def _append_durably(path: Path, data: bytes) -> None:
-    """Append `data` and sync it (fdatasync: an append's new length is part of what it syncs).
-    A file this creates also gets its directory entry synced, or a power loss could take the
-    whole file, with a batch SQLite already counts as held by it."""
+def _append_durably(path: Path, data: bytes) -> os.stat_result:
+    """Append `data` and sync it (fdatasync: an append's new length is part of what it syncs);
+    the file's stat after. A file this creates also gets its directory entry synced, or a power
+    loss could take the whole file, with a batch SQLite already counts as held by it."""
     try:
         fd, created = os.open(path, os.O_WRONLY | os.O_APPEND), False
     except FileNotFoundError:
@@ -628,6 +765,7 @@ def _append_durably(path: Path, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fdatasync(fd)
+        stat = os.fstat(fd)
     finally:
         os.close(fd)
     if created:
@@ -636,3 +774,4 @@ def _append_durably(path: Path, data: bytes) -> None:
             os.fsync(directory)
         finally:
             os.close(directory)
+    return stat

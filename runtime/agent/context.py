@@ -1,8 +1,9 @@
 """How much of the context window a step used: the provider's reported usage when it gives one,
 else a deterministic estimate (the memory engine's archive trigger reads this).
 
-The estimate is additive over messages, so each event's share is counted once
-(SessionLog.derived) and a view's estimate is a sum: no step re-scores the whole history.
+The estimate is additive over messages, so each event's share is counted once, into running
+totals (SessionLog.folded), and a view's estimate is a difference: no step re-scores the
+whole history.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from functools import lru_cache
 
 from runtime.agent.view import archived_upto, chat_messages, system_text
 from runtime.ports import AssistantReply, ChatMessage
-from runtime.session_log import SessionLog
+from runtime.session_log import SessionEvent, SessionLog
 
 PER_MESSAGE_TOKENS = 4  # role and framing
 
@@ -35,10 +36,18 @@ def estimate_tokens(messages: list[ChatMessage]) -> int:
 
 
 def span_tokens(log: SessionLog, start: int, end: int) -> int:
-    """The estimate of the messages of events [start, end), each counted from its message."""
+    """The estimate of the messages of events [start, end), each counted from its message: a
+    difference of running totals (SessionLog.folded), whatever the span's length."""
     messages = chat_messages(log)
-    tokens = log.derived("tokens", lambda event: 0 if (m := messages[event.seq]) is None else message_tokens(m))
-    return sum(tokens[start:end])
+
+    def add(totals: list[int], event: SessionEvent) -> None:
+        message = messages[event.seq]
+        totals.append(totals[-1] + (0 if message is None else message_tokens(message)))
+
+    def difference(totals: list[int]) -> int:
+        return totals[end] - totals[start]
+
+    return log.folded("token-totals", lambda: [0], add, difference)
 
 
 def view_tokens(log: SessionLog, judge_task: str = "") -> int:

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -118,7 +119,8 @@ def percent(tokens: int, memory: SessionMemory) -> float:
 
 
 def _turn_starts(log: SessionLog, upto: int) -> list[int]:
-    return [e.seq for e in log.of_type("turn/start") if e.seq >= upto]
+    starts = log.of_type("turn/start")
+    return [e.seq for e in starts[bisect_left(starts, upto, key=lambda e: e.seq) :]]
 
 
 def _image_placeholder(name: str) -> str:
@@ -425,7 +427,7 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
     settings = memory.settings.recall
     entries = block_entries(log)
     earlier = load_state(memory.store, memory.scope).model_copy(update={"block": [e.folder_id for e in entries]})
-    index = RecallIndex.build(memory.store, memory.scope, settings.min_alpha)
+    index = RecallIndex.of(memory.store, memory.scope, settings.min_alpha)
     picks, state = select(
         index,
         query,

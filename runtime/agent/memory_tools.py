@@ -125,7 +125,7 @@ def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, 
     keywords = (args.keywords or "").strip()
     if not keywords and not times.windows and event.state != "exact":
         return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True), "other"
-    index = RecallIndex.build(memory.store, memory.scope, memory.settings.recall.min_alpha)
+    index = RecallIndex.of(memory.store, memory.scope, memory.settings.recall.min_alpha)
     candidates = index.ranked(keywords) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
     miss: MissType | None = "keyword" if keywords and not candidates else None
     if event.state == "exact":

@@ -30,6 +30,7 @@ from runtime.admission import load_customer
 from runtime.agent.memory import MemoryEngine, SessionMemory, archive_rest
 from runtime.agent.repair import last_of, open_turn_closers, repair
 from runtime.agent.sessions import (
+    KnownSession,
     OpenSession,
     begin_session,
     next_session_id,
@@ -40,7 +41,7 @@ from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.leases import Fence, fenced
 from runtime.memory.heuristic import score_backlog
-from runtime.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, write_log
+from runtime.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, batch_turns, write_log
 from runtime.states import BatchState, RotationReason, SessionOrigin
 from runtime.store import Connection, DeliveryStore, now_ms
 from runtime.store.sql import sql
@@ -71,7 +72,7 @@ def rotation_due(session: OpenSession, batch_id: str, agent: AgentSettings, now:
     has a turn in it (an interrupted one gets its follow-up in the same session), and never for
     a session with no events yet."""
     log = session.log
-    if not log.events or any(isinstance(e, TurnStart) and e.batch_id == batch_id for e in log.of_type("turn/start")):
+    if not log.events or batch_turns(log, batch_id):
         return None
     header = session.header
     if agent.rotate_on_model_change and header is not None and header.model not in (None, agent.model_name):
@@ -103,7 +104,7 @@ def rotate(
         header = _next_header(conn, customer_id, model, SessionOrigin.ROTATED, reason, old.session_id)
         _begin(conn, header, old.session_id)
     session_path(sessions_dir, header.id).unlink(missing_ok=True)  # a fork's file that never began
-    return open_session(store, customer_id, sessions_dir, fence, (header.id, False))
+    return open_session(store, customer_id, sessions_dir, fence, KnownSession(header.id, False, header))
 
 
 def fork(

@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from runtime.errors import CustomerUnknown
 from runtime.leases import Fence, before_file_write, fenced
@@ -42,23 +43,36 @@ def damaged_folder(sessions_dir: Path) -> Path:
     return sessions_dir / "damaged"
 
 
+class KnownSession(NamedTuple):
+    """The customer's current session as the caller's fenced write read or began it (saving
+    open_session a transaction)."""
+
+    session_id: str
+    first: bool  # begun just now: the customer's first
+    header: SessionHeader | None  # None: a session of a store from before headers
+
+
 def _ensure_session_id(
     store: DeliveryStore, customer_id: int, fence: Fence | None = None, model: str | None = None
-) -> tuple[str, bool]:
-    """The customer's session id, and whether it was given just now (the customer's first)."""
+) -> KnownSession:
+    """The customer's session, begun now if they have none (their first)."""
     with fenced(store, fence) as conn:
         session_id: str | None = conn.execute(
             sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
         ).scalar_one()
-        return (session_id, False) if session_id is not None else (begin_first_session(conn, customer_id, model), True)
+        if session_id is not None:
+            return KnownSession(session_id, False, session_header(conn, session_id))
+        header = begin_first_session(conn, customer_id, model)
+        return KnownSession(header.id, True, header)
 
 
-def begin_first_session(conn: Connection, customer_id: int, model: str | None) -> str:
+def begin_first_session(conn: Connection, customer_id: int, model: str | None) -> SessionHeader:
     """Inside the caller's write transaction, for a customer who has no session yet."""
-    session_id = f"s{customer_id}-1"
-    begin_session(conn, SessionHeader(id=session_id, customer_id=customer_id, created_at=now_ms(), model=model,
-                                      origin=SessionOrigin.FIRST), None)  # fmt: skip
-    return session_id
+    header = SessionHeader(
+        id=f"s{customer_id}-1", customer_id=customer_id, created_at=now_ms(), model=model, origin=SessionOrigin.FIRST
+    )
+    begin_session(conn, header, None)
+    return header
 
 
 def begin_session(conn: Connection, header: SessionHeader, replacing: str | None) -> bool:
@@ -121,14 +135,12 @@ def open_session(
     customer_id: int,
     sessions_dir: Path,
     fence: Fence | None,
-    known: tuple[str, bool] | None = None,
+    known: KnownSession | None = None,
 ) -> OpenSession:
     """The customer's current session, opened for appending under `fence`; a damaged one is
-    retired first and a new, empty session opened in its place. `known`: the customer's session
-    id and whether it is their first, as the caller's fenced write read or began it (saving a
-    transaction)."""
+    retired first and a new, empty session opened in its place."""
     guard = partial(before_file_write, fence) if fence is not None else nullcontext
-    session_id, first = known or _ensure_session_id(store, customer_id, fence)
+    session_id, first, header = known or _ensure_session_id(store, customer_id, fence)
     log = SessionLog(session_path(sessions_dir, session_id), guard)
     try:
         log.open_for_append()
@@ -136,11 +148,11 @@ def open_session(
         session_id = _retire_damaged(store, customer_id, session_id, sessions_dir, str(error), fence).replaced_by
         log = SessionLog(session_path(sessions_dir, session_id), guard)
         log.open_for_append()
+        with store.read() as conn:
+            header = session_header(conn, session_id)
     # Looked up until the new session has its first event, whichever job retired the old one
     # (a customer's first session replaces none).
     replaced = None if log.events or first else _replaced_session(store, session_id)
-    with store.read() as conn:
-        header = session_header(conn, session_id)
     return OpenSession(log, session_id, replaced, first, header)
 
 

@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 
 from config import AgentSettings, OpenAISettings
 from runtime.admission import (
-    batch_messages,
     commit_batch,
     finish_batch,
     nothing_to_admit,
@@ -29,7 +28,7 @@ from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, rec
 from runtime.agent.memory_tools import MEMORY_TOOLS
 from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.rotation import rotate, rotated_note, rotation_due
-from runtime.agent.sessions import DAMAGED_NOTE, begin_first_session, open_session
+from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, begin_first_session, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
 from runtime.agent.view import model_view
 from runtime.clock import conversation_clock
@@ -46,8 +45,8 @@ from runtime.session_log import (
     MessageRead,
     RequestHeader,
     SessionLog,
-    TurnEnd,
     TurnStart,
+    batch_turns,
 )
 from runtime.states import BatchState
 from runtime.store import Connection, DeliveryStore, now_ms
@@ -114,13 +113,6 @@ def _deliver_reads(store: DeliveryStore, log: SessionLog, reads: list[BuyerRead]
     mark_delivered(store, reads)
 
 
-def _turns_of(log: SessionLog, batch_id: str) -> list[tuple[TurnStart, str | None]]:
-    """(turn/start, outcome or None) for every turn recorded for a batch."""
-    ends = {e.turn: e.outcome for e in log.of_type("turn/end") if isinstance(e, TurnEnd)}
-    starts = log.of_type("turn/start")
-    return [(e, ends.get(e.turn)) for e in starts if isinstance(e, TurnStart) and e.batch_id == batch_id]
-
-
 def _reconcile_session(
     store: DeliveryStore,
     turns: list[tuple[TurnStart, str | None]],
@@ -166,10 +158,11 @@ def _call_model(
     if attempt > retry.max_attempts:  # the attempts were spent (KEFU_AGENT__OPENAI__MAX_ATTEMPTS lowered)
         return None
     try:
-        view = model_view(log, task, agent.image_rounds if retry.vision else 0)
+        rounds = agent.image_rounds if retry.vision else 0
+        view = model_view(log, task, rounds, lambda messages: with_image_data(store, messages))
         log.append("request/context", step=step, estimated_tokens=view_tokens(log, task),
                    window_tokens=agent.context_window_tokens)  # fmt: skip
-        reply = provider.complete(with_image_data(store, view), tools)
+        reply = provider.complete(view, tools)
     except ModelError as error:
         # Retry-After only when the provider gave one: a log without it still reads in a kefu
         # that predates the field (a rolling upgrade's older workers).
@@ -218,17 +211,17 @@ def run_turn(
         if rows is None or rows.batch is None:
             return None
         customer, batch, account = rows.customer, rows.batch, rows.account
-        lines = batch_messages(conn, batch.id)
+        lines = rows.lines
         if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
-        known = (
-            (customer.session_id, False)
-            if customer.session_id
-            else (begin_first_session(conn, customer_id, agent.model_name), True)
-        )
+        if customer.session_id:
+            known = KnownSession(customer.session_id, False, rows.session)
+        else:
+            header = begin_first_session(conn, customer_id, agent.model_name)
+            known = KnownSession(header.id, True, header)
         clock = conversation_clock(conn, customer_id)
-        question = offer(conn, customer_id, batch.id)
+        question = offer(conn, customer_id, batch.id) if rows.questions else None
         checked: _StepCheck | None = (True, rows.reads)  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
     log, session_id = session.log, session.session_id
@@ -257,7 +250,7 @@ def run_turn(
             prompt = _system_prompt(agent.persona)
             log.append("system/message", text=f"{prompt}\n\n{note}" if note else prompt)
 
-        turns = _turns_of(log, batch.id)
+        turns = batch_turns(log, batch.id)
         if _reconcile_session(store, turns, batch, fence, session.first):
             return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
 
@@ -273,7 +266,6 @@ def run_turn(
                     text = f"{question_note(question, clock, zone)}\n{text}"
                 images = stored_images(rendered)
                 log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
-        log.flush()
         if memory is not None and not turns:
             recall(log, memory, turn_id, _buyer_text(lines))
 
@@ -297,9 +289,13 @@ def run_turn(
     tools = [spec for spec, _ in available.values()]
     outcome: Outcome = "error"
     paused = unavailable = archived_inline = False
-    # Flush points: requested tool calls before any starts (in one frame with the first start),
-    # each start before it runs, results before the next model call; a step without tools is
-    # flushed with the turn's end.
+    # Flush points, each an fsync: the turn's input and requested tool calls before any call
+    # starts (in one frame with the first start: nothing the turn did reached the buyer before,
+    # and a run cut short before it leaves no trace of the turn, which then runs again whole),
+    # each later start before it runs, a failed model call before the run ends to wait; the
+    # results and the steps after the last call are flushed with the turn's end (a crash before
+    # it loses only model calls, and the repair reads each started call's outcome from the
+    # outbox: runtime.agent.repair).
     step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
     model_calls, model_s = 0, 0.0
     while step < agent.max_steps:
@@ -357,7 +353,6 @@ def run_turn(
                 request_id=result.request_id,
             )
         log.append("step/end", turn=turn_id, step=step)
-        log.flush()
         if binding.checked is not None and binding.checked[0] == reply.tool_calls[-1].id:
             checked = (True, binding.checked[1])  # the step's last call wrote after every other
         binding.checked = None
@@ -374,11 +369,11 @@ def run_turn(
             binding.commit_logged(conn)  # what the log holds is committed, even if a human took over since
             if paused:
                 revoke_batch(conn, batch.id)
-            else:
-                finish_batch(conn, batch.id, model_calls, round(model_s * 1000))
+                admit_next = not nothing_to_admit(conn, customer_id)
+            else:  # and input that came during the turn, read in the same statement
+                admit_next = finish_batch(conn, batch.id, model_calls, round(model_s * 1000))
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
-            admit_next = not nothing_to_admit(conn, customer_id)  # input that came during the turn
     else:  # the batch stays open for a follow-up turn
         _commit_if_logged(binding)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.

@@ -2,12 +2,17 @@
 under one system message that carries the memory sections. Never attempts or lifecycle events.
 
 Pure over the log's events, so a restart rebuilds exactly the view (recall block included) the
-model saw before it. Each event's message is made once (SessionLog.derived) and the sections
-are found by type (SessionLog.last), so building the view costs the same on a session's
-thousandth turn as on its tenth.
+model saw before it. Each event's message is made once (SessionLog.derived), the sections are
+found by type (SessionLog.last), and the messages after the archived part are a fold over the
+events (SessionLog.folded), so a step adds only the events new since the last one: building
+the view costs the same on a session's thousandth turn as on its tenth.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from runtime.ports import ChatMessage, ImageInput, ToolCall
 from runtime.session_log import (
@@ -77,18 +82,58 @@ def system_text(log: SessionLog, judge_task: str = "") -> str | None:
     return "\n\n".join(s for s in sections if s)
 
 
-def model_view(log: SessionLog, judge_task: str = "", image_rounds: int = 0) -> list[ChatMessage]:
+def model_view(
+    log: SessionLog,
+    judge_task: str = "",
+    image_rounds: int = 0,
+    load_images: Callable[[list[ChatMessage]], list[ChatMessage]] = lambda messages: messages,
+) -> list[ChatMessage]:
     """`image_rounds`: the last turns whose buyers' images the model sees as images (0: none;
-    an older or unseen image is the `[image]` its text says)."""
-    messages: list[ChatMessage] = []
+    an older or unseen image is the `[image]` its text says). `load_images`: the messages that
+    show images, made ready for the call (runtime.inbound_media.with_image_data)."""
     system = system_text(log, judge_task)
-    if system is not None:
-        messages.append(ChatMessage(role="system", content=system))
+    head = [] if system is None else [ChatMessage(role="system", content=system)]
+    chat = chat_messages(log)
+    visible = log.folded("view", _Visible, lambda state, event: state.take(chat, event), _Visible.copy)
+    if visible.start != archived_upto(log):  # an archive that went back: never written by kefu
+        visible = _Visible(archived_upto(log))
+        for seq in range(visible.start, log.offset):
+            visible.take(chat, log.event(seq))
     starts = log.of_type("turn/start")
-    since = starts[max(len(starts) - image_rounds, 0)].seq if image_rounds and starts else len(log.events)
-    for seq, message in enumerate(chat_messages(log)[archived_upto(log) :], start=archived_upto(log)):
-        if message is not None:
-            messages.append(
-                message if seq >= since or not message.images else message.model_copy(update={"images": []})
-            )
+    since = starts[max(len(starts) - image_rounds, 0)].seq if image_rounds and starts else log.offset
+    messages = head + visible.messages
+    recent = [seq for seq in visible.with_images if seq >= since]
+    shown = [message for seq in recent if (message := chat[seq]) is not None]  # each one is a message
+    for seq, message in zip(recent, load_images(shown), strict=True):
+        messages[len(head) + bisect_left(visible.seqs, seq)] = message
     return messages
+
+
+@dataclass
+class _Visible:
+    """The model's messages of a log's events from `start` (the archived part's end), each
+    without its images (model_view puts back the recent ones'), as SessionLog.folded keeps
+    them: a step adds only the events since the last."""
+
+    start: int = 0
+    seqs: list[int] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
+    with_images: list[int] = field(default_factory=list)  # seqs of the messages that carry images
+
+    def take(self, chat: list[ChatMessage | None], event: SessionEvent) -> None:
+        if isinstance(event, MemoryArchive):  # what it archived leaves the view
+            cut = bisect_left(self.seqs, event.upto)
+            del self.seqs[:cut], self.messages[:cut]
+            self.with_images = [seq for seq in self.with_images if seq >= event.upto]
+            self.start = event.upto
+        message = chat[event.seq]
+        if message is None or event.seq < self.start:
+            return
+        if message.images:
+            self.with_images.append(event.seq)
+            message = message.model_copy(update={"images": []})
+        self.seqs.append(event.seq)
+        self.messages.append(message)
+
+    def copy(self) -> _Visible:
+        return _Visible(self.start, list(self.seqs), list(self.messages), list(self.with_images))

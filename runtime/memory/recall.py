@@ -40,8 +40,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -73,6 +76,11 @@ CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
 _CATEGORY_TOKENS = {
     name: frozenset(t for word in words for t in tokens(word)) for name, words in CATEGORY_CLASSES.items()
 }
+
+
+BUILT_KEPT = 256  # scopes whose index a process keeps (RecallIndex.of)
+_built: OrderedDict[tuple[Path, str, float], tuple[int, RecallIndex]] = OrderedDict()
+_built_lock = threading.Lock()
 
 
 def sigma(folder: Folder | IndexedFolder) -> tuple[float, int, str]:
@@ -116,6 +124,26 @@ class RecallIndex:
             found.frombytes(rows)
             unpacked[term] = [ids[row] for row in found if row in ids]
         return unpacked
+
+    @classmethod
+    def of(cls, store: MemoryStore, scope: str, min_alpha: float = 0.0) -> RecallIndex:
+        """The scope's index, as last built in this process while the store's postings version
+        (which every change of the scope's folders or postings renews) stands: a turn's recall
+        does not rebuild an index that grows with the customer's history."""
+        version = store.postings_version(scope)
+        key = (store.path, scope, min_alpha)
+        with _built_lock:
+            held = _built.get(key)
+            if held is not None and version is not None and held[0] == version:
+                _built.move_to_end(key)
+                return held[1]
+        index = cls.build(store, scope, min_alpha)
+        if version is not None:
+            with _built_lock:
+                _built[key] = (version, index)
+                while len(_built) > BUILT_KEPT:
+                    _built.popitem(last=False)
+        return index
 
     @classmethod
     def build(cls, store: MemoryStore, scope: str, min_alpha: float = 0.0) -> RecallIndex:

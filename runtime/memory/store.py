@@ -9,9 +9,11 @@ Telemetry rows carry counts and ids only, never archived text.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import marshal
 import sqlite3
+import struct
 import threading
 import time
 from array import array
@@ -31,7 +33,7 @@ from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
 
 HEURISTIC = "heuristic"  # the score source of runtime.memory.heuristic
-SCHEMA_VERSION = 2  # 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize)
+SCHEMA_VERSION = 3  # 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize); 3: postings' version
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_plan (
     plan_id TEXT PRIMARY KEY,
@@ -77,7 +79,8 @@ CREATE TABLE IF NOT EXISTS scope_postings (
     scope TEXT PRIMARY KEY,
     data BLOB NOT NULL,  -- marshal {term: array('I') bytes of (folder rowid, count) pairs}, every folder
     keywords BLOB,  -- marshal {model keyword: array('I') bytes of scored folder rowids}
-    extras BLOB  -- marshal {title or event token: array('I') bytes of scored folder rowids}
+    extras BLOB,  -- marshal {title or event token: array('I') bytes of scored folder rowids}
+    version INTEGER  -- a digest of what recall's index is read from (_stamp_version): its cache's key
 );
 CREATE TABLE IF NOT EXISTS folder_image (
     folder_id TEXT NOT NULL REFERENCES folder(id),
@@ -225,7 +228,7 @@ class MemoryStore:
             if version == 0:  # a new file: no write lock for every reader that opens it
                 db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
             elif version < SCHEMA_VERSION:
-                self._reindex_older()
+                self._upgrade()
         except sqlite3.DatabaseError as error:
             raise MemoryStoreUnreadable(self.path, error) from None
 
@@ -363,16 +366,23 @@ class MemoryStore:
         )
         return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})
 
-    def _reindex_older(self, wait_s: float = 300.0) -> None:
-        """A file indexed by an older tokenizer: its texts indexed again and the version stamped,
-        in one transaction. Processes opening it meanwhile wait for the one that does it (a
-        rebuild can outlast the lock's busy timeout) instead of failing."""
+    def _upgrade(self, wait_s: float = 300.0) -> None:
+        """An older file: the postings' version column added, a file indexed by an older
+        tokenizer indexed again, and the version stamped, in one transaction. Processes opening
+        it meanwhile wait for the one that does it (a rebuild can outlast the lock's busy
+        timeout) instead of failing."""
         deadline = time.monotonic() + wait_s
         while True:
             try:
                 with self._write() as db:
-                    if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                    version = db.execute("PRAGMA user_version").fetchone()[0]
+                    if "version" not in {row[1] for row in db.execute("PRAGMA table_info(scope_postings)")}:
+                        db.execute("ALTER TABLE scope_postings ADD COLUMN version INTEGER")
+                        for (scope,) in db.execute("SELECT scope FROM scope_postings").fetchall():
+                            _stamp_version(db, scope)
+                    if version < 2:
                         self._rebuild(db, None)
+                    if version < SCHEMA_VERSION:
                         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 return
             except sqlite3.OperationalError as error:
@@ -385,6 +395,11 @@ class MemoryStore:
         archived texts."""
         with self._write() as db:
             return self._rebuild(db, scope)
+
+    def postings_version(self, scope: str) -> int | None:
+        """Changes with every change of the scope's folders or postings (None: not known)."""
+        row = self._connection().execute("SELECT version FROM scope_postings WHERE scope = ?", (scope,)).fetchone()
+        return row[0] if row else None
 
     def _rebuild(self, db: sqlite3.Connection, scope: str | None) -> int:
         compressor = zstandard.ZstdCompressor(level=3)
@@ -616,6 +631,7 @@ def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int,
         "INSERT INTO scope_postings (scope, data) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET data = excluded.data",
         (scope, marshal.dumps(postings)),
     )
+    _stamp_version(db, scope)
 
 
 def keyword_terms(keywords: list[str], source: str) -> set[str]:
@@ -645,6 +661,22 @@ def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
         " DO UPDATE SET keywords = excluded.keywords, extras = excluded.extras",
         (scope, marshal.dumps({}), *packed),
     )
+    _stamp_version(db, scope)
+
+
+def _stamp_version(db: sqlite3.Connection, scope: str) -> None:
+    """Set the scope's postings version: a digest of its postings and of its scored folders'
+    scores, what changes in the rows recall's index is read from (a folder's other fields are
+    set once, when it is archived). A digest, not a counter, so the same rows, e.g. a scope
+    imported again, have the same version."""
+    digest = hashlib.blake2b(digest_size=8)
+    for blob in db.execute("SELECT data, keywords, extras FROM scope_postings WHERE scope = ?", (scope,)).fetchone():
+        digest.update(len(blob or b"").to_bytes(8, "little") + (blob or b""))
+    rows = db.execute("SELECT rowid, alpha, beta FROM folder WHERE scope = ? AND scored = 1 ORDER BY rowid", (scope,))
+    for rowid, alpha, beta in rows:
+        digest.update(struct.pack("<qdd", rowid, alpha, beta))
+    version = int.from_bytes(digest.digest(), "little", signed=True)
+    db.execute("UPDATE scope_postings SET version = ? WHERE scope = ?", (version, scope))
 
 
 def _folder(row: sqlite3.Row) -> Folder:

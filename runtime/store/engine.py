@@ -33,6 +33,7 @@ class _Connection(sqlite3.Connection):
     so `immediate()` can check it, and whether its commits are on disk on their own."""
 
     kefu_guard: ShardGuard | None = None
+    kefu_path: Path | None = None  # the store's file: what readers key their in-process caches on
     kefu_proved = 0  # the grant whose fence this connection's triggers check (runtime.store.fence)
     kefu_proving = 0  # the grant the open transaction proved: `kefu_proved` once it commits
     kefu_synchronous = "FULL"  # NORMAL in WAL mode: a commit is on disk at the next FULL one or checkpoint
@@ -317,6 +318,7 @@ class DeliveryStore:
         dbapi.kefu_synchronous = "NORMAL" if s.journal_mode == "WAL" else "FULL"
         dbapi.kefu_busy_timeout_ms = s.busy_timeout_ms
         dbapi.kefu_writers = self._writers
+        dbapi.kefu_path = self.path
         if s.cache_size_kib is not None:
             wanted.append(("cache_size", str(-s.cache_size_kib), -s.cache_size_kib))
         for name, value, expected in wanted:

@@ -130,3 +130,27 @@ def test_one_page_with_two_script_times_keeps_each_message_on_its_own(store, set
     assert shown[:2] == [("周二的问题", "03-03"), ("周五的问题", "03-06")]
     later = {day for line, (_, day) in zip(page.lines, shown, strict=True) if line.speaker != "buyer"}
     assert later == {"03-06"}  # what the shop did after the page: on the page's latest script time
+
+
+def test_a_clock_kept_between_turns_reads_as_one_read_from_every_message(store, shop, transport, platform, monkeypatch):
+    import runtime.clock as clock_module
+
+    def from_scratch(customer: int) -> ConversationClock:
+        with monkeypatch.context() as scoped, store.read() as conn:
+            scoped.setattr(clock_module, "_read", type(clock_module._read)())
+            return conversation_clock(conn, customer)
+
+    days = ["2026-03-03T09:00:00+08:00", "2026-03-03T09:05:00+08:00", "2026-03-06T18:00:00+08:00"]
+    for day in days:
+        customer = say(store, transport, platform, "什么时候发货？", at_ms=script_ms(day))
+        with store.read() as conn:
+            kept = conversation_clock(conn, customer)
+        assert kept == from_scratch(customer)
+    assert len(kept.anchors) == 3  # each script time moved the clock
+    # a message from a host whose clock is behind: received before those already read
+    customer = say(store, transport, platform, "还在吗？", at_ms=script_ms("2026-03-09T10:00:00+08:00"))
+    with store.write() as conn:
+        conn.execute(sql("UPDATE inbound_message SET received_at = 1 WHERE id = (SELECT max(id) FROM inbound_message)"))
+    with store.read() as conn:
+        kept = conversation_clock(conn, customer)
+    assert kept == from_scratch(customer) and kept.anchors[0][0] == 1

@@ -311,3 +311,20 @@ def test_a_full_register_drops_and_counts_and_more_rare_matches_than_the_quota_c
     score(store, rare, 0.3, ["订单", "记录", "其他"])
     picks, state = select(RecallIndex.build(store, "c1"), "A77777", state, k=2, r=1)
     assert len(picks) == 2 and state.counters.degraded == 1  # 3 exact references, k − r = 1 rare slot
+
+
+def test_a_scopes_index_is_kept_until_its_folders_or_scores_change(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    first = archive(store, ["订单A1024改地址到杭州西湖区"], "p1")
+    score(store, first, 0.5, ["地址", "订单", "杭州"])
+    index = RecallIndex.of(store, "c1")
+    assert RecallIndex.of(store, "c1") is index  # nothing changed: not read again
+    score(store, first, 0.9, ["地址", "订单", "杭州"])  # the same postings, another score
+    rescored = RecallIndex.of(store, "c1")
+    assert rescored is not index and rescored.folders[first[0]].alpha == 0.9
+    second = archive(store, ["发票抬头写公司全称"], "p2")
+    score(store, second, 0.5, ["发票", "抬头", "公司"])
+    grown = RecallIndex.of(store, "c1")
+    assert set(grown.folders) == {*first, *second} and second[0] in grown.scores("发票抬头")
+    store.delete_scope("c1")
+    assert RecallIndex.of(store, "c1").folders == {}

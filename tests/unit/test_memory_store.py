@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
-from runtime.memory.store import MemoryStore
+from runtime.memory.store import SCHEMA_VERSION, MemoryStore
 
 
 def planned() -> list[PlannedFolder]:
@@ -60,10 +60,31 @@ def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp
         db.execute("PRAGMA user_version = 1")
     reopened = MemoryStore(path)
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     index = RecallIndex.build(reopened, "c1")
     assert folder.id in index.scores("Did she paint?")  # the stem: the new tokenizer's postings
     assert index.keyword_folders["lake"] == [folder.id]  # keywords by token
+
+
+def test_a_store_of_schema_2_gains_the_postings_version_recall_keys_its_cache_on(tmp_path):
+    from runtime.memory.judge import judge
+    from runtime.memory.recall import RecallIndex
+
+    path = tmp_path / "memory.sqlite"
+    store = MemoryStore(path)
+    messages = [ArchivedMessage(role="user", text="订单A1024改地址到杭州", at_ms=1)]
+    [folder] = store.commit_archive("c1", "plan-a", plan_folders(messages))
+    assert judge(
+        store, "c1", {"updates": [{"id": folder.id, "alpha": 0.5, "beta": 0, "keywords": ["地址", "订单", "杭州"]}]}
+    ).updated
+    stamped = store.postings_version("c1")
+    store.close()
+    with sqlite3.connect(path) as db:  # as schema 2 left it
+        db.execute("ALTER TABLE scope_postings DROP COLUMN version")
+        db.execute("PRAGMA user_version = 2")
+    reopened = MemoryStore(path)
+    assert reopened.postings_version("c1") == stamped is not None  # the same rows: the same version
+    assert folder.id in RecallIndex.of(reopened, "c1").scores("A1024")
 
 
 def test_an_unknown_newer_schema_is_refused(tmp_path):

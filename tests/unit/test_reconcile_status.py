@@ -62,3 +62,27 @@ def test_overdue_work_of_every_stage_is_found(settings, store, shop, platform, t
 def test_an_empty_store_is_quiet(settings, store):
     assert is_quiet(store)
     assert pipeline.reconcile(Local(settings, store)).follow_ups == ()
+
+
+def test_customers_waiting_are_handed_out_a_limit_at_a_time_round_the_backlog(
+    settings, store, shop, platform, transport
+):
+    from runtime.admission import _OVERDUE, customers_waiting
+
+    ids = []
+    for buyer in ("b1", "b2", "b3", "b4", "b5"):
+        said = [platform.buyer_says(shop, buyer, buyer, text) for text in ("你好", "在吗", "发货了吗")]
+        ids += ingest_page(store, transport.page_of(shop, said)).customer_ids
+    evaluate(store, ids[0], 1000)  # b1's input claimed: it waits no more
+    with store.write() as conn:  # b2's lines are recent: within the grace
+        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = 9999999999999 WHERE customer_id = {ids[1]}")
+    overdue = ids[2:]
+    with store.read() as conn:
+        now = int(time.time() * 1000) + 1
+        assert customers_waiting(conn, now, 10) == overdue  # each once, however many lines wait
+        assert customers_waiting(conn, now, 2) == overdue[:2]
+        assert customers_waiting(conn, now, 2, after=overdue[1]) == [overdue[2], overdue[0]]  # round to the start
+        assert customers_waiting(conn, now, 10, after=overdue[2]) == overdue
+        params = {"after": 0, "until": 2**63 - 1, "t": now, "n": 10}
+        plan = " ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {_OVERDUE.text}", params))
+    assert "SCAN inbound_message" not in plan  # index probes, never a scan of the pending rows

@@ -12,15 +12,25 @@ from runtime.admission import evaluate
 from runtime.agent.turn import run_turn
 from runtime.ingest import ingest_page
 from runtime.leases import held
+from runtime.ports import AssistantReply, ToolCall
 from runtime.rounds import rounds, salvage
 from worker.cli import cli
 
 
 class CrashesMidTurn:
-    """A model call that never returns: the process dies there (as under SIGKILL), leaving the
-    round open in the log."""
+    """A model that asks for a reply, then a call that never returns: the process dies there (as
+    under SIGKILL), leaving the round open in the log (its first call's tool call was flushed
+    before the tool ran)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
 
     def complete(self, messages, tools):
+        self.calls += 1
+        if self.calls == 1:
+            return AssistantReply(
+                text="", tool_calls=[ToolCall(id="c1", name="im_send_message", arguments='{"text": "您好"}')]
+            )
         raise SystemExit("killed")
 
 

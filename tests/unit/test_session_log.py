@@ -3,6 +3,7 @@ per event type with the JSON on disk as it always was."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any, get_args
@@ -28,6 +29,7 @@ from runtime.session_log import (
     TurnEnd,
     TurnStart,
     UserMessage,
+    batch_turns,
     event_line,
 )
 
@@ -361,3 +363,75 @@ def test_a_torn_frame_after_what_this_process_read_is_a_torn_tail(tmp_path: Path
         handle.write(frame[: len(frame) // 2])
     reader = SessionLog(path)
     assert [e.seq for e in reader.load()] == [0] and reader.torn_bytes == len(frame) // 2
+
+
+def test_a_fold_takes_only_new_events_and_starts_over_on_events_it_never_took(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
+    log.append("turn/end", turn="t0", outcome="complete")
+    log.flush()
+    taken: list[int] = []
+
+    def step(state: list[int], event: SessionEvent) -> None:
+        taken.append(event.seq)
+        state.append(event.seq)
+
+    assert log.folded("seqs", list, step, list) == [0, 1]
+    log.append("turn/start", turn="t2", batch_id="b2", kind="batch")  # buffered
+    assert log.folded("seqs", list, step, list) == [0, 1, 2] and taken == [0, 1, 2]
+    assert [t.turn for t, outcome in batch_turns(log, "b2")] == ["t2"]
+    del log  # it ends without flushing: seq 2 never became durable
+    gc.collect()
+    again = SessionLog(path)
+    again.load()
+    assert again.folded("seqs", list, step, list) == [0, 1] and taken == [0, 1, 2, 0, 1]
+    assert batch_turns(again, "b1") == [(again.events[0], "complete")] and batch_turns(again, "b2") == []
+
+
+def test_a_load_after_a_log_that_ended_without_flushing_holds_only_durable_events(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("user/message", source="b1", text="在吗")
+    log.flush()
+    log.append("user/message", source="b1", text="没写完")  # indexed into the lists the cache shares
+    assert log.derived("seq", lambda event: event.seq) == [0, 1]
+    del log
+    gc.collect()
+    again = SessionLog(path)
+    assert [e.seq for e in again.load()] == [0] and again.offset == 1
+    assert [e.seq for e in again.of_type("user/message")] == [0]
+    assert again.derived("seq", lambda event: event.seq) == [0]
+    again.append("user/message", source="b1", text="第二条")
+    again.flush()
+    assert [e.text for e in SessionLog(path).load() if isinstance(e, UserMessage)] == ["在吗", "第二条"]
+
+
+def test_the_view_kept_between_steps_is_the_view_built_from_scratch(tmp_path: Path, monkeypatch) -> None:
+    import runtime.session_log as session_log
+
+    path = tmp_path / "s.jsonl.zst"
+    log = SessionLog(path)
+    log.append("system/message", text="你是客服")
+    image = {"sha256": "a" * 64, "mime": "image/png"}
+
+    def fresh() -> list[Any]:
+        with monkeypatch.context() as scoped:
+            scoped.setattr(session_log, "_folds", session_log._FoldCache())
+            return model_view(log, "", image_rounds=2)
+
+    for n in range(6):
+        log.append("turn/start", turn=f"t{n}", batch_id=f"b{n}", kind="batch")
+        log.append("user/message", source=f"b{n}", text=f"第{n}条 [image]", images=[image])
+        assert model_view(log, "", image_rounds=2) == fresh()
+        log.append("assistant/message", text=f"回复{n}")
+        log.append("turn/end", turn=f"t{n}", outcome="complete")
+        log.flush()
+        if n == 3:  # the first turns archived out of the view
+            log.append(
+                "memory/archive", plan_id="p1", upto=9, folders=1, segments=1, after_percent=10.0, note="[memory]"
+            )
+        view = model_view(log, "", image_rounds=2)
+        assert view == fresh()
+    assert [m.content for m in view if m.role == "assistant"] == ["回复2", "回复3", "回复4", "回复5"]
+    assert [bool(m.images) for m in view if m.role == "user"] == [False, False, True, True]
