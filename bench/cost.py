@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -145,14 +146,14 @@ def measure(folder: Path, messages: int) -> tuple[Counts, float, int, float]:
     memory.store._connection().set_trace_callback(counts.memory_statement)  # this thread's connection
     real = os.fsync, os.fdatasync
 
-    def counted_sync(sync: Callable[[int], None]) -> Callable[[int], None]:
-        def call(fd: int) -> None:
+    def counted_sync(sync: Callable[[Any], None]) -> Callable[[Any], None]:
+        def call(fd: Any) -> None:
             counts.fsync()
             sync(fd)
 
         return call
 
-    os.fsync, os.fdatasync = map(counted_sync, real)
+    os.fsync, os.fdatasync = map(counted_sync, real)  # type: ignore[assignment]
     began = time.perf_counter()
     try:
         for n in range(messages):

@@ -129,18 +129,15 @@ def advance_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
 def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict[str, Any]]:
     """Pages still not ingested, published more than a grace ago (doubling with each publish,
     so a backlog in the broker is not multiplied), oldest first, marked as published again.
-    Pages held by an input pause wait for the resume instead."""
+    Pages held by an input pause wait for the resume instead. Looked for first without the
+    write lock: a pass of the reconciler usually finds none."""
     at = now_ms()
+    params = {"at": at, "grace": grace_ms, "doublings": MAX_DOUBLINGS, "n": REPUBLISH_LIMIT}
+    with store.read() as conn:
+        if conn.execute(_OVERDUE_PAGES, params).first() is None:
+            return []
     with store.write() as conn:
-        rows = conn.execute(
-            sql(
-                "SELECT id, page FROM received_page r WHERE ingested_at IS NULL"
-                " AND published_at <= :at - :grace * (1 << min(publishes - 1, :doublings))"
-                " AND NOT EXISTS (SELECT 1 FROM input_pause WHERE scope IN ('*', r.account_id))"
-                " ORDER BY id LIMIT :n"
-            ),
-            {"at": at, "grace": grace_ms, "doublings": MAX_DOUBLINGS, "n": REPUBLISH_LIMIT},
-        ).all()
+        rows = conn.execute(_OVERDUE_PAGES, params).all()
         conn.execute(
             sql(
                 "UPDATE received_page SET published_at = :at, publishes = publishes + 1"
@@ -149,6 +146,14 @@ def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict[str, Any]]:
             {"at": at, "ids": json.dumps([row[0] for row in rows])},
         )
     return [json.loads(row[1]) for row in rows]
+
+
+_OVERDUE_PAGES = sql(
+    "SELECT id, page FROM received_page r WHERE ingested_at IS NULL"
+    " AND published_at <= :at - :grace * (1 << min(publishes - 1, :doublings))"
+    " AND NOT EXISTS (SELECT 1 FROM input_pause WHERE scope IN ('*', r.account_id))"
+    " ORDER BY id LIMIT :n"
+)
 
 
 def received_not_ingested(conn: Connection, account_id: str) -> int:
@@ -166,9 +171,14 @@ def received_not_ingested(conn: Connection, account_id: str) -> int:
 
 
 def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int:
-    """Forget pages ingested long ago: their page receipt answers any later redelivery."""
+    """Forget pages ingested long ago: their page receipt answers any later redelivery. Looked
+    for first without the write lock: a pass of the reconciler usually finds none."""
+    before = {"t": now_ms() - keep_ms}
+    with store.read() as conn:
+        if conn.execute(sql("SELECT 1 FROM received_page WHERE ingested_at < :t LIMIT 1"), before).first() is None:
+            return 0
     with store.write() as conn:
-        return conn.execute(sql("DELETE FROM received_page WHERE ingested_at < :t"), {"t": now_ms() - keep_ms}).rowcount
+        return conn.execute(sql("DELETE FROM received_page WHERE ingested_at < :t"), before).rowcount
 
 
 def accounts_to_catch_up(conn: Connection) -> list[tuple[str, str]]:

@@ -81,3 +81,31 @@ def test_a_rate_limit_says_when_to_come_back_within_a_bound(headers, wait_s):
         with pytest.raises(ModelError) as raised:
             provider(fake).complete(BUYER, [])
     assert (raised.value.code, raised.value.retry_after_s) == ("MODEL_HTTP_429", wait_s)
+
+
+def test_each_call_sends_the_whole_view_as_json_however_much_of_it_was_sent_before():
+    from runtime.ports import ImageInput, ToolCall, ToolSpec
+
+    tools = [ToolSpec(name="im_send_message", description="回复顾客", parameters={"type": "object"})]
+    view = [
+        ChatMessage(role="system", content="你是客服"),
+        ChatMessage(role="user", content='[counterpart 买家] 在吗 "引号" \\ 换行\n'),
+        ChatMessage(
+            role="assistant", content="", tool_calls=[ToolCall(id="c1", name="im_send_message", arguments="{}")]
+        ),
+        ChatMessage(role="tool", content="已发送", tool_call_id="c1"),
+    ]
+    picture = ChatMessage(
+        role="user", content="[image]", images=[ImageInput(sha256="a" * 64, mime="image/png", data=b"\x89PNG")]
+    )
+    with FakeOpenAI() as fake:
+        model = provider(fake)
+        model.complete(view, tools)
+        model.complete([*view, picture], tools)  # the same message objects again, and a new one
+    first, second = fake.requests
+    assert first["model"] == second["model"] == "fake" and first["tools"][0]["function"]["name"] == "im_send_message"
+    assert second["messages"][:4] == first["messages"] and first["messages"][1]["content"] == view[1].content
+    assert second["messages"][4]["content"][1]["image_url"]["url"] == "data:image/png;base64,iVBORw=="
+    assert all(
+        {k.lower(): v for k, v in headers.items()}["content-type"] == "application/json" for headers in fake.headers
+    )

@@ -15,9 +15,11 @@ hundreds of connections spent more CPU there than the turn itself.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -57,6 +59,32 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
     return wire
 
 
+class _WireCache:
+    """Each message's JSON as sent, kept with the message (whose id it is keyed on): a session's
+    view is the same message objects from one call to the next (runtime.agent.view), so a call
+    encodes only what is new, and its body is a join. One with images (its bytes loaded for this
+    call) is encoded each time and not kept. Least recently used out past `max_entries`."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, tuple[ChatMessage, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encoded(self, message: ChatMessage) -> bytes:
+        with self._lock:
+            held = self._entries.get(id(message))
+            if held is not None and held[0] is message:
+                self._entries.move_to_end(id(message))
+                return held[1]
+        data = json.dumps(_wire_message(message), ensure_ascii=False).encode()
+        if not message.images:
+            with self._lock:
+                self._entries[id(message)] = (message, data)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+        return data
+
+
 def _wire_tool(tool: ToolSpec) -> dict[str, Any]:
     return {
         "type": "function",
@@ -83,6 +111,7 @@ class OpenAIChatProvider:
         self._slots = threading.BoundedSemaphore(settings.max_concurrency)
         self._idle: queue.LifoQueue[openai.OpenAI] = queue.LifoQueue()  # the last used, its connection warm, first
         self._tls = httpx.create_ssl_context()  # httpx's default trust store, loaded once
+        self._wire = _WireCache()
 
     @contextmanager
     def _client(self) -> Iterator[openai.OpenAI]:
@@ -147,17 +176,15 @@ class OpenAIChatProvider:
         return "answered"
 
     def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
-        # The request as JSON-ready dicts, posted through the client's transport (its auth,
-        # timeouts and status errors): the typed `chat.completions.create` walks every message
-        # against its TypedDicts and builds a model of the response: about a millisecond of CPU a call.
-        body = {
-            "model": self.model,
-            "messages": [_wire_message(m) for m in messages],
-            "tools": [_wire_tool(t) for t in tools],
-        }
+        # The request's JSON, posted through the client's transport (its auth, timeouts and
+        # status errors): the typed `chat.completions.create` walks every message against its
+        # TypedDicts and builds a model of the response, about a millisecond of CPU a call, and
+        # its body would encode the whole view again at every call of a long session.
+        head = json.dumps({"model": self.model, "tools": [_wire_tool(t) for t in tools]}, ensure_ascii=False)
+        body = b"".join((head[:-1].encode(), b', "messages": [', b", ".join(map(self._wire.encoded, messages)), b"]}"))
         try:
             with self._client() as client:
-                response = client.post("/chat/completions", body=body, cast_to=httpx.Response)
+                response = client.post("/chat/completions", content=body, cast_to=httpx.Response)
             completion = _Completion.model_validate_json(response.content)
         except openai.APITimeoutError:
             raise ModelError("MODEL_TIMEOUT", transient=True) from None
