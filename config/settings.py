@@ -278,6 +278,11 @@ class MemorySettings(_Section):
         return self
 
 
+class ConsoleSettings(_Section):
+    # The session cookie only over HTTPS: set it when the console is served behind a TLS proxy.
+    secure_cookies: bool = False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="KEFU_",
@@ -312,6 +317,7 @@ class Settings(BaseSettings):
     dingtalk: DingTalkSettings = DingTalkSettings()
     wangwang: WangwangSettings = WangwangSettings()
     memory: MemorySettings = MemorySettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -477,6 +483,21 @@ def _without_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, (parts.hostname or "") + port, parts.path, "", ""))
 
 
+def masked_url(url: str) -> str:
+    """A URL as `kefu config` shows it: where it points, with its credentials and query (a
+    token) replaced by `****`, so an operator sees that they are set, never what they are."""
+    if "://" not in url:
+        return url if not any(mark in url for mark in "@?#") else "****"
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None and not parts.query and not parts.fragment:
+        return url
+    shown = _without_credentials(url)
+    if parts.username is not None or parts.password is not None:
+        scheme, rest = shown.split("://", 1)
+        shown = f"{scheme}://****@{rest}"
+    return shown + ("?****" if parts.query else "") + ("#****" if parts.fragment else "")
+
+
 def _describe(error: ValidationError) -> list[str]:
     lines = []
     for item in error.errors():
@@ -489,9 +510,12 @@ def _describe(error: ValidationError) -> list[str]:
         if item["type"] == "extra_forbidden":  # never echo the value: it may be a misplaced secret
             lines.append(f"  {variable}: not a kefu setting{_did_you_mean(variable)}")
             continue
-        # Echo only non-secret scalar inputs; never a key, nor a URL's password or query.
+        # Echo only non-secret scalar inputs; never a key, nor a URL's password or query (nor a
+        # URL setting's value that is not a URL at all: it may be one with a token, mistyped).
         shown = item.get("input")
-        secret = any(word in variable for word in ("KEY", "SECRET"))
+        secret = any(word in variable for word in ("KEY", "SECRET", "TOKEN", "PASSWORD")) or (
+            variable.endswith("URL") and not (isinstance(shown, str) and "://" in shown)
+        )
         if isinstance(shown, str) and "://" in shown:
             shown = _without_credentials(shown)
         value = "" if secret or isinstance(shown, (dict, list)) or shown is None else f" (got {shown!r})"

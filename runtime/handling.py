@@ -45,9 +45,14 @@ def is_current(conn: Connection, customer_id: int, epoch: int) -> bool:
     return not state.paused and state.epoch == epoch
 
 
+MAX_REASON_CHARS = 200  # a reason is a line for other operators: a longer one (a model's, a form's) is cut
+
+
 def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
     """Pause automatic handling. Idempotent: pausing a paused customer changes nothing.
     `handoff`: the agent asks for a human (an alert, runtime.alerts); else an operator took over."""
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
     with store.write() as conn:
         state = _state(conn, customer_id)
         if state.paused:

@@ -44,6 +44,8 @@ class Operator(BaseModel):
     # Changes with the password: a session signed in under another one has ended. A digest of
     # the stored hash, never the hash itself; not listed.
     credential: str = Field("", exclude=True)
+    # When they last signed out (ms): a session signed in before has ended, every copy of its cookie.
+    signed_out_at: int = Field(0, exclude=True)
 
 
 def _credential(password_hash: str) -> str:
@@ -114,9 +116,21 @@ def operator_named(store: DeliveryStore, name: str) -> Operator | None:
     """An enabled operator by name (a signed session names one: disabling them ends it)."""
     with store.read() as conn:
         row = conn.execute(
-            sql("SELECT role, password_hash FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
+            sql("SELECT role, password_hash, signed_out_at FROM operator WHERE name = :n AND disabled_at IS NULL"),
+            {"n": name},
         ).first()
-    return None if row is None else Operator(name=name, role=Role(row[0]), credential=_credential(row[1]))
+    if row is None:
+        return None
+    return Operator(name=name, role=Role(row[0]), credential=_credential(row[1]), signed_out_at=row[2])
+
+
+def sign_out(store: DeliveryStore, name: str, at: int) -> None:
+    """End every console session of the operator signed in before `at` (ms), wherever its
+    cookie was copied to: a signed cookie alone cannot be taken back."""
+    with store.write() as conn:
+        conn.execute(
+            sql("UPDATE operator SET signed_out_at = max(signed_out_at, :at) WHERE name = :n"), {"n": name, "at": at}
+        )
 
 
 def disable_operator(store: DeliveryStore, name: str) -> bool:

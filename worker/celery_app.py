@@ -18,6 +18,7 @@ from runtime.leases import lapse_gone_holders
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
+from worker.private_files import make_private, warn_if_open
 from worker.shard_lease import hold_shard, release_shard
 from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (registers the shared tasks on every app)
 
@@ -154,6 +155,7 @@ def _check_runtime(sender: object, **_: object) -> None:
     try:
         hold_shard(sender.app.kefu_settings)  # type: ignore[attr-defined]
         runtime_for(sender.app).check()  # type: ignore[attr-defined]
+        warn_if_open(sender.app.kefu_settings.data_dir)  # type: ignore[attr-defined]
     except KefuError as error:
         refuse_start(error)
     except Exception as error:  # unforeseen (a bug, a store locked past its budget): still no start
@@ -217,6 +219,7 @@ def _release(**_: object) -> None:
 
 
 def _load() -> Settings:
+    make_private()  # before anything under the data dir is made (worker.private_files)
     try:
         return load_settings()
     except SettingsError as error:

@@ -606,6 +606,12 @@ V21 = Migration(
     ),
 )
 
+V22 = Migration(
+    22,
+    "an operator's sign-out time: a console session signed in before it has ended, wherever its cookie is",
+    ("ALTER TABLE operator ADD COLUMN signed_out_at INTEGER NOT NULL DEFAULT 0",),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -628,5 +634,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     V19,
     V20,
     V21,
+    V22,
 )
 LATEST_VERSION = MIGRATIONS[-1].version

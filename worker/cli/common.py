@@ -29,6 +29,22 @@ from worker.celery_app import app
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
 console = Console()
 
+# What must never reach a terminal from outside (a buyer, a platform, a model): C0 and C1
+# controls but tab and newline (ESC starts the sequences that retitle a window or rewrite the
+# screen), and the characters that reorder or hide text (bidi overrides and isolates, zero-width).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def safe(text: str) -> str:
+    """Text from outside as a terminal may show it: each unsafe character as a visible escape
+    (`\\u001b`). Print it as a rich `Text` or with markup off: brackets in it are not markup."""
+    return _UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def outside(text: str) -> Text:
+    """Text from outside, ready to print: `safe`, and never read as rich markup."""
+    return Text(safe(text))
+
 
 def current_settings() -> Settings:
     """Validated when the worker package loads: a bad value has already stopped the process."""
@@ -118,6 +134,17 @@ def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> I
         raise exit_with(2) from None
 
 
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a store's ids are 1 to this
+
+
+def _an_id(value: int) -> int:
+    if not 1 <= value <= MAX_ID:
+        raise typer.BadParameter(f"KEFU_INVALID_INPUT: a customer id is 1 to {MAX_ID}")
+    return value
+
+
+CustomerId = Annotated[int, typer.Argument(callback=_an_id, help="the customer, as `kefu customers` lists it")]
+
 # Every list and report shows real rows or simulated ones, never both (SPEC 3.13).
 SourceOption = Annotated[str, typer.Option(help="real or simulation (they never mix)")]
 
@@ -152,7 +179,7 @@ def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: li
 
 
 def _cell(value: object) -> str:
-    return "-" if value is None else str(value)
+    return "-" if value is None else safe(str(value))
 
 
 FLEXIBLE_MIN = 12  # a preview column wraps down to this width before a table becomes records
@@ -170,7 +197,7 @@ def print_table(title: str, columns: list[str], rows: list[list[str]], flexible:
         for column in columns:
             table.add_column(column, no_wrap=column != flexible, overflow="fold")  # only the flexible one wraps
         for row in rows:
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(*(outside(cell) for cell in row))
         console.print(table)
         return
     console.print(Text(title, style="bold"))
@@ -179,7 +206,7 @@ def print_table(title: str, columns: list[str], rows: list[list[str]], flexible:
         if index:
             console.print()
         for column, cell in zip(columns, row, strict=True):
-            console.print(Text(f"  {column.ljust(pad)}  {cell}"), soft_wrap=True)
+            console.print(outside(f"  {column.ljust(pad)}  {cell}"), soft_wrap=True)
 
 
 def enqueue(work: FollowUp) -> str:

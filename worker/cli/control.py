@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from worker.cli.common import cli, console, enqueue, open_store, operator_errors
+from worker.cli.common import CustomerId, cli, console, enqueue, open_store, operator_errors
 
 
 @cli.command()
 def read(
-    customer_id: int,
+    customer_id: CustomerId,
     reader: Annotated[str, typer.Option(help="whose watermark: one per operator or console")] = "operator",
     upto: Annotated[int | None, typer.Option(help="a message id (default: the newest message)")] = None,
 ) -> None:
@@ -60,7 +60,9 @@ def resume_input_command(
 
 
 @cli.command()
-def pause(customer_id: int, reason: Annotated[str, typer.Option(help="shown to other operators")] = "operator") -> None:
+def pause(
+    customer_id: CustomerId, reason: Annotated[str, typer.Option(help="shown to other operators")] = "operator"
+) -> None:
     """Pause automatic handling of a customer: unsent automatic replies are revoked."""
     from runtime.handling import pause_handling
 
@@ -70,7 +72,7 @@ def pause(customer_id: int, reason: Annotated[str, typer.Option(help="shown to o
 
 
 @cli.command()
-def resume(customer_id: int) -> None:
+def resume(customer_id: CustomerId) -> None:
     """Resume automatic handling of a customer for new input."""
     from runtime.handling import resume_handling
 

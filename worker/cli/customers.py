@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from worker.cli.common import (
+    CustomerId,
     SourceOption,
     cli,
     console,
@@ -62,7 +63,7 @@ def customers(
 
 @customers_cli.command()
 def erase(
-    customer_id: Annotated[int, typer.Argument(help="the customer, as `kefu customers` lists it")],
+    customer_id: CustomerId,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would go, change nothing")] = False,
     group: Annotated[
         bool, typer.Option("--group", help="needed to erase a group conversation: every member's messages in it go")

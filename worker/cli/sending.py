@@ -13,6 +13,7 @@ from runtime.media import read_media_file
 from runtime.states import OutboxState
 from worker.celery_app import app
 from worker.cli.common import (
+    CustomerId,
     SourceOption,
     cli,
     console,
@@ -138,7 +139,7 @@ def outbox_retry(new_request_id: str, previous_request_id: str) -> None:
 
 @cli.command()
 def send(
-    customer_id: int,
+    customer_id: CustomerId,
     text: str,
     request_id: Annotated[
         str | None, typer.Option(help="your stable id for this message: repeat it to ask again, never to resend")

@@ -18,7 +18,7 @@ from runtime.pipeline import Admit
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
-from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, print_table
+from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, outside, print_table
 from worker.simulation import POLL_S, SAMPLE_SHOP, BatchReport, run_script, serving
 from worker.simulation_instances import (
     PairedBuyer,
@@ -159,8 +159,7 @@ def _run_paired(instance_id: str, start_worker: bool) -> None:
             buyer_log_path(settings, instance),
             max_turns=settings.simulator.buyer_max_turns,
             on_line=lambda who, text: console.print(
-                f"[bold cyan]{instance.buyer_name}[/] ▸ {text}" if who == "buyer" else f"    [green]客服[/] ◂ {text}",
-                soft_wrap=True,
+                outside(f"{instance.buyer_name} ▸ {text}" if who == "buyer" else f"    客服 ◂ {text}"), soft_wrap=True
             ),
         )
         env = {"KEFU_DATA_DIR": str(settings.data_dir), "KEFU_BROKER_URL": settings.broker_url}
@@ -183,7 +182,7 @@ def say_command(
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
         say_as_buyer(platform, instance, text)
-    console.print(f"{instance.buyer_name} ▸ {text}", highlight=False)
+    console.print(outside(f"{instance.buyer_name} ▸ {text}"), highlight=False)
 
 
 @simulate_cli.command("operator-dm")
@@ -220,7 +219,7 @@ def operator_dm_command(
         console.print("a human took the conversation over before the agent answered")
         return
     for said in answer.texts or ["(the agent answered with tools only)"]:
-        console.print(f"    [green]agent[/] ◂ {said}", soft_wrap=True)
+        console.print(outside(f"    agent ◂ {said}"), soft_wrap=True)
 
 
 @simulate_cli.command("stop")

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from config.settings import masked_url
 from runtime.store import DeliveryStore
 from worker.cli.common import (
+    CustomerId,
     SourceOption,
     check_shard_name,
     cli,
@@ -19,6 +21,7 @@ from worker.cli.common import (
     hint_simulation,
     open_store,
     operator_errors,
+    outside,
     print_rows,
     print_table,
     report_source,
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict):
         return [item for key, inner in value.items() for item in _flatten(f"{prefix}__{key.upper()}", inner)]
+    if isinstance(value, str) and (prefix.endswith("URL") or "://" in value):
+        return [(prefix, masked_url(value))]  # a broker's password, a webhook's token
     return [(prefix, "" if value is None else str(value))]
 
 
@@ -202,7 +207,7 @@ def checkpoint(
 
 @cli.command()
 def history(
-    customer_id: int,
+    customer_id: CustomerId,
     limit: Annotated[int, typer.Option(min=1, max=500, help="stored lines per page")] = 50,
     before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
@@ -221,8 +226,7 @@ def history(
         return
     for line in page.lines:
         console.print(
-            f"[{shop_time(line.shown_at)}] {line.label} {line.text}{_outcome(line)}",
-            markup=False,
+            outside(f"[{shop_time(line.shown_at)}] {line.label} {line.text}{_outcome(line)}"),
             highlight=False,
             soft_wrap=True,
         )

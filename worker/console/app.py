@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import IntegerConvertor, register_url_convertor
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -48,17 +49,30 @@ from runtime.manual import message_parts, retry_manual, send_manual_parts
 from runtime.media import check_media_size
 from runtime.memory.recall import folders_recalled
 from runtime.memory.store import Folder, MemoryStore
-from runtime.operators import Operator, Role, authenticate, record_action
+from runtime.operators import Operator, Role, authenticate, record_action, sign_out
 from runtime.outbox import confirm_result, list_requests
 from runtime.states import OutboxState
 from runtime.status import notices
+from runtime.store import now_ms
 from runtime.store.sql import sql
 from runtime.store.tables import Customer
 from runtime.transcript import transcript, transcript_version
 from worker.console.auth import SignInThrottle, check_csrf, csrf_token, require, session_secret, sign_in, signed_in
+from worker.console.headers import SecurityHeaders
 from worker.console.metrics import registry_for
 from worker.console.simulations import simulation_routes
+from worker.console.streams import StreamSlots
 from worker.context import WorkerRuntime
+
+
+class _IdConvertor(IntegerConvertor):
+    """A store id in a path: at most 18 digits, within SQLite's integers, so a longer one is no
+    page (404) rather than an overflow."""
+
+    regex = "[0-9]{1,18}"
+
+
+register_url_convertor("id", _IdConvertor())
 
 HERE = Path(__file__).parent
 LIVE_POLL_S = 0.5
@@ -73,6 +87,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     max_file = runtime.settings.media_max_bytes
     hand_on = dispatch or (lambda work: None)  # no workers to hand to: their reconciler finds the work
     throttle = SignInThrottle()
+    streams = StreamSlots()
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
@@ -116,8 +131,13 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:
+        """Ends every session of the operator (signed in before now), in this browser and in
+        any other that holds a copy of a cookie."""
         form = await read_form(request)
         check_csrf(request, form.get("csrf"))
+        operator = signed_in(request, store)
+        if operator is not None:
+            await run_in_threadpool(sign_out, store, operator.name, now_ms())
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
@@ -162,21 +182,23 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         )
 
     async def events(request: Request) -> Response:
-        require(await run_in_threadpool(signed_in, request, store), Role.VIEWER)
+        operator = require(await run_in_threadpool(signed_in, request, store), Role.VIEWER)
         customer_id = int(request.path_params["customer_id"])
         await run_in_threadpool(_customer, runtime, customer_id)  # 404 for no such customer
+        slot = streams.take(f"{operator.name}\0{request.session.get('since')}")  # or 429
 
         async def stream() -> AsyncIterator[str]:
-            seen: tuple[object, ...] | None = None
-            ends = time.monotonic() + STREAM_FOR_S  # the reconnect signs in again: a disabled operator stops
-            yield "retry: 500\n\n"
-            while time.monotonic() < ends and not await request.is_disconnected():
-                version = await run_in_threadpool(transcript_version, store, customer_id)
-                if version != seen:
-                    seen = version
-                    html = await run_in_threadpool(live_fragment, customer_id)
-                    yield f"event: transcript\ndata: {json.dumps(html)}\n\n"
-                await asyncio.sleep(LIVE_POLL_S)
+            with streams.holding(slot):
+                seen: tuple[object, ...] | None = None
+                ends = time.monotonic() + STREAM_FOR_S  # the reconnect signs in again: a disabled operator stops
+                yield "retry: 500\n\n"
+                while time.monotonic() < ends and not await request.is_disconnected():
+                    version = await run_in_threadpool(transcript_version, store, customer_id)
+                    if version != seen:
+                        seen = version
+                        html = await run_in_threadpool(live_fragment, customer_id)
+                        yield f"event: transcript\ndata: {json.dumps(html)}\n\n"
+                    await asyncio.sleep(LIVE_POLL_S)
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
@@ -317,13 +339,13 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/", conversations),
-        Route("/c/{customer_id:int}", conversation),
-        Route("/c/{customer_id:int}/events", events),
-        Route("/c/{customer_id:int}/image/{sha256}", image),
-        Route("/c/{customer_id:int}/take-over", take_over, methods=["POST"]),
-        Route("/c/{customer_id:int}/hand-back", hand_back, methods=["POST"]),
-        Route("/c/{customer_id:int}/send", send, methods=["POST"]),
-        Route("/c/{customer_id:int}/read", mark_read, methods=["POST"]),
+        Route("/c/{customer_id:id}", conversation),
+        Route("/c/{customer_id:id}/events", events),
+        Route("/c/{customer_id:id}/image/{sha256}", image),
+        Route("/c/{customer_id:id}/take-over", take_over, methods=["POST"]),
+        Route("/c/{customer_id:id}/hand-back", hand_back, methods=["POST"]),
+        Route("/c/{customer_id:id}/send", send, methods=["POST"]),
+        Route("/c/{customer_id:id}/read", mark_read, methods=["POST"]),
         Route("/outbox/{request_id}/confirm", confirm, methods=["POST"]),
         Route("/outbox/{request_id}/retry", retry, methods=["POST"]),
         Route("/ops", ops),
@@ -337,7 +359,16 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     ]
     registry = registry_for(store, runtime.settings)
     secret = session_secret(runtime.settings.data_dir)
-    middleware = [Middleware(SessionMiddleware, secret_key=secret, same_site="strict", session_cookie="kefu_console")]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(
+            SessionMiddleware,
+            secret_key=secret,
+            same_site="strict",
+            session_cookie="kefu_console",
+            https_only=runtime.settings.console.secure_cookies,
+        ),
+    ]
     return Starlette(
         routes=routes,
         middleware=middleware,

@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from runtime.errors import KefuError
 from runtime.operators import Operator, Role, operator_named
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, now_ms
 
 SECRET_FILE = "console-secret"
 
@@ -51,15 +51,18 @@ def session_secret(data_dir: Path) -> str:
 
 def sign_in(request: Request, operator: Operator) -> None:
     request.session.clear()  # a new session (and CSRF token) for a new sign-in
-    request.session.update(operator=operator.name, credential=operator.credential)
+    request.session.update(operator=operator.name, credential=operator.credential, since=now_ms())
 
 
 def signed_in(request: Request, store: DeliveryStore) -> Operator | None:
-    """The session's operator while they are enabled and their password is the one they signed
-    in with: a disabled operator or a changed password ends every session at its next request."""
-    name = request.session.get("operator")
+    """The session's operator while they are enabled, their password is the one they signed in
+    with and they have not signed out since: a disabled operator, a changed password or a sign
+    out ends every session at its next request, a copied cookie too."""
+    name, since = request.session.get("operator"), request.session.get("since")
     operator = operator_named(store, name) if isinstance(name, str) else None
     if operator is None or not hmac.compare_digest(operator.credential, str(request.session.get("credential"))):
+        return None
+    if not isinstance(since, int) or since <= operator.signed_out_at:
         return None
     return operator
 
