@@ -103,7 +103,10 @@ class WorkerRuntime:
             echoes=options.echoes,
         )
         dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
-        wangwang = WangwangTransport(self._credentials(WangwangCredentials), self.settings.wangwang.timeout_s)
+        settings = self.settings.wangwang
+        wangwang = WangwangTransport(
+            self._credentials(WangwangCredentials), settings.timeout_s, media_hosts=settings.media_host_list
+        )
         built: dict[str, Transport] = {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
         for transport in built.values():
             atexit.register(transport.close)

@@ -53,6 +53,7 @@ class FakeWangwangBridge:
     fail_downloads: list[str | int] = field(default_factory=list)
     download_ttl_s: float = 60.0
     relative_urls: bool = False  # answer `/media/<token>` instead of an absolute URL
+    hostile_url: str | None = None  # answer this download URL instead (a bridge pointing kefu elsewhere)
     content_length: bool = True  # send Content-Length with a download (else the body ends at close)
     # what happened
     sends: list[BridgeSend] = field(default_factory=list)
@@ -289,7 +290,12 @@ class FakeWangwangBridge:
         self._tokens[token] = (media_id, time.monotonic() + self.download_ttl_s)
         path = f"/media/{token}"
         return self._ok(
-            params, {"size": size, "mime": mime, "download_url": path if self.relative_urls else self.url + path}
+            params,
+            {
+                "size": size,
+                "mime": mime,
+                "download_url": self.hostile_url or (path if self.relative_urls else self.url + path),
+            },
         )
 
     def download(self, token: str) -> tuple[int, bytes | None, bool]:

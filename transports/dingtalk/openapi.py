@@ -156,11 +156,14 @@ class DingTalkOpenAPI:
 
     def send_to_session(self, message: OutboundSend) -> SendReceipt:
         """Post a reply to the conversation's session webhook (`message.reply_webhook`). Checked
-        before any request: a webhook that is missing or about to expire, or media (a session
+        before any request: a webhook that is missing or about to expire, one that is not
+        DingTalk's (`is_session_webhook`: a forged callback may name any URL), or media (a session
         webhook takes text and markdown, not kefu's uploaded files), sends nothing."""
         hook = message.reply_webhook
         if hook is None or hook.expires_at.timestamp() * 1000 - REPLY_WEBHOOK_MARGIN_MS <= time.time() * 1000:
             raise SendFailure("rejected", DINGTALK_RECIPIENT_UNAVAILABLE)
+        if not self.is_session_webhook(hook.url):
+            raise SendFailure("rejected", "DINGTALK_SESSION_WEBHOOK_NOT_DINGTALK")
         if message.media is not None:
             raise SendFailure("rejected", "DINGTALK_SESSION_WEBHOOK_MEDIA_UNSUPPORTED")
         body: dict[str, Any]
@@ -185,6 +188,14 @@ class DingTalkOpenAPI:
         if errcode != "0":
             raise SendFailure("rejected", _safe(f"SESSION_WEBHOOK_{errcode}"))
         return SendReceipt(platform_message_id=f"session-webhook:{message.request_id}")
+
+    def is_session_webhook(self, url: str) -> bool:
+        """DingTalk's session webhook: its robot `sendBySession` endpoint at the OpenAPI's own
+        origin (KEFU_DINGTALK__OAPI_URL: https://oapi.dingtalk.com), nowhere else. The request
+        follows no redirect (httpx's default), so it cannot be led elsewhere either."""
+        hook, oapi = httpx.URL(url), httpx.URL(self._settings.oapi_url)
+        same_origin = (hook.scheme, hook.host, hook.port) == (oapi.scheme, oapi.host, oapi.port)
+        return same_origin and hook.path == oapi.path.rstrip("/") + "/robot/sendBySession" and not hook.userinfo
 
     def _content(self, credentials: DingTalkCredentials, message: OutboundSend) -> tuple[str, dict[str, str]]:
         media = message.media

@@ -121,9 +121,16 @@ class WangwangTransport:
     platform = "wangwang"
     stream_id = STREAM_ID
 
-    def __init__(self, credentials: Credentials, timeout_s: float = 10.0, client: GatewayClient | None = None) -> None:
+    def __init__(
+        self,
+        credentials: Credentials,
+        timeout_s: float = 10.0,
+        client: GatewayClient | None = None,
+        media_hosts: tuple[str, ...] = (),
+    ) -> None:
         self._credentials = credentials
         self.client = client or GatewayClient(timeout_s)
+        self.media_hosts = media_hosts  # where a bridge's download may be besides the bridge (fetch_media)
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -163,7 +170,7 @@ class WangwangTransport:
             credentials = self._credentials(account_id)
         except KefuError as error:  # e.g. the account's credentials are gone: maybe renewed soon
             raise MediaFetchFailure(error.code, transient=True) from None
-        return fetch_media(self.client, credentials, ref, max_bytes)
+        return fetch_media(self.client, credentials, ref, max_bytes, self.media_hosts)
 
     # -- outbound --------------------------------------------------------------------------
 
