@@ -30,6 +30,13 @@ def callback_signature(timestamp: str, app_secret: str) -> str:
 
 def verify_callback(headers: dict[str, str], body: bytes, app_secret: str, now_ms: int) -> RobotMessage:
     """The robot message of a genuine, fresh callback; CallbackRejected otherwise."""
+    verify_signature(headers, app_secret, now_ms)
+    return parse_callback(body)
+
+
+def verify_signature(headers: dict[str, str], app_secret: str, now_ms: int) -> None:
+    """The request's `timestamp` and `sign` headers are the app's and fresh: checked before its
+    body is read (the signature covers the timestamp alone, as DingTalk signs it)."""
     lowered = {k.lower(): v for k, v in headers.items()}
     timestamp, sign = lowered.get("timestamp", ""), lowered.get("sign", "")
     if not timestamp.isdigit() or not sign:
@@ -38,8 +45,13 @@ def verify_callback(headers: dict[str, str], body: bytes, app_secret: str, now_m
         raise CallbackRejected("DINGTALK_CALLBACK_STALE", "the timestamp is more than an hour off this host's clock")
     if not hmac.compare_digest(sign, callback_signature(timestamp, app_secret)):
         raise CallbackRejected("DINGTALK_CALLBACK_BAD_SIGNATURE", "the sign header does not match the app secret")
+
+
+def parse_callback(body: bytes) -> RobotMessage:
+    """The robot message a signed request's body holds; CallbackRejected when it is not JSON
+    (nested past the parser's depth included) and PageRejected when it is not a message."""
     try:
         data: Any = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CallbackRejected("DINGTALK_CALLBACK_MALFORMED", "the body is not JSON") from None
     return parse_robot_message(data)

@@ -230,14 +230,15 @@ def dingtalk_callback(
 ) -> None:
     """Receive DingTalk HTTP-callback robots at POST /dingtalk/<account id>, verified with the
     account's app secret, and publish them like Stream messages (until Ctrl-C or SIGTERM)."""
-    from worker.callback_server import CallbackServer
+    from worker.callback_server import serve_callbacks
     from worker.dispatch import broker_publisher
 
     serve_shard()
-    server = CallbackServer(open_store(), broker_publisher(app), host, port).start()
-    console.print(f"receiving DingTalk callbacks at http://{host}:{server.port}/dingtalk/<account id>; Ctrl-C stops")
-    _until_stopped()
-    server.stop()
+
+    def listening(bound: int) -> None:
+        console.print(f"receiving DingTalk callbacks at http://{host}:{bound}/dingtalk/<account id>; Ctrl-C stops")
+
+    serve_callbacks(open_store(), broker_publisher(app), host, port, listening)
     console.print("callback receiver stopped")
 
 
