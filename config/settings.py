@@ -288,6 +288,10 @@ class MemorySettings(_Section):
 class ConsoleSettings(_Section):
     # The session cookie only over HTTPS: set it when the console is served behind a TLS proxy.
     secure_cookies: bool = False
+    # Proxies whose X-Forwarded-For names the client (comma-separated addresses or networks, as
+    # uvicorn's --forwarded-allow-ips takes them). None by default: the socket's address is the
+    # client's, so no header moves the sign-in throttle's key.
+    trusted_proxies: str = Field("", max_length=4096, pattern=r"^[0-9A-Fa-f.:/, *]*$")
 
 
 class Settings(BaseSettings):

@@ -72,4 +72,13 @@ def serve_console(host: str, port: int) -> None:
             console.print("no operator can sign in yet: add one with `kefu operators add NAME`")
         web = create_app(runtime, dispatch=enqueue)
     console.print(f"console on http://{host}:{port}/ for shard {runtime.settings.shard}", soft_wrap=True)
-    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    trusted = runtime.settings.console.trusted_proxies.strip()
+    uvicorn.run(
+        web,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        proxy_headers=bool(trusted),  # else uvicorn trusts X-Forwarded-For from 127.0.0.1
+        forwarded_allow_ips=trusted or None,
+    )

@@ -70,8 +70,8 @@ def signed_in(request: Request, store: DeliveryStore) -> Operator | None:
 class SignInThrottle:
     """After `limit` failed sign-ins as one name from one address within `window_s`, that pair
     waits until its oldest failure leaves the window. Another address is not held up, so a
-    guesser elsewhere cannot lock an operator out (behind a proxy, let uvicorn see the client's
-    address: `--forwarded-allow-ips`). Every attempt counts as failed until it succeeds, so
+    guesser elsewhere cannot lock an operator out (behind a proxy, name it in
+    KEFU_CONSOLE__TRUSTED_PROXIES so the client's address is seen). Every attempt counts as failed until it succeeds, so
     concurrent guesses cannot slip past the limit. This process's memory, bounded: a restart
     forgets, which scrypt's cost per guess still makes slow."""
 
