@@ -11,12 +11,11 @@ script time of the latest buyer message received by then, advanced by the real t
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_right
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.lru import Lru
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
 
@@ -62,8 +61,7 @@ class _Read:
     anchors: list[tuple[int, int]] = field(default_factory=list)
 
 
-_read: OrderedDict[tuple[Path, int], _Read] = OrderedDict()
-_read_lock = threading.Lock()
+_read: Lru[tuple[Path, int], _Read] = Lru(KEPT)
 
 
 def conversation_clock(conn: Connection, customer_id: int) -> ConversationClock:
@@ -74,9 +72,7 @@ def conversation_clock(conn: Connection, customer_id: int) -> ConversationClock:
     again); a message pruned or erased since leaves its anchor, a time, not its content."""
     path = getattr(conn.dbapi, "kefu_path", None)
     key = (path, customer_id) if path is not None else None
-    with _read_lock:
-        known = _read.pop(key, None) if key is not None else None
-    read = known or _Read()
+    read = (_read.pop(key) if key is not None else None) or _Read()
     rows = conn.execute(_MESSAGE_TIMES, {"c": customer_id, "after": read.last[1]}).all()
     if rows and (rows[0][0], rows[0][2]) < read.last:
         read = _Read()
@@ -89,10 +85,7 @@ def conversation_clock(conn: Connection, customer_id: int) -> ConversationClock:
     if rows:
         read.last = (rows[-1][0], rows[-1][2])
     if key is not None:
-        with _read_lock:
-            _read[key] = read
-            while len(_read) > KEPT:
-                _read.popitem(last=False)
+        _read.put(key, read)
     if len(anchors) == 1 and abs(anchors[0][1]) <= _SAME_OFFSET_MS:
         return REAL_TIME  # a simulation without a script clock (the demo's rate load, `kefu simulate say`)
     return ConversationClock(tuple(anchors))

@@ -30,6 +30,7 @@ import zstandard
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from runtime.lru import Lru
 from runtime.store import now_ms
 
 log = logging.getLogger(__name__)
@@ -515,27 +516,7 @@ class _Folding(Generic[S]):
     tail: SessionEvent | None = None
 
 
-class _FoldCache:
-    """Each log's folds by file and name, least recently used out. An entry is taken out while
-    a call extends and reads it, so two threads never fold into one state."""
-
-    def __init__(self, max_entries: int = 2048) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Path, str], _Folding[Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def take(self, key: tuple[Path, str]) -> _Folding[Any] | None:
-        with self._lock:
-            return self._entries.pop(key, None)
-
-    def give(self, key: tuple[Path, str], entry: _Folding[Any]) -> None:
-        with self._lock:
-            self._entries[key] = entry
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-
-_folds = _FoldCache()
+_folds: Lru[tuple[Path, str], _Folding[Any]] = Lru(2048)  # each log's folds, by file and name
 
 
 class SessionLog:
@@ -607,7 +588,7 @@ class SessionLog:
         A log whose events are not the ones folded (read whole again, or this log's buffered
         events were never made durable) is folded from its start."""
         key = (self.path, name)
-        entry: _Folding[S] | None = _folds.take(key)
+        entry: _Folding[S] | None = _folds.pop(key)  # given back when done: one thread folds into it
         if entry is None or entry.upto > self.offset or (entry.upto and self.event(entry.upto - 1) is not entry.tail):
             entry = _Folding(new())
         for seq in range(entry.upto, self.offset):
@@ -617,7 +598,7 @@ class SessionLog:
         try:
             return read(entry.state)
         finally:
-            _folds.give(key, entry)
+            _folds.put(key, entry)
 
     def _index(self, events: Sequence[SessionEvent]) -> None:
         for event in events:

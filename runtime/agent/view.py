@@ -94,26 +94,28 @@ def model_view(
     system = system_text(log, judge_task)
     head = [] if system is None else [ChatMessage(role="system", content=system)]
     chat = chat_messages(log)
-    visible = log.folded("view", _Visible, lambda state, event: state.take(chat, event), _Visible.copy)
-    if visible.start != archived_upto(log):  # an archive that went back: never written by kefu
-        visible = _Visible(archived_upto(log))
-        for seq in range(visible.start, log.offset):
-            visible.take(chat, log.event(seq))
+
+    def take(state: _Visible, event: SessionEvent) -> None:
+        state.take(chat, event)
+
+    def read(state: _Visible) -> tuple[list[ChatMessage], list[tuple[int, int]]]:
+        return state.shown(head)
+
+    messages, with_images = log.folded("view", _Visible, take, read)
     starts = log.of_type("turn/start")
     since = starts[max(len(starts) - image_rounds, 0)].seq if image_rounds and starts else log.offset
-    messages = head + visible.messages
-    recent = [seq for seq in visible.with_images if seq >= since]
-    shown = [message for seq in recent if (message := chat[seq]) is not None]  # each one is a message
-    for seq, message in zip(recent, load_images(shown), strict=True):
-        messages[len(head) + bisect_left(visible.seqs, seq)] = message
+    recent = [(position, seq) for position, seq in with_images if seq >= since]
+    shown = [message for _, seq in recent if (message := chat[seq]) is not None]  # each one is a message
+    for (position, _), message in zip(recent, load_images(shown), strict=True):
+        messages[position] = message
     return messages
 
 
 @dataclass
 class _Visible:
-    """The model's messages of a log's events from `start` (the archived part's end), each
-    without its images (model_view puts back the recent ones'), as SessionLog.folded keeps
-    them: a step adds only the events since the last."""
+    """The model's messages of a log's events from `start` (the archived part's end: an archive
+    only ever moves it on), each without its images (model_view puts back the recent ones'), as
+    SessionLog.folded keeps them: a step adds only the events since the last."""
 
     start: int = 0
     seqs: list[int] = field(default_factory=list)
@@ -135,5 +137,8 @@ class _Visible:
         self.seqs.append(event.seq)
         self.messages.append(message)
 
-    def copy(self) -> _Visible:
-        return _Visible(self.start, list(self.seqs), list(self.messages), list(self.with_images))
+    def shown(self, head: list[ChatMessage]) -> tuple[list[ChatMessage], list[tuple[int, int]]]:
+        """`head` and the messages, a list of the caller's own, and (position, seq) of each
+        message that carries images."""
+        at = len(head)
+        return head + self.messages, [(at + bisect_left(self.seqs, seq), seq) for seq in self.with_images]

@@ -40,14 +40,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import threading
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from runtime.lru import Lru
 from runtime.memory.store import Folder, IndexedFolder, MemoryStore
 from runtime.memory.tokenize import tokens
 
@@ -79,8 +78,7 @@ _CATEGORY_TOKENS = {
 
 
 BUILT_KEPT = 256  # scopes whose index a process keeps (RecallIndex.of)
-_built: OrderedDict[tuple[Path, str, float], tuple[int, RecallIndex]] = OrderedDict()
-_built_lock = threading.Lock()
+_built: Lru[tuple[Path, str, float], tuple[int, RecallIndex]] = Lru(BUILT_KEPT)
 
 
 def sigma(folder: Folder | IndexedFolder) -> tuple[float, int, str]:
@@ -132,17 +130,12 @@ class RecallIndex:
         does not rebuild an index that grows with the customer's history."""
         version = store.postings_version(scope)
         key = (store.path, scope, min_alpha)
-        with _built_lock:
-            held = _built.get(key)
-            if held is not None and version is not None and held[0] == version:
-                _built.move_to_end(key)
-                return held[1]
+        held = _built.get(key)
+        if held is not None and version is not None and held[0] == version:
+            return held[1]
         index = cls.build(store, scope, min_alpha)
         if version is not None:
-            with _built_lock:
-                _built[key] = (version, index)
-                while len(_built) > BUILT_KEPT:
-                    _built.popitem(last=False)
+            _built.put(key, (version, index))
         return index
 
     @classmethod

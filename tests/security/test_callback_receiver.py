@@ -16,6 +16,7 @@ import uvicorn
 
 from runtime.accounts import AccountSpec, create_account
 from runtime.credentials import save_credentials
+from tests.integration.helpers import wait_for
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.callback import callback_signature
 from worker.callback_server import MAX_BODY, callback_app
@@ -35,12 +36,8 @@ def receiver(store) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{listening.getsockname()[1]}"
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the receiver did not start"
-        time.sleep(0.01)
-    yield base
+    wait_for(lambda: server.started, 60, "the receiver to start")
+    yield f"http://127.0.0.1:{listening.getsockname()[1]}"
     server.should_exit = True
     thread.join(10)
 

@@ -7,12 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from runtime.operators import Role, add_operator
+from tests.integration.helpers import wait_for
 
 BIN = Path(sys.executable).parent
 
@@ -28,16 +28,15 @@ def test_x_forwarded_for_from_loopback_does_not_reset_the_sign_in_throttle(setti
         [str(BIN / "kefu"), "console", "--port", str(port)], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT
     )
     base = f"http://127.0.0.1:{port}"
+
+    def serving() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_for(serving, 60, "the console to serve", log.read_text)
         statuses = []
         with httpx.Client(base_url=base) as client:
             for n in range(7):  # a guesser claiming a new address each time

@@ -16,6 +16,7 @@ from runtime.agent.turn import run_turn
 from runtime.clock import REAL_TIME, ConversationClock, conversation_clock
 from runtime.history import query_history
 from runtime.ingest import ingest_page
+from runtime.lru import Lru
 from runtime.memory.store import MemoryStore
 from runtime.session_log import SessionLog, UserMessage
 from runtime.store import now_ms
@@ -137,7 +138,7 @@ def test_a_clock_kept_between_turns_reads_as_one_read_from_every_message(store, 
 
     def from_scratch(customer: int) -> ConversationClock:
         with monkeypatch.context() as scoped, store.read() as conn:
-            scoped.setattr(clock_module, "_read", type(clock_module._read)())
+            scoped.setattr(clock_module, "_read", Lru(clock_module.KEPT))
             return conversation_clock(conn, customer)
 
     days = ["2026-03-03T09:00:00+08:00", "2026-03-03T09:05:00+08:00", "2026-03-06T18:00:00+08:00"]

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
-from runtime.memory.store import SCHEMA_VERSION, MemoryStore
+from runtime.memory.store import SCHEMA_VERSION, Folder, MemoryStore
 
 
 def planned() -> list[PlannedFolder]:
@@ -38,20 +38,22 @@ def test_a_failure_midway_leaves_nothing(tmp_path):
     assert len(store.commit_archive("customer-1", "plan-b", folders)) == len(folders)  # the retry succeeds
 
 
-def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp_path):
+def judged_folder(path, text: str, keywords: list[str]) -> Folder:
+    """A store at `path` holding one scored folder of `text` (closed again)."""
     from runtime.memory.judge import judge
+
+    store = MemoryStore(path)
+    [folder] = store.commit_archive("c1", "plan-a", plan_folders([ArchivedMessage(role="user", text=text, at_ms=1)]))
+    assert judge(store, "c1", {"updates": [{"id": folder.id, "alpha": 0.5, "beta": 0, "keywords": keywords}]}).updated
+    store.close()
+    return folder
+
+
+def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp_path):
     from runtime.memory.recall import RecallIndex
 
     path = tmp_path / "memory.sqlite"
-    store = MemoryStore(path)
-    messages = [ArchivedMessage(role="user", text="Melanie painted a sunrise over the lake", at_ms=1)]
-    [folder] = store.commit_archive("c1", "plan-a", plan_folders(messages))
-    assert judge(
-        store,
-        "c1",
-        {"updates": [{"id": folder.id, "alpha": 0.5, "beta": 0, "keywords": ["Sunrise Lake", "art", "paint"]}]},
-    ).updated
-    store.close()
+    folder = judged_folder(path, "Melanie painted a sunrise over the lake", ["Sunrise Lake", "art", "paint"])
     with sqlite3.connect(path) as db:  # as schema 1 left it: other terms, keywords as whole strings
         db.execute(
             "UPDATE scope_postings SET data = ?, keywords = ?, extras = ?",
@@ -67,16 +69,11 @@ def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp
 
 
 def test_a_store_of_schema_2_gains_the_postings_version_recall_keys_its_cache_on(tmp_path):
-    from runtime.memory.judge import judge
     from runtime.memory.recall import RecallIndex
 
     path = tmp_path / "memory.sqlite"
+    folder = judged_folder(path, "订单A1024改地址到杭州", ["地址", "订单", "杭州"])
     store = MemoryStore(path)
-    messages = [ArchivedMessage(role="user", text="订单A1024改地址到杭州", at_ms=1)]
-    [folder] = store.commit_archive("c1", "plan-a", plan_folders(messages))
-    assert judge(
-        store, "c1", {"updates": [{"id": folder.id, "alpha": 0.5, "beta": 0, "keywords": ["地址", "订单", "杭州"]}]}
-    ).updated
     stamped = store.postings_version("c1")
     store.close()
     with sqlite3.connect(path) as db:  # as schema 2 left it

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from runtime.agent.repair import repair
 from runtime.agent.view import model_view
+from runtime.lru import Lru
 from runtime.session_log import (
     SESSION_EVENT,
     AssistantMessage,
@@ -417,7 +418,7 @@ def test_the_view_kept_between_steps_is_the_view_built_from_scratch(tmp_path: Pa
 
     def fresh() -> list[Any]:
         with monkeypatch.context() as scoped:
-            scoped.setattr(session_log, "_folds", session_log._FoldCache())
+            scoped.setattr(session_log, "_folds", Lru(2048))
             return model_view(log, "", image_rounds=2)
 
     for n in range(6):

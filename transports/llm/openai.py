@@ -19,7 +19,6 @@ import json
 import logging
 import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from config import OpenAISettings
 from runtime.errors import KefuError
+from runtime.lru import Lru
 from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -63,25 +63,18 @@ class _WireCache:
     """Each message's JSON as sent, kept with the message (whose id it is keyed on): a session's
     view is the same message objects from one call to the next (runtime.agent.view), so a call
     encodes only what is new, and its body is a join. One with images (its bytes loaded for this
-    call) is encoded each time and not kept. Least recently used out past `max_entries`."""
+    call) is encoded each time and not kept. The message is kept too, so its id is not reused."""
 
     def __init__(self, max_entries: int = 50_000) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[int, tuple[ChatMessage, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: Lru[int, tuple[ChatMessage, bytes]] = Lru(max_entries)
 
     def encoded(self, message: ChatMessage) -> bytes:
-        with self._lock:
-            held = self._entries.get(id(message))
-            if held is not None and held[0] is message:
-                self._entries.move_to_end(id(message))
-                return held[1]
+        held = self._entries.get(id(message))
+        if held is not None and held[0] is message:
+            return held[1]
         data = json.dumps(_wire_message(message), ensure_ascii=False).encode()
         if not message.images:
-            with self._lock:
-                self._entries[id(message)] = (message, data)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+            self._entries.put(id(message), (message, data))
         return data
 
 
