@@ -217,15 +217,21 @@ class DingTalkSettings(_Section):
         return 3 * self.timeout_s
 
 
+HOST_LIST = r"^[A-Za-z0-9.\-:, ]*$"  # host names or addresses, comma-separated
+
+
 class WangwangSettings(_Section):
     timeout_s: float = Field(10.0, gt=0, le=120)  # per gateway call (long polls get their wait on top)
     # Hosts besides each bridge's own that its media download URLs may name (comma-separated):
     # a bridge that hands out its store's URLs. Any other host, a redirect's too, is refused.
-    media_hosts: str = Field("", max_length=4096, pattern=r"^[A-Za-z0-9.\-, ]*$")
+    media_hosts: str = Field("", max_length=4096, pattern=HOST_LIST)
+    # Bridges besides those on this host that kefu may call over plain http:// (comma-separated):
+    # a bridge on a private network an operator vouches for. Any other needs https://.
+    plain_http_hosts: str = Field("", max_length=4096, pattern=HOST_LIST)
 
-    @property
-    def media_host_list(self) -> tuple[str, ...]:
-        return tuple(host.strip().lower() for host in self.media_hosts.split(",") if host.strip())
+    @staticmethod
+    def host_list(hosts: str) -> tuple[str, ...]:
+        return tuple(host.strip().lower() for host in hosts.split(",") if host.strip())
 
     @property
     def longest_send_s(self) -> float:

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from runtime.errors import CustomerUnknown, KefuError
+from runtime.outside_text import search_text
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
@@ -70,6 +71,16 @@ class CustomerSummary(BaseModel):
         return f"{self.last_activity_at}.{self.id}"
 
 
+# What a message said, as a search sees it: text, a file's name, what a voice message was heard
+# to say; never the JSON kefu keeps about media (a digest, a platform reference).
+SAID = (
+    "CASE WHEN m.content_type IN ('text', 'markdown') THEN m.body"
+    " WHEN NOT json_valid(m.body) THEN (CASE WHEN m.content_type = 'file' THEN m.body END)"
+    " WHEN m.content_type = 'file' THEN json_extract(m.body, '$.name')"
+    " WHEN m.content_type = 'voice' THEN json_extract(m.body, '$.recognition') END"
+)
+
+
 def _literal(search: str) -> str:
     """A LIKE pattern matching `search` as a plain substring (`%` and `_` are not wildcards)."""
     escaped = search.replace("!", "!!").replace("%", "!%").replace("_", "!_")
@@ -87,8 +98,15 @@ def list_customers(
     paused: bool | None = None,
 ) -> list[CustomerSummary]:
     """Newest activity first; `before`, a row's `cursor`, pages on to any depth; `paused`: only
-    customers a human handles (True) or the agent does (False)."""
+    customers a human handles (True) or the agent does (False); `search`, as typed (see
+    `search_text`; blank is no search), finds names, titles and what was said."""
     at, last_id = _parse_cursor(before)
+    if search is not None and search.strip():
+        search = search_text(search)
+        if not search:
+            return []  # only control characters were typed: nothing says them
+    else:
+        search = None
     with store.read() as conn:
         found = conn.execute(
             sql(
@@ -107,7 +125,7 @@ def list_customers(
                 "  AND (:paused IS NULL OR c.handling_paused = :paused)"
                 "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
                 "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
-                "    AND (m.sender_name LIKE :q ESCAPE '!' OR m.body LIKE :q ESCAPE '!')))"
+                f"    AND (m.sender_name LIKE :q ESCAPE '!' OR ({SAID}) LIKE :q ESCAPE '!')))"
                 "  ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n) c"
                 " ORDER BY c.last_activity_at DESC, c.id DESC"
             ),

@@ -105,7 +105,10 @@ class WorkerRuntime:
         dingtalk = DingTalkTransport(self.settings.dingtalk, self._credentials(DingTalkCredentials))
         settings = self.settings.wangwang
         wangwang = WangwangTransport(
-            self._credentials(WangwangCredentials), settings.timeout_s, media_hosts=settings.media_host_list
+            self._credentials(WangwangCredentials),
+            settings.timeout_s,
+            media_hosts=settings.host_list(settings.media_hosts),
+            plain_http_hosts=settings.host_list(settings.plain_http_hosts),
         )
         built: dict[str, Transport] = {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
         for transport in built.values():

@@ -105,3 +105,51 @@ def test_a_bridge_cannot_point_kefus_downloads_at_another_host(fake_wangwang):
         assert internal.paths == ["/store/x"] and sized.value.code == "WANGWANG_MEDIA_SIZE_MISMATCH"
     finally:
         internal.close()
+
+
+@pytest.mark.parametrize(
+    ("gateway_url", "plain_http_hosts", "refused"),
+    [
+        ("http://bridge.shop.lan:8700", (), True),  # a forged answer on the path would be believed
+        ("http://10.0.0.5:8700", (), True),
+        ("http://10.0.0.5:8700", ("10.0.0.5",), False),  # an operator vouches for this network
+        ("https://bridge.shop.lan:8700", (), False),
+        ("http://127.0.0.1:8700", (), False),  # a bridge next to kefu
+        ("http://localhost:8700", (), False),
+        ("http://[::1]:8700", (), False),
+    ],
+)
+def test_a_bridge_elsewhere_is_reached_over_tls_only(gateway_url, plain_http_hosts, refused):
+    from transports.wangwang.client import plain_http_refused
+
+    assert plain_http_refused(gateway_url, plain_http_hosts) is refused
+
+
+def test_a_plain_http_bridge_elsewhere_is_refused_before_any_request_and_stops_its_listener():
+    from transports.wangwang import WangwangCredentials, WangwangTransport
+    from transports.wangwang.client import GatewayFailure
+
+    with socket.create_server(("0.0.0.0", 0)) as listener:
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        credentials = WangwangCredentials(
+            gateway_url=f"http://{socket.gethostname()}.invalid:{port}", app_key="k", app_secret="s", seller_id="x"
+        )
+        with pytest.raises(GatewayFailure) as refused:
+            WangwangTransport(lambda _: credentials, timeout_s=2).fetch("ww", None)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert refused.value.kefu_code == "WANGWANG_PLAIN_HTTP_REFUSED"
+    assert refused.value.authorization  # an operator must renew the URL: retrying changes nothing
+
+
+def test_accounts_add_refuses_a_plain_http_bridge_elsewhere(kefu, store, monkeypatch):
+    from runtime.accounts import list_accounts
+    from worker.cli import cli
+
+    monkeypatch.setenv("KEFU_SETUP_SECRET", "bridge-secret")
+    args = ["accounts", "add", "wangwang", "--id", "ww", "--gateway-url", "http://bridge.shop.lan:8700"]
+    result = kefu.invoke(cli, [*args, "--app-key", "kefu", "--seller-id", "cntaobao店", "--yes"])
+    assert result.exit_code == 2 and "KEFU_INVALID_INPUT" in result.output
+    assert "KEFU_WANGWANG__PLAIN_HTTP_HOSTS" in result.output
+    assert list_accounts(store) == []

@@ -16,7 +16,8 @@ from transports.wangwang.signing import sign, timestamp
 logging.getLogger("httpx").setLevel(logging.WARNING)  # never log request lines
 
 Answer = TypeVar("Answer", bound=BaseModel)
-AUTH_CODES = ("INVALID_SIGNATURE", "UNKNOWN_APP_KEY", "UNKNOWN_SELLER")
+AUTH_CODES = ("INVALID_SIGNATURE", "UNKNOWN_APP_KEY", "UNKNOWN_SELLER", "WANGWANG_PLAIN_HTTP_REFUSED")
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class GatewayFailure(Exception):
@@ -39,13 +40,28 @@ class GatewayFailure(Exception):
 
     @property
     def authorization(self) -> bool:
-        return self.stage == "refused" and self.code in AUTH_CODES
+        """The account's settings are wrong (a refused signature, a bridge kefu will not talk
+        to): trying again changes nothing until an operator renews them."""
+        return self.stage != "no-answer" and self.code in AUTH_CODES
+
+
+def plain_http_refused(gateway_url: str, plain_http_hosts: tuple[str, ...] = ()) -> bool:
+    """Whether kefu must not call this bridge: over plain `http://` anyone on the path reads the
+    signed requests and forges the answers (buyer text, download URLs), so only a bridge on this
+    host, or one an operator listed in KEFU_WANGWANG__PLAIN_HTTP_HOSTS, is reached without TLS."""
+    url = httpx.URL(gateway_url)
+    host = url.host.lower()
+    loopback = host in LOOPBACK or host.startswith("127.")
+    return url.scheme != "https" and not loopback and host not in plain_http_hosts
 
 
 class GatewayClient:
-    def __init__(self, timeout_s: float, http: httpx.Client | None = None) -> None:
+    def __init__(
+        self, timeout_s: float, http: httpx.Client | None = None, plain_http_hosts: tuple[str, ...] = ()
+    ) -> None:
         self._timeout_s = timeout_s
         self._http = http or httpx.Client(timeout=timeout_s)
+        self._plain_http_hosts = plain_http_hosts
 
     @property
     def http(self) -> httpx.Client:
@@ -63,6 +79,8 @@ class GatewayClient:
         answer: type[Answer],
         timeout_s: float | None = None,
     ) -> Answer:
+        if plain_http_refused(credentials.gateway_url, self._plain_http_hosts):
+            raise GatewayFailure("not-sent", "WANGWANG_PLAIN_HTTP_REFUSED")
         signed = {
             **params,
             "method": method,

@@ -127,9 +127,10 @@ class WangwangTransport:
         timeout_s: float = 10.0,
         client: GatewayClient | None = None,
         media_hosts: tuple[str, ...] = (),
+        plain_http_hosts: tuple[str, ...] = (),
     ) -> None:
         self._credentials = credentials
-        self.client = client or GatewayClient(timeout_s)
+        self.client = client or GatewayClient(timeout_s, plain_http_hosts=plain_http_hosts)
         self.media_hosts = media_hosts  # where a bridge's download may be besides the bridge (fetch_media)
 
     # -- inbound ---------------------------------------------------------------------------

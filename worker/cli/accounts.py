@@ -121,12 +121,23 @@ def _verify_dingtalk(credentials: DingTalkCredentials) -> None:
 def _verify_wangwang(credentials: WangwangCredentials) -> None:
     """The bridge must accept the signature and serve the seller."""
     from transports.wangwang import WangwangTransport
-    from transports.wangwang.client import GatewayFailure
+    from transports.wangwang.client import GatewayFailure, plain_http_refused
 
+    settings = current_settings().wangwang
+    plain_http_hosts = settings.host_list(settings.plain_http_hosts)
+    if plain_http_refused(credentials.gateway_url, plain_http_hosts):
+        raise KefuError(
+            "KEFU_INVALID_INPUT",
+            "--gateway-url: a bridge on another host is reached over https:// only; nothing was saved",
+            "give the bridge an https:// URL, or list its host in KEFU_WANGWANG__PLAIN_HTTP_HOSTS",
+        )
+    transport = WangwangTransport(lambda _: credentials, settings.timeout_s, plain_http_hosts=plain_http_hosts)
     try:
-        WangwangTransport(lambda _: credentials, current_settings().wangwang.timeout_s).check_identity(credentials)
+        transport.check_identity(credentials)
     except GatewayFailure as failure:
         raise _unverified("the bridge", failure.kefu_code, "check the URL, app key, secret and seller id") from None
+    finally:
+        transport.close()
 
 
 def _unverified(who: str, code: str, action: str) -> KefuError:

@@ -22,6 +22,7 @@ from config import Settings
 from config.settings import SHARD_NAME, SHARD_RULE
 from runtime.customers import Source, parse_source
 from runtime.errors import KefuError, validation_problems
+from runtime.outside_text import visible
 from runtime.pipeline import FollowUp
 from runtime.store import DeliveryStore
 from worker.celery_app import app
@@ -29,21 +30,11 @@ from worker.celery_app import app
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
 console = Console()
 
-# What must never reach a terminal from outside (a buyer, a platform, a model): C0 and C1
-# controls but tab and newline (ESC starts the sequences that retitle a window or rewrite the
-# screen), and the characters that reorder or hide text (bidi overrides and isolates, zero-width).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
-def safe(text: str) -> str:
-    """Text from outside as a terminal may show it: each unsafe character as a visible escape
-    (`\\u001b`). Print it as a rich `Text` or with markup off: brackets in it are not markup."""
-    return _UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
-
 
 def outside(text: str) -> Text:
-    """Text from outside, ready to print: `safe`, and never read as rich markup."""
-    return Text(safe(text))
+    """Text from outside, ready to print: unsafe characters `visible`, brackets never read as
+    rich markup."""
+    return Text(visible(text))
 
 
 def current_settings() -> Settings:
@@ -179,7 +170,7 @@ def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: li
 
 
 def _cell(value: object) -> str:
-    return "-" if value is None else safe(str(value))
+    return "-" if value is None else visible(str(value))
 
 
 FLEXIBLE_MIN = 12  # a preview column wraps down to this width before a table becomes records

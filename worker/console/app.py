@@ -51,6 +51,7 @@ from runtime.memory.recall import folders_recalled
 from runtime.memory.store import Folder, MemoryStore
 from runtime.operators import Operator, Role, authenticate, record_action, sign_out
 from runtime.outbox import confirm_result, list_requests
+from runtime.outside_text import visible
 from runtime.states import OutboxState
 from runtime.status import notices
 from runtime.store import now_ms
@@ -80,6 +81,12 @@ FORM_MAX_BYTES = 64 * 1024  # a form's fields (a message is at most 4,000 charac
 STREAM_FOR_S = 25  # a stream ends after this and the browser reconnects: no stream outlives a shutdown long
 
 
+def shown(value: object) -> object:
+    """Names, titles and lines from outside with their bidi overrides and zero-width characters
+    visible (`\\u202e`): a buyer cannot pass for another on an operator's screen."""
+    return visible(value) if type(value) is str else value
+
+
 def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], object] | None = None) -> Starlette:
     """The console over `runtime`'s shard. `dispatch` hands a send's follow-up work (a receipt
     query, a later attempt) to the workers; None leaves it to their reconciler."""
@@ -89,6 +96,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
     throttle = SignInThrottle()
     streams = StreamSlots()
     templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.finalize = shown  # every value a page prints, before it is escaped
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
     )
