@@ -1,10 +1,12 @@
 """Memory recall quality on synthetic long dialogue, beside whole-folder BM25, in one run.
 
-Two generators: `zh`, Chinese customer-service conversations (bench.service_chat), and `en`,
-English multi-session persona chat between two people (bench.persona_chat). Each dialogue is
-archived through the engine itself (folder planning, one plan per session for `en`, the store,
-the heuristic scorer); each question's evidence is a known set of turns, hence of folders.
-Every question is answered, in the same run, by:
+Three generators: `zh`, Chinese customer-service conversations (bench.service_chat); `en`,
+English multi-session persona chat between two people (bench.persona_chat); `days`, one shop's
+store where a target buyer's days hide among many other buyers' days on the same products, the
+questions dated absolutely or relatively (bench.shop_days). Each dialogue is archived through
+the engine itself (folder planning, one plan per session, the store, the heuristic scorer);
+each question's evidence is a known set of turns, hence of folders. A question asked on a
+given day passes that day (`today`) to recall. Every question is answered, in the same run, by:
 
 - kefu fresh: `select` (k = 10) with a new recall state per question; its picks in order;
 - kefu continuous: one recall state per dialogue, the questions asked in turn (as a live
@@ -13,15 +15,20 @@ Every question is answered, in the same run, by:
   round's picks that still fit first, then what it kept from earlier rounds);
 - memory_recall: the tool's ranking (`RecallIndex.ranked`), page after page;
 - BM25 standard: whole-folder BM25 with a standard analyzer of its own (Unicode words
-  lower-cased, Lucene's English stop words, CJK bigrams; no stemming, no keywords, no titles).
+  lower-cased, Lucene's English stop words, CJK bigrams; no stemming, no keywords, no titles);
+- BM25 jieba: the same BM25 over jieba's words (rjieba.cut of the lower-cased text, less
+  whitespace and punctuation; nothing else dropped).
 
 Printed per language: folder-level evidence any@1/@5/@10 (some evidence folder in the top k)
 and all@5/@10 (every one), and any@5 by question kind. The run repeats on a held-out seed that
 no constant was chosen on; `--sweep` varies the recall constants to show the margin does not
 hang on one setting.
 
-    python -m bench.memory_quality [--lang zh|en|both] [--dialogues 40] [--seed 11]
+    python -m bench.memory_quality [--lang zh|en|days|all] [--dialogues N] [--seed 11]
                                    [--held-out-seed 29] [--sweep]
+
+--dialogues defaults to 40 for zh and en, 60 for days (a days dialogue holds ~150 folders: about
+a minute and a half for both seeds on two cores).
 """
 
 from __future__ import annotations
@@ -32,16 +39,21 @@ import math
 import random
 import re
 import tempfile
+import time
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import date, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
+import rjieba
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
-from bench import persona_chat, service_chat
-from bench.persona_chat import Dialogue
+from bench import persona_chat, service_chat, shop_days
+from bench.persona_chat import Dialogue, Question
 from config import RecallSettings
 from runtime.agent.memory import BlockEntry, next_block
 from runtime.memory import recall
@@ -55,8 +67,18 @@ COLUMNS = (("any", 1), ("any", 5), ("any", 10), ("all", 5), ("all", 10))
 GENERATORS: dict[str, Callable[[random.Random], Dialogue]] = {
     "zh": lambda rng: service_chat.generate(rng, sessions=60),
     "en": lambda rng: persona_chat.generate(rng, sessions=20),
+    "days": lambda rng: shop_days.generate(rng),
 }
-METHODS = ("kefu fresh", "kefu continuous", "block (continuous)", "memory_recall", "BM25 standard")
+DIALOGUES = {"zh": 40, "en": 40, "days": 60}  # a days dialogue: ~150 buyer-days, one folder each
+METHODS = (
+    "kefu fresh",
+    "kefu continuous",
+    "block (continuous)",
+    "memory_recall",
+    "BM25 standard",
+    "BM25 jieba",
+)
+SHOP_ZONE = ZoneInfo("Asia/Shanghai")  # the zone the generators' labels and relative days are in
 
 # Lucene's English stop words (StandardAnalyzer), the usual baseline analyzer.
 LUCENE_STOP = frozenset(
@@ -78,14 +100,24 @@ def standard_tokens(text: str) -> list[str]:
     return found
 
 
-class StandardBM25:
-    """Whole-folder BM25 (k1 1.2, b 0.75) over the standard analyzer's tokens."""
+def jieba_tokens(text: str) -> list[str]:
+    """jieba's words of the lower-cased text, less those that are only whitespace or punctuation."""
+    return [
+        word
+        for word in rjieba.cut(text.lower())
+        if not all(c.isspace() or unicodedata.category(c).startswith("P") for c in word)
+    ]
 
-    def __init__(self, texts: dict[str, str]) -> None:
+
+class StandardBM25:
+    """Whole-folder BM25 (k1 1.2, b 0.75) over an analyzer's tokens (the standard one by default)."""
+
+    def __init__(self, texts: dict[str, str], analyzer: Callable[[str], list[str]] = standard_tokens) -> None:
+        self.analyzer = analyzer
         self.postings: dict[str, dict[str, int]] = defaultdict(dict)
         lengths = {}
         for folder_id, text in texts.items():
-            terms = Counter(standard_tokens(text))
+            terms = Counter(analyzer(text))
             lengths[folder_id] = sum(terms.values())
             for term, count in terms.items():
                 self.postings[term][folder_id] = count
@@ -94,8 +126,8 @@ class StandardBM25:
         self.n = len(texts)
 
     def top(self, query: str, k: int) -> list[str]:
-        found: Counter[str] = Counter()
-        for term in set(standard_tokens(query)):
+        found: defaultdict[str, float] = defaultdict(float)
+        for term in set(self.analyzer(query)):
             posting = self.postings.get(term, {})
             idf = math.log(1 + (self.n - len(posting) + 0.5) / (len(posting) + 0.5))
             for folder_id, tf in posting.items():
@@ -152,6 +184,13 @@ def _archive(store: MemoryStore, scope: str, dialogue: Dialogue) -> tuple[dict[i
     return owners, {f.id: store.text(f.id) for f in store.folders(scope)}
 
 
+def asked_on(question: Question) -> date | None:
+    """The civil day a question is asked on, in the shop's zone; None when it has no time."""
+    if question.asked_at_ms is None:
+        return None
+    return datetime.fromtimestamp(question.asked_at_ms / 1000, SHOP_ZONE).date()
+
+
 def run(lang: str, dialogues: int, seed: int) -> Tally:
     rng = random.Random(seed)
     tally = Tally()
@@ -164,6 +203,7 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
             owners, texts = _archive(store, scope, dialogue)
             index = RecallIndex.build(store, scope)
             bm25 = StandardBM25(texts)
+            bm25_jieba = StandardBM25(texts, jieba_tokens)
             tally.dialogues += 1
             tally.folders += len(texts)
             state, block = RecallState(), list[BlockEntry]()
@@ -171,8 +211,9 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                 tally.questions += 1
                 tally.kind_totals[question.kind] += 1
                 evidence = [owners[i] for i in question.evidence]
-                fresh, _ = select(index, question.text, RecallState())
-                continuous, state = select(index, question.text, state)
+                today = asked_on(question)
+                fresh, _ = select(index, question.text, RecallState(), today=today)
+                continuous, state = select(index, question.text, state, today=today)
                 tally.lanes.update({lane: n for lane, n in state.lanes.items() if n})
                 turn = f"t{number}"
                 block, dropped = next_block(block, continuous, turn, index.folders, limits.max_blocks, limits.max_chars)
@@ -183,8 +224,9 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
                     ("kefu fresh", fresh),
                     ("kefu continuous", continuous),
                     ("block (continuous)", held),
-                    ("memory_recall", index.ranked(question.text)),
+                    ("memory_recall", index.ranked(question.text, today=today)),
                     ("BM25 standard", bm25.top(question.text, 10)),
+                    ("BM25 jieba", bm25_jieba.top(question.text, 10)),
                 ):
                     tally.add(method, ranked, evidence, question.kind)
             tally.lanes.update(state.counters.model_dump())
@@ -192,12 +234,16 @@ def run(lang: str, dialogues: int, seed: int) -> Tally:
 
 
 def print_tally(console: Console, title: str, tally: Tally) -> None:
-    table = Table("method", *(f"{mode}@{k}" for mode, k in COLUMNS), title=title)
+    table = Table(Column("method", no_wrap=True), *(f"{mode}@{k}" for mode, k in COLUMNS), title=title)
     for method in METHODS:
         table.add_row(method, *(f"{tally.rate(method, mode, k):.3f}" for mode, k in COLUMNS))
     console.print(table)
     kinds = sorted(tally.kind_totals)
-    by_kind = Table("method", *(f"{kind} (n={tally.kind_totals[kind]})" for kind in kinds), title="any@5 by kind")
+    by_kind = Table(
+        Column("method", no_wrap=True),
+        *(f"{kind} (n={tally.kind_totals[kind]})" for kind in kinds),
+        title="any@5 by kind",
+    )
     for method in METHODS:
         by_kind.add_row(method, *(f"{tally.kinds[(method, kind)] / tally.kind_totals[kind]:.2f}" for kind in kinds))
     console.print(by_kind)
@@ -236,21 +282,29 @@ SWEEP: list[dict[str, float]] = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lang", choices=("zh", "en", "both"), default="both")
-    parser.add_argument("--dialogues", type=int, default=40)
+    parser.add_argument("--lang", choices=("zh", "en", "days", "all"), default="all")
+    parser.add_argument(
+        "--dialogues",
+        type=int,
+        help="per generator; default: " + ", ".join(f"{lang} {n}" for lang, n in DIALOGUES.items()),
+    )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--held-out-seed", type=int, default=29, help="a seed no constant was chosen on")
     parser.add_argument("--sweep", action="store_true", help="also vary recall's constants (seed only)")
     args = parser.parse_args()
-    console = Console(width=max(Console().width, 120))
-    for lang in ("zh", "en") if args.lang == "both" else (args.lang,):
+    console = Console(width=max(Console().width, 150))
+    for lang in tuple(GENERATORS) if args.lang == "all" else (args.lang,):
+        dialogues = args.dialogues or DIALOGUES[lang]
         for label, seed in (("seed", args.seed), ("held-out seed", args.held_out_seed)):
-            print_tally(console, f"{lang}: evidence recall ({label} {seed})", run(lang, args.dialogues, seed))
+            started = time.monotonic()
+            tally = run(lang, dialogues, seed)
+            print_tally(console, f"{lang}: evidence recall ({label} {seed})", tally)
+            console.print(f"{lang}, {label} {seed}: {dialogues} dialogues in {time.monotonic() - started:.1f} s")
         if args.sweep:
             table = Table("constants", "kefu any@1", "kefu any@5", "BM25 any@1", "BM25 any@5", title=f"{lang}: sweep")
             for values in SWEEP:
                 with constants(**values):
-                    tally = run(lang, args.dialogues, args.seed)
+                    tally = run(lang, dialogues, args.seed)
                 label = ", ".join(f"{k}={v}" for k, v in values.items()) or "defaults"
                 table.add_row(
                     label,

@@ -87,6 +87,7 @@ class Question:
     text: str
     evidence: list[int]  # message indexes
     kind: str
+    asked_at_ms: int | None = None  # when it is asked: what it says relative to that day is dated from it
 
 
 @dataclass

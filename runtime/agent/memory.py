@@ -21,7 +21,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -420,8 +420,9 @@ def _latest_turn(log: SessionLog) -> str | None:
     return last.turn if isinstance(last, TurnStart) else None
 
 
-def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> list[str]:
-    """Bring matching memories into the recall block at the start of a turn; the picks."""
+def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str, today: date | None = None) -> list[str]:
+    """Bring matching memories into the recall block at the start of a turn; the picks. `today`:
+    the day the query was said (see `RecallIndex.scores`)."""
     if not memory.settings.enabled or not query.strip():
         return []
     settings = memory.settings.recall
@@ -436,6 +437,7 @@ def recall(log: SessionLog, memory: SessionMemory, turn: str, query: str) -> lis
         settings.rotation_slots,
         settings.cooldown_rounds,
         settings.round_budget_chars,
+        today,
     )
     before = [e.folder_id for e in entries]
     added = [folder_id for folder_id in picks if folder_id not in before]

@@ -33,13 +33,16 @@ MISS_HINT_AT, MISS_STOP_AT = 3, 6
 MissType = Literal["keyword", "time", "event", "other"]
 
 
+TIME_FORMS = "YYYY-MM-DD, YYYY-MM, YYYY, epoch ms, or as the customer said it: 昨天, 上周五, 4月27号, 2024年5月"
+
+
 class MemoryRecallArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     keywords: str | None = Field(None, max_length=500, description="names, order numbers, products; space separated")
     limit: int = Field(3, ge=1, le=20)
     offset: int = Field(0, ge=0, le=10_000)
-    time_from: str | None = Field(None, alias="timeFrom", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")
-    time_to: str | None = Field(None, alias="timeTo", description="YYYY-MM-DD, YYYY-MM, YYYY or epoch ms")
+    time_from: str | None = Field(None, alias="timeFrom", max_length=100, description=TIME_FORMS)
+    time_to: str | None = Field(None, alias="timeTo", max_length=100, description=TIME_FORMS)
     granularity: Literal["day", "month", "year"] | None = None
     event: str | None = Field(None, max_length=200, description="an event label; 空 or omitted: no constraint")
 
@@ -108,7 +111,8 @@ def memory_recall(memory: SessionMemory, args: MemoryRecallArgs) -> ToolOutcome:
 def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, MissType | None]:
     """The search, and what kind of miss it was when it found nothing (None: it found some;
     "other": no search was made, or a page past the end)."""
-    times = time_query(args.time_from, args.time_to, memory.zone, memory.clock.shown(now_ms()), args.granularity)
+    now = memory.clock.shown(now_ms())
+    times = time_query(args.time_from, args.time_to, memory.zone, now, args.granularity)
     notes = list(times.warnings)
     event = match_event(args.event, memory.store.events(memory.scope))
     if event.state == "ambiguous":
@@ -126,7 +130,8 @@ def lookup(memory: SessionMemory, args: MemoryRecallArgs) -> tuple[ToolOutcome, 
     if not keywords and not times.windows and event.state != "exact":
         return ToolOutcome("Error: give keywords, a time (timeFrom/timeTo) or an event", True), "other"
     index = RecallIndex.of(memory.store, memory.scope, memory.settings.recall.min_alpha)
-    candidates = index.ranked(keywords) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
+    today = datetime.fromtimestamp(now / 1000, memory.zone).date()  # what 昨天 in the keywords means
+    candidates = index.ranked(keywords, today) if keywords else sorted(index.folders, key=index.sigmas.__getitem__)
     miss: MissType | None = "keyword" if keywords and not candidates else None
     if event.state == "exact":
         matched, candidates = candidates, [i for i in candidates if index.folders[i].event == event.label]

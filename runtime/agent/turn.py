@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -31,7 +32,7 @@ from runtime.agent.rotation import rotate, rotated_note, rotation_due
 from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, begin_first_session, open_session
 from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
 from runtime.agent.view import model_view
-from runtime.clock import conversation_clock
+from runtime.clock import ConversationClock, conversation_clock
 from runtime.handling import is_current
 from runtime.inbound_media import stored_images, with_fetched_images, with_image_data
 from runtime.leases import Fence, fenced
@@ -267,7 +268,7 @@ def run_turn(
                 images = stored_images(rendered)
                 log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
         if memory is not None and not turns:
-            recall(log, memory, turn_id, _buyer_text(lines))
+            recall(log, memory, turn_id, _buyer_text(lines), _said_on(lines, clock, zone))
 
     binding = TurnBinding(
         store=store,
@@ -407,6 +408,17 @@ def _commit_if_logged(binding: TurnBinding) -> None:
     if binding.batch_logged:
         with binding.write():
             pass
+
+
+def _said_on(lines: list[RenderableMessage], clock: ConversationClock, zone: ZoneInfo) -> date | None:
+    """The shop's day of a batch's last line, as the conversation reads it: what the buyer's
+    昨天 or 上周五 is counted from (None for a time no calendar holds)."""
+    if not lines:
+        return None
+    try:
+        return datetime.fromtimestamp(shown(lines[-1], clock).received_at / 1000, zone).date()
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _buyer_text(lines: list[RenderableMessage]) -> str:

@@ -14,7 +14,7 @@ from runtime.memory.tokenize import STOPWORDS, tokens
 
 # Labels and framing every archived text carries: never a folder's keyword.
 ROLE_WORDS = {"user", "assistant", "tool", "counterpart", "operator", "from", "console", "native", "reply", "text"}
-# Chinese function bigrams and service phrases too common to tell one memory from another.
+# Chinese function words and service phrases too common to tell one memory from another.
 COMMON = set(
     "什么 可以 已回 回复 顾客 我们 您的 请问 一下 没有 这个 那个 怎么 需要 就是 如果 可能 现在 时候 谢谢 好的 你好"
     " 在吗 您好 的话 一个 还是 知道 不是 然后 但是 因为 所以 这样 那么 为什么 看看 帮您 请您 即可 之前 以后".split()
@@ -52,7 +52,7 @@ def _alpha_of(text: str) -> float:
 
 def _words(text: str) -> list[str]:
     """Keyword candidates as written (a keyword is shown to operators and the model): Latin
-    words but function words, and CJK bigrams (the tokenizer's)."""
+    words but function words, and Chinese words (the tokenizer's)."""
     lowered = text.lower()
     latin = [w for w in _SURFACE.findall(lowered) if w not in STOPWORDS and len(w) > 1]
     return latin + [t for t in tokens(lowered) if not t.isascii()]

@@ -1,7 +1,7 @@
 """Recall: which scored folders a buyer's message brings back (SPEC 5, FAIR-DRI).
 
 Candidates come from lexical matching over each folder's full archived text (BM25 with the
-recall tokenizer: CJK bigrams, stemmed Latin words without function words, dates), with the
+recall tokenizer: Chinese words, stemmed Latin words without function words, dates), with the
 model's keywords, the title and the event label as extra signal, each matched token by token
 and weighted by how rare the token is. Unscored folders never recall.
 
@@ -42,6 +42,7 @@ import heapq
 import math
 from array import array
 from collections.abc import Callable, Mapping
+from datetime import date
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -162,10 +163,11 @@ class RecallIndex:
         n = len(self.folders)
         return math.log(1 + (n - held_by + 0.5) / (held_by + 0.5))
 
-    def scores(self, query: str) -> dict[str, float]:
+    def scores(self, query: str, today: date | None = None) -> dict[str, float]:
         """Folders matching the query, with their lexical score: BM25 over the text, plus each
-        query token among a folder's keywords, title or event, weighted by its rarity there."""
-        terms = set(tokens(query))
+        query token among a folder's keywords, title or event, weighted by its rarity there.
+        `today`, the day the query was asked, dates what it says relative to it (昨天, 上周五)."""
+        terms = set(tokens(query, today))
         found: dict[str, float] = {}
         get, norms = found.get, self.norms  # the hot loop: tens of thousands of postings at 10⁴ folders
         for term in terms:
@@ -185,34 +187,34 @@ class RecallIndex:
                     found[folder_id] = found.get(folder_id, 0.0) + bonus
         return found
 
-    def candidates(self, query: str, found: dict[str, float] | None = None) -> list[str]:
+    def candidates(self, query: str, found: dict[str, float] | None = None, today: date | None = None) -> list[str]:
         """The folders the query matches well enough to be recalled: at least RELEVANCE_FLOOR of
         the best lexical score. Full-text matching makes nearly every folder match some common
-        bigram; the floor keeps FAIR-DRI's σ order among the relevant ones."""
-        found = self.scores(query) if found is None else found
+        word; the floor keeps FAIR-DRI's σ order among the relevant ones."""
+        found = self.scores(query, today) if found is None else found
         floor = max(found.values(), default=0.0) * RELEVANCE_FLOOR
         return [i for i, s in found.items() if s >= floor]
 
-    def rare_matches(self, query: str, found: dict[str, float] | None = None) -> list[str]:
+    def rare_matches(self, query: str, found: dict[str, float] | None = None, today: date | None = None) -> list[str]:
         """Folders holding a rare query term (an order number, a name: in at most
         τ = max(8, ⌈0.002 N⌉) folders), most relevant first, then σ. The tokenizer leaves
         function words out, so only content words can be rare."""
         tau = max(RARE_MIN_POSTING, math.ceil(RARE_RATIO * len(self.folders)))
-        rare = {i for t in set(tokens(query)) if len(p := self.posting(t)) <= tau for i in p}
+        rare = {i for t in set(tokens(query, today)) if len(p := self.posting(t)) <= tau for i in p}
         if not rare:
             return []
-        found = self.scores(query) if found is None else found
+        found = self.scores(query, today) if found is None else found
         return sorted(rare, key=self.strongest_first(found))
 
     def strongest_first(self, found: dict[str, float]) -> Callable[[str], tuple[float, tuple[float, int, str]]]:
         """Sort key: the stronger match first, σ between equals."""
         return lambda i: (-found.get(i, 0.0), self.sigmas[i])
 
-    def ranked(self, query: str) -> list[str]:
+    def ranked(self, query: str, today: date | None = None) -> list[str]:
         """Every candidate and rare-term match, strongest first (what `memory_recall` pages
         through: stable for a given store and query)."""
-        found = self.scores(query)
-        matched = set(self.candidates(query, found)) | set(self.rare_matches(query, found))
+        found = self.scores(query, today)
+        matched = set(self.candidates(query, found)) | set(self.rare_matches(query, found, today))
         return sorted(matched, key=self.strongest_first(found))
 
 
@@ -274,13 +276,15 @@ def select(
     r: int = 2,
     cooldown: int = COOLDOWN_ROUNDS,
     budget_chars: int = 0,
+    today: date | None = None,
 ) -> tuple[list[str], RecallState]:
     """This round's picks, strongest first (lanes: see the module), and the new state, whose
-    block holds the earlier block and the picks not already in it."""
+    block holds the earlier block and the picks not already in it. `today`: the day the query
+    was said (see `RecallIndex.scores`)."""
     round_no = state.round + 1
     keys = index.sigmas
-    found = index.scores(query)
-    rare_matches = index.rare_matches(query, found)
+    found = index.scores(query, today)
+    rare_matches = index.rare_matches(query, found, today)
     rare = rare_matches[: k - r]
     budget = k - len(rare)
     # (−score, σ) of each other candidate: the stronger first, σ between equals

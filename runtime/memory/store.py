@@ -33,7 +33,10 @@ from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
 
 HEURISTIC = "heuristic"  # the score source of runtime.memory.heuristic
-SCHEMA_VERSION = 3  # 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize); 3: postings' version
+# 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize); 3: postings' version;
+# 4: Chinese words (jieba) and Chinese dates in the tokenizer. A tokenizer change re-indexes on open.
+SCHEMA_VERSION = 4
+TOKENIZER_VERSION = 4  # the schema version of the tokenizer a store was indexed by
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_plan (
     plan_id TEXT PRIMARY KEY,
@@ -380,7 +383,7 @@ class MemoryStore:
                         db.execute("ALTER TABLE scope_postings ADD COLUMN version INTEGER")
                         for (scope,) in db.execute("SELECT scope FROM scope_postings").fetchall():
                             _stamp_version(db, scope)
-                    if version < 2:
+                    if version < TOKENIZER_VERSION:
                         self._rebuild(db, None)
                     if version < SCHEMA_VERSION:
                         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -23,6 +23,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
+from runtime.memory.time_expressions import point as chinese_point
+
 MIN_DAYS = 3
 MAX_DAYS = 366
 Unit = Literal["day", "month", "year"]
@@ -75,8 +77,9 @@ def _window(first: date, last_exclusive: date, zone: ZoneInfo, level: str, now_m
 _UNITS: tuple[Unit, ...] = ("day", "month", "year")
 
 
-def _point(text: str, zone: ZoneInfo, granularity: Unit | None) -> tuple[date, Unit] | None:
-    """A written point, or epoch milliseconds (its civil day in the zone); a coarser
+def _point(text: str, zone: ZoneInfo, granularity: Unit | None, today: date) -> tuple[date, Unit] | None:
+    """A written point, epoch milliseconds (its civil day in the zone) or a Chinese expression
+    (`昨天`, `上周五`, `4月27号`, `2024年5月`: runtime.memory.time_expressions); a coarser
     granularity than the writing widens it (2025-03-05 as a month is March 2025)."""
     text = text.strip()
     if text.isdigit() and len(text) >= 10:
@@ -84,7 +87,7 @@ def _point(text: str, zone: ZoneInfo, granularity: Unit | None) -> tuple[date, U
             text = datetime.fromtimestamp(int(text) / 1000, tz=zone).date().isoformat()
         except (OverflowError, OSError, ValueError):
             return None
-    point = _parse_point(text)
+    point = _parse_point(text) or chinese_point(text, today)
     if point is None or granularity is None:
         return point
     day, unit = point
@@ -97,14 +100,17 @@ def time_query(
     given = [t for t in (time_from, time_to) if t is not None and t.strip()]
     if not given:
         return TimeQuery(windows=[])
-    parsed = [_point(t, zone, granularity) for t in given]
+    today = datetime.fromtimestamp(now_ms / 1000, tz=zone).date()
+    parsed = [_point(t, zone, granularity, today) for t in given]
     points = [p for p in parsed if p is not None]
     if len(points) < len(parsed):
         return TimeQuery(
             windows=[],
-            warnings=["time: use YYYY, YYYY-MM, YYYY-MM-DD or epoch milliseconds; no time constraint applied"],
+            warnings=[
+                "time: use YYYY, YYYY-MM, YYYY-MM-DD, epoch milliseconds or a Chinese date (昨天, 上周五,"
+                " 4月27号, 2024年5月); no time constraint applied"
+            ],
         )
-    today = datetime.fromtimestamp(now_ms / 1000, tz=zone).date()
     if len(points) == 1:
         day, unit = points[0]
         if time_to is not None and time_from is None:  # only an end: the minimum range before it

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from runtime.memory.chunking import CJK_END, LATIN_END, chunk_text, split_sentences
 from runtime.memory.folders import ArchivedMessage, plan_folders
-from runtime.memory.tokenize import tokens
 
 PIECES = st.sampled_from(
     ["你好", "。", "！", "？", "；", "…", "\n", " ", ".", "!", "?", ";", "3.14", "v1.2.0", "a", "word", "😀", "”", ")"]
@@ -59,16 +58,3 @@ def test_titles_come_from_user_messages_are_capped_and_numbered_when_repeated():
     assert len(folders[-1].title) == 24
     assert [(f.event_from, f.event_to) for f in folders][:2] == [(10, 10), (20, 20)]
     assert plan_folders([ArchivedMessage(role="tool", text=" ", at_ms=1)])[0].title == "第1段对话"
-
-
-def test_the_tokenizer_keeps_latin_words_and_makes_cjk_bigrams():
-    assert tokens("订单A1024 发到上海, Version v1.2.0") == [
-        "a1024",
-        "version",
-        "v1.2.0",
-        "订单",
-        "发到",
-        "到上",
-        "上海",
-    ]
-    assert tokens("好") == ["好"]

@@ -242,7 +242,7 @@ def test_min_alpha_leaves_lower_memories_out_of_recall(tmp_path):
 
 def test_a_rounds_budget_keeps_the_strongest_picks_that_fit_and_always_the_first(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
-    ids = archive(store, ["退货" * 3 + "嗯" * 200, "退货" * 2 + "嗯" * 300, "退货" + "嗯" * 400], "p1")
+    ids = archive(store, ["退货" * 3 + "壶" * 200, "退货" * 2 + "壶" * 300, "退货" + "壶" * 400], "p1")
     score(store, ids, 0.7, ["退货", "售后", "政策"])
     index = RecallIndex.build(store, "c1")
     assert select(index, "退货", RecallState())[0] == ids  # strongest first, no budget
@@ -254,7 +254,7 @@ def test_a_rounds_budget_keeps_the_strongest_picks_that_fit_and_always_the_first
 
 def high_flood(store: MemoryStore, word: str, count: int, plan: str) -> list[str]:
     """`count` high-alpha folders matching `word`, strongest first (the longer, the weaker)."""
-    ids = archive(store, [word * 3 + "嗯" * (40 + n) for n in range(count)], plan)
+    ids = archive(store, [word * 3 + "壶" * (40 + n) for n in range(count)], plan)
     score(store, ids, 0.9, [word, "记录", "其他"])
     return ids
 
@@ -262,7 +262,7 @@ def high_flood(store: MemoryStore, word: str, count: int, plan: str) -> list[str
 def test_a_trimmed_high_alpha_memory_is_boosted_back_only_after_its_cooldown(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
     strong = high_flood(store, "退货", 20, "p1")
-    [weak] = archive(store, ["退货" + "嗯" * 60], "p2")
+    [weak] = archive(store, ["退货" * 2 + "壶" * 60], "p2")
     score(store, [weak], 0.9, ["售后", "记录", "其他"])
     index = RecallIndex.build(store, "c1")
     assert weak in index.candidates("退货")
@@ -275,7 +275,7 @@ def test_a_trimmed_high_alpha_memory_is_boosted_back_only_after_its_cooldown(tmp
     picks, state = select(index, "退货", state, k=4, r=1, cooldown=2)
     assert weak in picks and state.lanes["boost"] == 1 and state.counters.re_injections == 1
     assert picks[:3] == strong[:3] and state.ledger == {}  # the stronger matches still come first
-    low = archive(store, ["退货闲聊" + "嗯" * 40], "p3")
+    low = archive(store, ["退货闲聊" + "壶" * 40], "p3")
     score(store, low, 0.1, ["闲聊", "记录", "其他"])
     assert RecallState().with_block([], low, RecallIndex.build(store, "c1").folders).ledger == {}  # high alpha only
 

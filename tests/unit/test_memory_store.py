@@ -84,6 +84,20 @@ def test_a_store_of_schema_2_gains_the_postings_version_recall_keys_its_cache_on
     assert folder.id in RecallIndex.of(reopened, "c1").scores("A1024")
 
 
+def test_a_store_indexed_by_cjk_bigrams_is_indexed_again_by_words_when_opened(tmp_path):
+    from runtime.memory.recall import RecallIndex
+
+    path = tmp_path / "memory.sqlite"
+    folder = judged_folder(path, "[2024-04-27 10:02] 我昨天买的科幻电影改地址到杭州", ["地址", "杭州", "电影"])
+    bigrams = {"科幻": b"", "幻电": b"", "址到": b""}  # what schema 3's tokenizer made of it
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE scope_postings SET data = ?", (marshal.dumps(bigrams),))
+        db.execute("PRAGMA user_version = 3")
+    index = RecallIndex.build(MemoryStore(path), "c1")
+    assert folder.id in index.scores("那部电影") and folder.id in index.scores("4月26号")  # 昨天 of its label
+    assert index.posting("址到") == {} and index.posting("幻电") == {}
+
+
 def test_an_unknown_newer_schema_is_refused(tmp_path):
     from runtime.memory.store import MemoryStoreTooNew
 
