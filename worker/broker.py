@@ -26,24 +26,15 @@ def embedded_folders(data_dir: Path) -> dict[str, Path]:
     }
 
 
-def _data_dir_results(data_dir: Path) -> Path:
-    folder = data_dir / "broker" / "results"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def broker_config(settings: Settings) -> dict[str, Any]:
-    if settings.embedded_broker:
-        folders = embedded_folders(settings.data_dir)
-        for folder in folders.values():
-            folder.mkdir(parents=True, exist_ok=True)
-        options: dict[str, Any] = {key: str(path) for key, path in folders.items()}
+    if settings.embedded_broker:  # its folders are made on first use (worker.embedded_broker)
+        options: dict[str, Any] = {key: str(path) for key, path in embedded_folders(settings.data_dir).items()}
         # Keep consumed messages under the data dir (never the system temp dir); pruned by beat.
         options.update(store_processed=True, polling_interval=0.05)
         return {
             "broker_url": f"{SCHEME}://",
             "broker_transport_options": options,
-            "result_backend": f"file://{_data_dir_results(settings.data_dir)}",
+            "result_backend": f"worker.embedded_broker:ResultFolder+file://{settings.data_dir / 'broker' / 'results'}",
         }
     # KEFU_BROKER_VISIBILITY_TIMEOUT_S, validated longer than the turn and attempt leases; Celery
     # reads it from all three places (transport, result backend, app.conf).

@@ -32,7 +32,6 @@ from runtime.ports import ModelProvider, Transport
 from runtime.shards import customer_id_base
 from runtime.store import DeliveryStore
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
-from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.wangwang import WangwangCredentials, WangwangTransport
 from worker.alert_sinks import build_alert_sink
@@ -55,6 +54,8 @@ def refuse_start(error: KefuError) -> NoReturn:
 
 def build_provider(settings: Settings) -> ModelProvider:
     if settings.agent.provider == "openai":
+        from transports.llm.openai import OpenAIChatProvider  # openai loads only where it is used
+
         return OpenAIChatProvider(settings.agent.openai)
     return RulesProvider(load_knowledge(settings.agent.knowledge_file))
 
@@ -186,8 +187,11 @@ class WorkerRuntime:
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider, self.memory
         lapse_gone_holders(self.store)
-        if self.settings.agent.openai.vision and isinstance(self.provider, OpenAIChatProvider):
-            self.provider.check_vision()
+        if self.settings.agent.openai.vision and self.settings.agent.provider == "openai":
+            from transports.llm.openai import OpenAIChatProvider
+
+            if isinstance(self.provider, OpenAIChatProvider):
+                self.provider.check_vision()
         for account_id in self.rebuild_directory().elsewhere:  # what it resumed, the reconciler picks up
             print(f"kefu: {AccountOnOtherShard(account_id)}", file=sys.stderr, flush=True)
         self.store.close()

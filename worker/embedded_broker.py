@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from time import monotonic
 from typing import Any
 
+from celery.backends.filesystem import FilesystemBackend
 from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
@@ -22,7 +24,17 @@ from kombu.utils.json import dumps
 SCHEME = "kefu-filesystem"
 
 
+FOLDER_OPTIONS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder", "staging_folder")
+
+
 class Channel(filesystem.Channel):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The broker's folders are made when a process first connects, not when kefu is imported:
+        `kefu --help` in an empty folder leaves nothing behind."""
+        super().__init__(*args, **kwargs)
+        for option in FOLDER_OPTIONS:
+            Path(self.transport_options[option]).mkdir(parents=True, exist_ok=True)
+
     # kombu's own filesystem.Channel already renames AbstractChannel._put's `message` to `payload`:
     # no signature matches both, and this one matches the method it replaces.
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
@@ -58,6 +70,15 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+
+class ResultFolder(FilesystemBackend):  # type: ignore[misc]  # celery is untyped: the base is Any
+    """Celery's file result backend (pings only), its folder made when first used."""
+
+    def _find_path(self, url: str) -> str:
+        path: str = super()._find_path(url)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return path
 
 
 TRANSPORT_ALIASES.setdefault(SCHEME, f"{__name__}:Transport")

@@ -32,7 +32,6 @@ from runtime.report import ConversationOutcome, conversation_outcome
 from runtime.routes import list_routes
 from runtime.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.store import DeliveryStore
-from transports.llm.openai import OpenAIChatProvider
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance
 from transports.simulator.transport import message_ids
@@ -175,6 +174,8 @@ def buyer_provider(settings: Settings) -> ModelProvider:
     merged = {
         name: getattr(buyer if name in buyer.model_fields_set else agent, name) for name in OpenAISettings.model_fields
     }
+    from transports.llm.openai import OpenAIChatProvider  # openai loads only where it is used
+
     return OpenAIChatProvider(OpenAISettings.model_validate(merged))
 
 

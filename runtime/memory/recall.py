@@ -43,6 +43,7 @@ import math
 from array import array
 from collections.abc import Callable, Mapping
 from datetime import date
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -73,9 +74,12 @@ CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
     "decision": ("决定", "定了", "决策", "decision", "decide"),
     "rule": ("规则", "要求", "必须", "禁忌", "rule", "requirement", "require", "must"),
 }
-_CATEGORY_TOKENS = {
-    name: frozenset(t for word in words for t in tokens(word)) for name, words in CATEGORY_CLASSES.items()
-}
+
+
+@cache
+def category_tokens() -> dict[str, frozenset[str]]:
+    """Each class's words as tokens (made on first use: tokenizing loads the segmenter)."""
+    return {name: frozenset(t for word in words for t in tokens(word)) for name, words in CATEGORY_CLASSES.items()}
 
 
 BUILT_KEPT = 256  # scopes whose index a process keeps (RecallIndex.of)
@@ -112,7 +116,7 @@ class RecallIndex:
                     if -self.sigmas[i][0] >= CATEGORY_MIN_ALPHA
                 }
             )
-            for name, words in _CATEGORY_TOKENS.items()
+            for name, words in category_tokens().items()
         }
 
     def _unpack(self, packed: dict[str, bytes]) -> dict[str, list[str]]:
@@ -180,7 +184,7 @@ class RecallIndex:
                 bonus = weight * self._idf(len(holders))
                 for folder_id in holders:
                     found[folder_id] = get(folder_id, 0.0) + bonus
-        for name, words in _CATEGORY_TOKENS.items():  # as if the class were one more keyword
+        for name, words in category_tokens().items():  # as if the class were one more keyword
             if terms & words:
                 bonus = KEYWORD_WEIGHT * self._idf(len(self.category_folders[name]))
                 for folder_id in self.category_folders[name]:

@@ -26,7 +26,6 @@ import re
 from datetime import date
 from functools import lru_cache
 
-import rjieba
 import snowballstemmer
 
 from runtime.memory.time_expressions import Mention, read_times
@@ -109,6 +108,8 @@ def _word_tokens(word: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1 << 16)
 def _han_tokens(run: str) -> tuple[str, ...]:
     """A run of Chinese characters as its content words, each in search mode's pieces too."""
+    import rjieba  # its dictionary loads with the first Chinese text, not with every `kefu` command
+
     return tuple(
         word for word in rjieba.cut_for_search(run) if word not in ZH_STOPWORDS and not _ZH_NUMERAL.match(word)
     )

@@ -32,6 +32,8 @@ from runtime.ports import MediaFetchFailure, MediaTooLarge, OutboundSend, SendFa
 from runtime.recipients import DINGTALK_RECIPIENT_UNAVAILABLE, REPLY_WEBHOOK, REPLY_WEBHOOK_MARGIN_MS
 from transports.dingtalk.credentials import DingTalkCredentials
 
+AUTH_FAILED = "DINGTALK_AUTH_FAILED"  # a refused access token (and the Stream's refusal): the credentials are wrong
+
 # httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -104,7 +106,7 @@ class DingTalkOpenAPI:
             raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
         failure = classify(response)  # None for a 2xx
         if failure is not None:
-            raise SendFailure(failure.kind if failure.kind != "unknown" else "not-submitted", "DINGTALK_AUTH_FAILED")
+            raise SendFailure(failure.kind if failure.kind != "unknown" else "not-submitted", AUTH_FAILED)
         body = response.json()
         token, expires_in = body.get("accessToken"), body.get("expireIn")
         if not isinstance(token, str) or not isinstance(expires_in, int):
@@ -126,7 +128,7 @@ class DingTalkOpenAPI:
             if response.status_code == 401 or _platform_code(response) == "InvalidAuthentication":
                 if attempt == 0:
                     continue
-                raise SendFailure("rejected", "DINGTALK_AUTH_FAILED")
+                raise SendFailure("rejected", AUTH_FAILED)
             return response
         raise AssertionError("unreachable")
 

@@ -44,7 +44,7 @@ from config import DingTalkSettings
 from runtime.errors import PageRejected
 from runtime.ports import Heartbeat, ListenerFailure, Received
 from transports.dingtalk.credentials import DingTalkCredentials
-from transports.dingtalk.openapi import classify
+from transports.dingtalk.openapi import AUTH_FAILED, classify
 from transports.dingtalk.robot import ROBOT_TOPIC, parse_robot_message, robot_page
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,6 @@ _sdk_log.setLevel(logging.CRITICAL)
 logging.getLogger("websockets.client").setLevel(logging.INFO)
 
 OPEN_PATH = "/v1.0/gateway/connections/open"
-AUTH_FAILED = "DINGTALK_AUTH_FAILED"  # the same code as a refused access token: the credentials are wrong
 # DingTalk's codes for refused credentials, as `openapi.classify` names them (401 authFailed is
 # what connections/open answers a wrong secret; the others are the OpenAPI's for the same).
 AUTH_CODES = frozenset({"DINGTALK_authFailed", "DINGTALK_InvalidAuthentication", "DINGTALK_invalidClientIdOrSecret"})

@@ -8,14 +8,17 @@ kefu's request id, so a send whose outcome is unknown stays with the operator.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from config import DingTalkSettings
 from runtime.pages import InboundPage
 from runtime.ports import ListenerFailure, OutboundSend, SendFailure, SendReceipt
 from transports.dingtalk.credentials import DingTalkCredentials
-from transports.dingtalk.openapi import DingTalkOpenAPI
+from transports.dingtalk.openapi import AUTH_FAILED, DingTalkOpenAPI
 from transports.dingtalk.robot import STREAM_ID
-from transports.dingtalk.stream import AUTH_FAILED, StreamConnection, open_stream
+
+if TYPE_CHECKING:
+    from transports.dingtalk.stream import StreamConnection
 
 Credentials = Callable[[str], DingTalkCredentials]
 
@@ -57,6 +60,8 @@ class DingTalkTransport:
             self.api.access_token(credentials)  # tells refused credentials from a network problem
         except SendFailure as failure:
             raise _token_failure(failure) from None
+        from transports.dingtalk.stream import open_stream  # the SDK loads with the first connection
+
         return open_stream(account_id, credentials, self._settings)
 
     def fetch_media(self, account_id: str, ref: str, max_bytes: int) -> bytes:
