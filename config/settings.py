@@ -350,7 +350,12 @@ class Settings(BaseSettings):
     @field_validator("data_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
-        return value.expanduser().resolve()
+        """A folder (made when first needed); a path that is a file is refused here, before any
+        store or broker folder would fail on it."""
+        folder = value.expanduser().resolve()
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder")
+        return folder
 
     @field_validator("shard")
     @classmethod
@@ -549,5 +554,5 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as error:
         problems += _describe(error)
     if problems or settings is None:
-        raise SettingsError("invalid kefu configuration:\n" + "\n".join(problems))
+        raise SettingsError("KEFU_CONFIG_INVALID: invalid kefu configuration:\n" + "\n".join(problems))
     return settings

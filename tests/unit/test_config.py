@@ -254,3 +254,13 @@ def test_a_network_models_worker_runs_a_thread_pool_unless_told_otherwise(tmp_pa
     assert picked == {"worker_pool": "threads", "worker_concurrency": 40 + WORKER_THREADS_SPARE}
     for named in (["-P", "prefork"], ["-Pprefork"], ["--pool", "solo"], ["--pool=prefork"]):
         assert pool_defaults(network, ["celery", "-A", "worker", "worker", *named, "-c", "2"]) == {}, named
+
+
+def test_a_data_dir_that_is_a_file_is_a_coded_setting_error_naming_it(tmp_path):
+    a_file = tmp_path / "hostname"
+    a_file.write_text("x")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(data_dir=a_file)
+    assert str(raised.value).startswith("KEFU_CONFIG_INVALID") and "KEFU_DATA_DIR" in str(raised.value)
+    assert "is a file, not a folder" in str(raised.value)
+    assert load_settings(data_dir=tmp_path / "not-yet").data_dir == tmp_path / "not-yet"  # made when first needed
