@@ -11,27 +11,81 @@ The front door:
 Everything else in runtime is the steps' own business: import it only to extend them.
 """
 
-from runtime import pipeline, ports
-from runtime.accounts import AccountSpec, create_account
-from runtime.errors import KefuError
-from runtime.handling import pause_handling, resume_handling
-from runtime.input_pause import in_flight, pause_input
-from runtime.manual import ManualSend, retry_manual, send_manual_parts
-from runtime.outbox import confirm_result
-from runtime.pages import InboundPage, parse_page
-from runtime.pipeline import Admit, Archive, Attempt, FollowUp, Ingest, RecordRead, RunTurn, Settle, Step
-from runtime.ports import (
-    BuyerReadReceipt,
-    ListenerFailure,
-    ModelProvider,
-    OutboundSend,
-    SendFailure,
-    SendReceipt,
-    Services,
-    Transport,
-)
-from runtime.routes import RouteSpec, create_route
-from runtime.store import DeliveryStore
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the surface, for readers and type checkers; loaded on first use (below)
+    from runtime import pipeline, ports
+    from runtime.accounts import AccountSpec, create_account
+    from runtime.errors import KefuError
+    from runtime.handling import pause_handling, resume_handling
+    from runtime.input_pause import in_flight, pause_input
+    from runtime.manual import ManualSend, retry_manual, send_manual_parts
+    from runtime.outbox import confirm_result
+    from runtime.pages import InboundPage, parse_page
+    from runtime.pipeline import Admit, Archive, Attempt, FollowUp, Ingest, RecordRead, RunTurn, Settle, Step
+    from runtime.ports import (
+        BuyerReadReceipt,
+        ListenerFailure,
+        ModelProvider,
+        OutboundSend,
+        SendFailure,
+        SendReceipt,
+        Services,
+        Transport,
+    )
+    from runtime.routes import RouteSpec, create_route
+    from runtime.store import DeliveryStore
+
+# Where each name of the surface lives: importing `runtime.errors` (as every `kefu` command does)
+# must not load the whole pipeline.
+_SURFACE = {
+    "pipeline": "runtime.pipeline",
+    "ports": "runtime.ports",
+    "AccountSpec": "runtime.accounts",
+    "create_account": "runtime.accounts",
+    "KefuError": "runtime.errors",
+    "pause_handling": "runtime.handling",
+    "resume_handling": "runtime.handling",
+    "in_flight": "runtime.input_pause",
+    "pause_input": "runtime.input_pause",
+    "ManualSend": "runtime.manual",
+    "retry_manual": "runtime.manual",
+    "send_manual_parts": "runtime.manual",
+    "confirm_result": "runtime.outbox",
+    "InboundPage": "runtime.pages",
+    "parse_page": "runtime.pages",
+    "Admit": "runtime.pipeline",
+    "Archive": "runtime.pipeline",
+    "Attempt": "runtime.pipeline",
+    "FollowUp": "runtime.pipeline",
+    "Ingest": "runtime.pipeline",
+    "RecordRead": "runtime.pipeline",
+    "RunTurn": "runtime.pipeline",
+    "Settle": "runtime.pipeline",
+    "Step": "runtime.pipeline",
+    "BuyerReadReceipt": "runtime.ports",
+    "ListenerFailure": "runtime.ports",
+    "ModelProvider": "runtime.ports",
+    "OutboundSend": "runtime.ports",
+    "SendFailure": "runtime.ports",
+    "SendReceipt": "runtime.ports",
+    "Services": "runtime.ports",
+    "Transport": "runtime.ports",
+    "RouteSpec": "runtime.routes",
+    "create_route": "runtime.routes",
+    "DeliveryStore": "runtime.store",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _SURFACE:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    module = import_module(_SURFACE[name])
+    value = module if module.__name__ == f"runtime.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AccountSpec",

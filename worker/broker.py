@@ -34,7 +34,7 @@ def broker_config(settings: Settings) -> dict[str, Any]:
         return {
             "broker_url": f"{SCHEME}://",
             "broker_transport_options": options,
-            "result_backend": f"worker.embedded_broker:ResultFolder+file://{settings.data_dir / 'broker' / 'results'}",
+            "result_backend": f"worker.folders_on_use:ResultFolder+file://{settings.data_dir / 'broker' / 'results'}",
         }
     # KEFU_BROKER_VISIBILITY_TIMEOUT_S, validated longer than the turn and attempt leases; Celery
     # reads it from all three places (transport, result backend, app.conf).

@@ -19,19 +19,15 @@ from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
 from worker.private_files import make_private, warn_if_open
+from worker.queues import FAMILIES, queue_name
 from worker.shard_lease import hold_shard, release_shard
 from worker.tasks import memory, pipeline, placement, probe  # noqa: F401  (registers the shared tasks on every app)
 
 MOVES_DRIVE_S = 5.0  # beat's pass over the open moves (a drain's retry, a bound's check)
-FAMILIES = ("ingest", "agent", "outbox", "receipts", "memory", "placement")
 DIRECTORY_INTERVAL_S = 20.0  # a directory lost with Redis is whole again within this (and at each start)
 # Threads of a network model's worker beyond its model slots: ingestion, sends and the rest go
 # on while every slot waits on the model.
 WORKER_THREADS_SPARE = 32
-
-
-def queue_name(family: str, shard: str) -> str:
-    return f"kefu.{family}.{shard}"
 
 
 def _shard_queues(shard: str) -> list[Queue]:
@@ -133,6 +129,7 @@ def make_app(settings: Settings) -> Celery:
         task_default_routing_key=queue_name("ingest", shard),
         task_routes={f"kefu.{family}.*": {"queue": queue_name(family, shard)} for family in FAMILIES},
         beat_schedule_filename=str(settings.data_dir / f"beat-schedule-{shard}"),
+        beat_scheduler="worker.folders_on_use:Schedule",  # makes the data dir when it is first needed
         worker_hijack_root_logger=False,
         **pool_defaults(settings, sys.argv),
     )

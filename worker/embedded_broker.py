@@ -14,7 +14,6 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
-from celery.backends.filesystem import FilesystemBackend
 from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
@@ -70,15 +69,6 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
-
-
-class ResultFolder(FilesystemBackend):  # type: ignore[misc]  # celery is untyped: the base is Any
-    """Celery's file result backend (pings only), its folder made when first used."""
-
-    def _find_path(self, url: str) -> str:
-        path: str = super()._find_path(url)
-        Path(path).mkdir(parents=True, exist_ok=True)
-        return path
 
 
 TRANSPORT_ALIASES.setdefault(SCHEME, f"{__name__}:Transport")

@@ -32,7 +32,6 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import Script, ScriptClock, ScriptedConversation, Step
 from transports.simulator.transport import message_ids
-from worker.celery_app import make_app
 from worker.process import WorkerProcess
 
 SAMPLE_SHOP = "sim-shop"
@@ -331,6 +330,8 @@ def serving(settings: Settings, env: dict[str, str], log: Path, console: Console
     console.print(f"[dim]starting a worker for the run (log {log})[/dim]", soft_wrap=True)
     worker = WorkerProcess(env, log, listen=True).start()
     try:
+        from worker.celery_app import make_app  # importing it builds the app: a command needs none before
+
         worker.wait_ready(make_app(settings))
         yield
     finally:

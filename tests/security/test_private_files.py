@@ -16,7 +16,7 @@ MAKE_FILES = """
 import os, sys
 from pathlib import Path
 os.umask(0o022)  # as a shell usually starts it
-import worker  # noqa: F401  (the kefu process's setup)
+from worker import app  # noqa: F401  (what `celery -A worker` loads: the kefu process's setup)
 from config import load_settings
 from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore
@@ -54,3 +54,14 @@ def test_what_an_older_kefu_left_open_is_reported_at_startup(tmp_path: Path, cap
     assert "KEFU_DATA_DIR_OPEN" in caplog.text and str(old) in caplog.text
     os.chmod(old, 0o600)
     assert open_to_others(data_dir) == []
+
+
+def test_what_a_kefu_command_creates_is_its_users_alone(tmp_path: Path) -> None:
+    data_dir = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")} | {"KEFU_DATA_DIR": str(data_dir)}
+    kefu = str(Path(sys.executable).parent / "kefu")
+    listed = subprocess.run(
+        [kefu, "operators", "list"], env=env, capture_output=True, text=True, preexec_fn=lambda: os.umask(0o022)
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert any(".sqlite" in path.name for path in data_dir.iterdir()) and open_to_others(data_dir) == []

@@ -9,6 +9,7 @@ import typer
 
 from worker.cli import accounts, control, customers, memory, routes, sending, sessions, shards, simulate, views, web  # noqa: F401  (each registers its commands)
 from worker.cli.common import cli, console, operator_errors
+from worker.private_files import make_private
 
 
 @cli.command()
@@ -40,5 +41,6 @@ def demo(
 def main() -> None:
     """The `kefu` entry point. An error a command did not catch itself (a store that is damaged
     or too new, say) still prints its code and exits 2: an operator never sees a traceback."""
+    make_private()  # what a command creates (a store, a session log) is its user's alone
     with operator_errors(SystemExit):
         cli()

@@ -13,8 +13,8 @@ import typer
 from pydantic import SecretStr
 
 from runtime.errors import KefuError
-from worker.celery_app import app
 from worker.cli.common import (
+    celery_app,
     cli,
     console,
     current_settings,
@@ -164,7 +164,7 @@ def _preview_and_confirm(
         console.print(f"account {replayed.id} ({replayed.platform} {replayed.identity}) was saved by operation {op_id}")
         return
     with operator_errors():  # the directory must not place it on another shard
-        placement = place_new_account(runtime_for(app).coordination, spec.id, current_settings().shard)
+        placement = place_new_account(runtime_for(celery_app()).coordination, spec.id, current_settings().shard)
     setups = AccountSetups(current_settings().account_setup_ttl_ms)
     preview = setups.preview(store, spec, credentials, verify)
     console.print(
@@ -226,7 +226,7 @@ def listen() -> None:
 
     serve_shard()
     open_store()
-    supervisor = build_supervisor(app, observe=lambda change: console.print(change.describe(), soft_wrap=True))
+    supervisor = build_supervisor(celery_app(), observe=lambda change: console.print(change.describe(), soft_wrap=True))
     supervisor.start()
     console.print("listening; Ctrl-C stops")
     _until_stopped()
@@ -249,7 +249,7 @@ def dingtalk_callback(
     def listening(bound: int) -> None:
         console.print(f"receiving DingTalk callbacks at http://{host}:{bound}/dingtalk/<account id>; Ctrl-C stops")
 
-    serve_callbacks(open_store(), broker_publisher(app), host, port, listening)
+    serve_callbacks(open_store(), broker_publisher(celery_app()), host, port, listening)
     console.print("callback receiver stopped")
 
 

@@ -7,10 +7,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import redis
-import sqlalchemy.exc
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.cells import cell_len
@@ -23,9 +21,13 @@ from config.settings import SHARD_NAME, SHARD_RULE
 from runtime.customers import Source, parse_source
 from runtime.errors import KefuError, validation_problems
 from runtime.outside_text import visible
-from runtime.pipeline import FollowUp
 from runtime.store import DeliveryStore
-from worker.celery_app import app
+
+if TYPE_CHECKING:  # loaded by the commands that use them: `kefu --help` loads neither
+    import sqlalchemy.exc
+    from celery import Celery
+
+    from runtime.pipeline import FollowUp
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
 console = Console()
@@ -37,9 +39,17 @@ def outside(text: str) -> Text:
     return Text(visible(text))
 
 
+def celery_app() -> Celery:
+    """The worker's Celery app, built (from the settings) by the first command that needs it:
+    `kefu --help` never builds it."""
+    from worker.celery_app import app
+
+    return app
+
+
 def current_settings() -> Settings:
     """Validated when the worker package loads: a bad value has already stopped the process."""
-    settings: Settings = app.kefu_settings
+    settings: Settings = celery_app().kefu_settings
     return settings
 
 
@@ -52,8 +62,8 @@ def use_shard(shard: str) -> None:
     """This command works on another shard than KEFU_SHARD's."""
     settings = current_settings()
     check_shard_name(shard)
-    app.kefu_settings = settings.model_copy(update={"shard": shard})
-    app.kefu_runtime = None
+    celery_app().kefu_settings = settings.model_copy(update={"shard": shard})
+    celery_app().kefu_runtime = None
 
 
 def serve_shard() -> None:
@@ -79,7 +89,7 @@ def ensure_store() -> DeliveryStore:
     from worker.context import runtime_for
 
     with operator_errors():
-        return runtime_for(app).store
+        return runtime_for(celery_app()).store
 
 
 def _operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError | None:
@@ -102,6 +112,9 @@ def _print_error(error: KefuError) -> None:
 def operator_errors(exit_with: Callable[[int], BaseException] = typer.Exit) -> Iterator[None]:
     """A KefuError, or the store's SQLite failing, is the operator's answer: print the code
     and exit 2, no traceback. `exit_with` is typer's Exit inside a command, SystemExit outside."""
+    import redis
+    import sqlalchemy.exc
+
     try:
         yield
     except (KefuError, sqlalchemy.exc.DatabaseError) as error:
@@ -205,7 +218,7 @@ def enqueue(work: FollowUp) -> str:
     from worker.dispatch import send
 
     try:
-        send(app, work)
+        send(celery_app(), work)
     except Exception as error:  # the broker is down: SQLite still has it, and the reconciler finds it
         return f"not queued ({type(error).__name__}); a worker's reconciler picks it up later"
     return "queued for a worker"

@@ -11,10 +11,10 @@ import typer
 from runtime.manual import query_manual
 from runtime.media import read_media_file
 from runtime.states import OutboxState
-from worker.celery_app import app
 from worker.cli.common import (
     CustomerId,
     SourceOption,
+    celery_app,
     cli,
     console,
     current_settings,
@@ -78,7 +78,7 @@ def _deliver(request_ids: list[str]) -> bool:
     from runtime import pipeline
     from worker.context import runtime_for
 
-    runtime = runtime_for(app)
+    runtime = runtime_for(celery_app())
     all_sent = True
     with operator_errors():
         for request_id in request_ids:
@@ -122,7 +122,7 @@ def outbox_query(request_id: str) -> None:
     store = open_store()
     with operator_errors():
         if query_manual(store, request_id).state == OutboxState.RESULT_UNKNOWN:
-            for work in pipeline.settle(runtime_for(app), request_id).follow_ups:
+            for work in pipeline.settle(runtime_for(celery_app()), request_id).follow_ups:
                 enqueue(work)
         print(query_manual(store, request_id).model_dump_json(indent=2))
 

@@ -26,10 +26,10 @@ from runtime.moves import (
 from runtime.states import MoveStep, PlacementState
 from runtime.store import now_ms
 from worker.broker import queue_depths
-from worker.celery_app import FAMILIES, app, queue_name
 from worker.cli.accounts import accounts
-from worker.cli.common import cli, console, current_settings, operator_errors, print_table
+from worker.cli.common import celery_app, cli, console, current_settings, operator_errors, print_table
 from worker.coordination import Coordinator, coordinator_for
+from worker.queues import FAMILIES, queue_name
 
 RESEND_S = 3.0  # a step's task is sent again this often until the journal moves on
 
@@ -155,7 +155,9 @@ def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> M
         if record.step != sent_step or time.monotonic() - sent_at > RESEND_S:
             if record.step != sent_step:
                 console.print(f"move {record.op_id}: {record.step} (shard {actor})")
-            app.tasks["kefu.placement.advance"].apply_async((record.op_id,), queue=queue_name("placement", actor))
+            celery_app().tasks["kefu.placement.advance"].apply_async(
+                (record.op_id,), queue=queue_name("placement", actor)
+            )
             sent_step, sent_at = record.step, time.monotonic()
         if time.monotonic() > deadline:
             waiting = record.detail.get("waiting")

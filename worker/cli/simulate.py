@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 
 from runtime.operator_dm import answer_of
-from runtime.pipeline import Admit
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import load_script
@@ -201,6 +200,8 @@ def operator_dm_command(
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
         dm = operator_dm(store, platform, instance, text, request_id or f"dm-{uuid.uuid4().hex}")
+        from runtime.pipeline import Admit
+
         queued = enqueue(Admit(dm.customer_id))
         console.print(
             f"{instance.id}: message {dm.message_id} {'accepted' if dm.created else 'was accepted before'}"

@@ -116,7 +116,7 @@ def _print_load(store: DeliveryStore) -> None:
     turns waiting for a model slot make the calls' time grow, and the agent's queue)."""
     from runtime.status import MODEL_WINDOW_S, operations
     from worker.broker import queue_depths
-    from worker.celery_app import FAMILIES, queue_name
+    from worker.queues import FAMILIES, queue_name
 
     settings = current_settings()
     names = [queue_name(family, settings.shard) for family in FAMILIES]

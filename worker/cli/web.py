@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from runtime.operators import Role, add_operator, list_operators
-from worker.celery_app import app
-from worker.cli.common import cli, console, enqueue, ensure_store, operator_errors, print_rows
+from worker.cli.common import celery_app, cli, console, enqueue, ensure_store, operator_errors, print_rows
 
 DEFAULT_PORT = 8470
 operators_cli = typer.Typer(help="Console operators: add one (or change their role or password), list them.")
@@ -67,7 +66,7 @@ def serve_console(host: str, port: int) -> None:
     from worker.context import runtime_for
 
     with operator_errors():
-        runtime = runtime_for(app)
+        runtime = runtime_for(celery_app())
         if not list_operators(runtime.store):
             console.print("no operator can sign in yet: add one with `kefu operators add NAME`")
         web = create_app(runtime, dispatch=enqueue)

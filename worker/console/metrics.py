@@ -15,7 +15,7 @@ from runtime.states import OutboxState
 from runtime.status import MODEL_WINDOW_S, REPLY_LATENCY_BOUNDS, operations
 from runtime.store import DeliveryStore
 from worker.broker import queue_depths
-from worker.celery_app import FAMILIES, queue_name
+from worker.queues import FAMILIES, queue_name
 
 
 class StoreCollector(Collector):

@@ -47,7 +47,7 @@ def hand_on(app: Celery, op_id: str, was: MoveStep | None) -> None:
         return
     actor = record.actor()
     if actor is not None and actor != services.settings.shard:
-        from worker.celery_app import queue_name
+        from worker.queues import queue_name
 
         app.tasks[advance.name].apply_async((op_id,), queue=queue_name("placement", actor))
 
