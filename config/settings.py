@@ -220,6 +220,10 @@ class DingTalkSettings(_Section):
 HOST_LIST = r"^[A-Za-z0-9.\-:, ]*$"  # host names or addresses, comma-separated
 
 
+def _hosts(listed: str) -> tuple[str, ...]:
+    return tuple(host.strip().lower() for host in listed.split(",") if host.strip())
+
+
 class WangwangSettings(_Section):
     timeout_s: float = Field(10.0, gt=0, le=120)  # per gateway call (long polls get their wait on top)
     # Hosts besides each bridge's own that its media download URLs may name (comma-separated):
@@ -229,9 +233,13 @@ class WangwangSettings(_Section):
     # a bridge on a private network an operator vouches for. Any other needs https://.
     plain_http_hosts: str = Field("", max_length=4096, pattern=HOST_LIST)
 
-    @staticmethod
-    def host_list(hosts: str) -> tuple[str, ...]:
-        return tuple(host.strip().lower() for host in hosts.split(",") if host.strip())
+    @property
+    def media_host_list(self) -> tuple[str, ...]:
+        return _hosts(self.media_hosts)
+
+    @property
+    def plain_http_host_list(self) -> tuple[str, ...]:
+        return _hosts(self.plain_http_hosts)
 
     @property
     def longest_send_s(self) -> float:

@@ -108,8 +108,8 @@ class WorkerRuntime:
         wangwang = WangwangTransport(
             self._credentials(WangwangCredentials),
             settings.timeout_s,
-            media_hosts=settings.host_list(settings.media_hosts),
-            plain_http_hosts=settings.host_list(settings.plain_http_hosts),
+            media_hosts=settings.media_host_list,
+            plain_http_hosts=settings.plain_http_host_list,
         )
         built: dict[str, Transport] = {"simulator": simulator, "dingtalk": dingtalk, "wangwang": wangwang}
         for transport in built.values():

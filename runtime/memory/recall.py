@@ -43,7 +43,7 @@ import math
 from array import array
 from collections.abc import Callable, Mapping
 from datetime import date
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -74,6 +74,13 @@ CATEGORY_CLASSES: dict[str, tuple[str, ...]] = {
     "decision": ("决定", "定了", "决策", "decision", "decide"),
     "rule": ("规则", "要求", "必须", "禁忌", "rule", "requirement", "require", "must"),
 }
+
+
+@lru_cache(maxsize=256)
+def query_terms(query: str, today: date | None = None) -> frozenset[str]:
+    """A query's distinct tokens: a round scores and looks for rare terms with the same ones, and
+    segmenting Chinese is the costly part."""
+    return frozenset(tokens(query, today))
 
 
 @cache
@@ -171,7 +178,7 @@ class RecallIndex:
         """Folders matching the query, with their lexical score: BM25 over the text, plus each
         query token among a folder's keywords, title or event, weighted by its rarity there.
         `today`, the day the query was asked, dates what it says relative to it (昨天, 上周五)."""
-        terms = set(tokens(query, today))
+        terms = query_terms(query, today)
         found: dict[str, float] = {}
         get, norms = found.get, self.norms  # the hot loop: tens of thousands of postings at 10⁴ folders
         for term in terms:
@@ -204,7 +211,7 @@ class RecallIndex:
         τ = max(8, ⌈0.002 N⌉) folders), most relevant first, then σ. The tokenizer leaves
         function words out, so only content words can be rare."""
         tau = max(RARE_MIN_POSTING, math.ceil(RARE_RATIO * len(self.folders)))
-        rare = {i for t in set(tokens(query, today)) if len(p := self.posting(t)) <= tau for i in p}
+        rare = {i for t in query_terms(query, today) if len(p := self.posting(t)) <= tau for i in p}
         if not rare:
             return []
         found = self.scores(query, today) if found is None else found

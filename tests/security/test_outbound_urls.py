@@ -117,6 +117,7 @@ def test_a_bridge_cannot_point_kefus_downloads_at_another_host(fake_wangwang):
         ("http://127.0.0.1:8700", (), False),  # a bridge next to kefu
         ("http://localhost:8700", (), False),
         ("http://[::1]:8700", (), False),
+        ("http://127.example.com:8700", (), True),  # a name, not a loopback address
     ],
 )
 def test_a_bridge_elsewhere_is_reached_over_tls_only(gateway_url, plain_http_hosts, refused):

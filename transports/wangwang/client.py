@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
@@ -17,7 +18,6 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # never log request lines
 
 Answer = TypeVar("Answer", bound=BaseModel)
 AUTH_CODES = ("INVALID_SIGNATURE", "UNKNOWN_APP_KEY", "UNKNOWN_SELLER", "WANGWANG_PLAIN_HTTP_REFUSED")
-LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class GatewayFailure(Exception):
@@ -51,8 +51,15 @@ def plain_http_refused(gateway_url: str, plain_http_hosts: tuple[str, ...] = ())
     host, or one an operator listed in KEFU_WANGWANG__PLAIN_HTTP_HOSTS, is reached without TLS."""
     url = httpx.URL(gateway_url)
     host = url.host.lower()
-    loopback = host in LOOPBACK or host.startswith("127.")
-    return url.scheme != "https" and not loopback and host not in plain_http_hosts
+    return url.scheme != "https" and not _loopback(host) and host not in plain_http_hosts
+
+
+def _loopback(host: str) -> bool:
+    """`localhost` or a loopback address (a name such as `127.example.com` is neither)."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class GatewayClient:

@@ -124,7 +124,7 @@ def _verify_wangwang(credentials: WangwangCredentials) -> None:
     from transports.wangwang.client import GatewayFailure, plain_http_refused
 
     settings = current_settings().wangwang
-    plain_http_hosts = settings.host_list(settings.plain_http_hosts)
+    plain_http_hosts = settings.plain_http_host_list
     if plain_http_refused(credentials.gateway_url, plain_http_hosts):
         raise KefuError(
             "KEFU_INVALID_INPUT",
