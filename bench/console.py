@@ -29,10 +29,10 @@ from rich.table import Table
 from bench.growth import ACCOUNT
 from config import load_settings
 from runtime import pipeline
-from runtime.accounts import AccountSpec, create_account
-from runtime.manual import ManualSend, send_manual_parts
-from runtime.operators import Role, add_operator
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.operators.accounts import Role, add_operator
+from runtime.outbox.manual import ManualSend, send_manual_parts
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.console import create_app
 from worker.context import WorkerRuntime

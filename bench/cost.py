@@ -30,9 +30,9 @@ from rich.table import Table
 from bench.growth import ACCOUNT, raw_commit_ms, run_inline
 from config import load_settings
 from runtime import pipeline
-from runtime.accounts import AccountSpec, create_account
-from runtime.pages import InboundPage
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.inbound.pages import InboundPage
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.context import WorkerRuntime
 from worker.shard_lease import release_shard

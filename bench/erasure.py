@@ -25,17 +25,17 @@ from rich.console import Console
 from rich.table import Table
 
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate
-from runtime.agent.memory import scope_of
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
-from runtime.erasure import erase_customer, plan_erasure
-from runtime.ingest import ingest_page
+from runtime.customers.erasure import erase_customer, plan_erasure
+from runtime.inbound.ingest import ingest_page
+from runtime.memory.engine import scope_of
 from runtime.memory.folders import ArchivedMessage, plan_folders
 from runtime.memory.store import MemoryStore
-from runtime.outbox import register_outbound
-from runtime.routes import RouteSpec, create_route
-from runtime.session_log import SessionLog
+from runtime.outbox.requests import register_outbound
 from runtime.store import DeliveryStore
 from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport

@@ -41,10 +41,10 @@ from rich.table import Table
 
 from config import load_settings
 from runtime import pipeline
-from runtime.accounts import AccountSpec, create_account
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.pipeline import Admit, Attempt, FollowUp, Ingest, RunTurn, Settle
 from runtime.ports import Services
-from runtime.routes import RouteSpec, create_route
 from runtime.store import now_ms
 from tests.fakes.openai_server import FakeOpenAI
 from transports.simulator import SimulatedPlatform, SimulatorTransport

@@ -1,4 +1,4 @@
-"""The cost of fetching and storing one buyer image (runtime.inbound_media.fetch_image).
+"""The cost of fetching and storing one buyer image (runtime.inbound.media.fetch_image).
 
 A local fake DingTalk (the test suite's, over loopback HTTP) holds --count pictures of --kib
 KiB each; each one arrives as a picture message through ingest, then kefu fetches it the way the
@@ -29,10 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.inbound_media import fetch_image
-from runtime.ingest import ingest_page
-from runtime.pages import ConversationGroup, ImageContent, InboundMessage, InboundPage, Sender
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.media import fetch_image
+from runtime.inbound.pages import ConversationGroup, ImageContent, InboundMessage, InboundPage, Sender
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport

@@ -4,10 +4,10 @@
 conversations. kefu's path is an ingest task's: it validates each page from its JSON form (as a
 worker receives it; the page was recorded as received first, as every live page is), and
 commits the page in one transaction: its conversations' customers and messages, the page
-receipt, the received record marked ingested, the cursor (runtime.ingest). Two raw baselines
+receipt, the received record marked ingested, the cursor (runtime.inbound.ingest). Two raw baselines
 insert the same rows into a table with the same columns and indexes and the same PRAGMAs: one
 transaction per page (kefu's commit boundaries), and one per conversation group (those of SPEC
-3.3, which runtime.ingest says why it does not keep). Each path runs --repeat times, in turn,
+3.3, which runtime.inbound.ingest says why it does not keep). Each path runs --repeat times, in turn,
 each in a new file; the best run of each is shown (a shared disk makes single runs noisy).
 
     python -m bench.ingest [--messages 100000] [--groups-per-page 10] [--repeat 5]
@@ -26,11 +26,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.inbox import record_received
-from runtime.ingest import ingest_page
-from runtime.pages import parse_page
-from runtime.shards import ShardGuard
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.inbound.inbox import record_received
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import parse_page
+from runtime.placement.shards import ShardGuard
 from runtime.store import DeliveryStore
 from runtime.store.migrations import MIGRATIONS
 

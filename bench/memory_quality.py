@@ -55,8 +55,8 @@ from rich.table import Column, Table
 from bench import persona_chat, service_chat, shop_days
 from bench.persona_chat import Dialogue, Question
 from config import RecallSettings
-from runtime.agent.memory import BlockEntry, next_block
 from runtime.memory import recall
+from runtime.memory.engine import BlockEntry, next_block
 from runtime.memory.folders import ArchivedMessage, plan_folders, render
 from runtime.memory.heuristic import score_backlog
 from runtime.memory.recall import RecallIndex, RecallState, select

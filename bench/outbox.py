@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, open_batch
-from runtime.ingest import ingest_page
-from runtime.outbox import AttemptGrant, begin_attempt, record_sent, register_outbound
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate, open_batch
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.inbound.ingest import ingest_page
+from runtime.outbox.requests import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport

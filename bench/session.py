@@ -23,14 +23,14 @@ from rich.console import Console
 from rich.table import Table
 
 from config import OpenAISettings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SESSION_EVENT, SessionLog, event_line
 from runtime.agent.turn import run_turn
-from runtime.ingest import ingest_page
+from runtime.inbound.ingest import ingest_page
 from runtime.ports import ModelProvider
-from runtime.routes import RouteSpec, create_route
-from runtime.session_log import SESSION_EVENT, SessionLog, event_line
 from runtime.store import DeliveryStore
 from tests.fakes.openai_server import FakeOpenAI
 from transports.llm.openai import OpenAIChatProvider

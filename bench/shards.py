@@ -48,9 +48,9 @@ from rich.table import Table
 from bench.e2e import Rig, offer
 from bench.faults.redis_server import RedisServer
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.routes import RouteSpec, create_route
-from runtime.status import is_quiet
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.operators.status import is_quiet
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.buyers import QUESTION, SteadyBuyers

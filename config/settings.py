@@ -112,7 +112,7 @@ class ReconcileSettings(_Section):
 
 
 class RetentionSettings(_Section):
-    """Days each kind of record is kept (runtime.retention); unset: forever, the default."""
+    """Days each kind of record is kept (runtime.customers.retention); unset: forever, the default."""
 
     delivery_days: int | None = Field(None, ge=1, le=36_500)  # settled messages, replies, batches
     media_days: int | None = Field(None, ge=1, le=36_500)  # stored images and files no open send needs

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the surface, for readers and type checkers; loaded on first use (below)
     from runtime import pipeline, ports
-    from runtime.accounts import AccountSpec, create_account
+    from runtime.accounts.registry import AccountSpec, create_account
+    from runtime.admission.handling import pause_handling, resume_handling
+    from runtime.admission.routes import RouteSpec, create_route
     from runtime.errors import KefuError
-    from runtime.handling import pause_handling, resume_handling
-    from runtime.input_pause import in_flight, pause_input
-    from runtime.manual import ManualSend, retry_manual, send_manual_parts
-    from runtime.outbox import confirm_result
-    from runtime.pages import InboundPage, parse_page
+    from runtime.inbound.input_pause import in_flight, pause_input
+    from runtime.inbound.pages import InboundPage, parse_page
+    from runtime.outbox.manual import ManualSend, retry_manual, send_manual_parts
+    from runtime.outbox.requests import confirm_result
     from runtime.pipeline import Admit, Archive, Attempt, FollowUp, Ingest, RecordRead, RunTurn, Settle, Step
     from runtime.ports import (
         BuyerReadReceipt,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:  # the surface, for readers and type checkers; loaded on first
         Services,
         Transport,
     )
-    from runtime.routes import RouteSpec, create_route
     from runtime.store import DeliveryStore
 
 # Where each name of the surface lives: importing `runtime.errors` (as every `kefu` command does)
@@ -42,19 +42,19 @@ if TYPE_CHECKING:  # the surface, for readers and type checkers; loaded on first
 _SURFACE = {
     "pipeline": "runtime.pipeline",
     "ports": "runtime.ports",
-    "AccountSpec": "runtime.accounts",
-    "create_account": "runtime.accounts",
+    "AccountSpec": "runtime.accounts.registry",
+    "create_account": "runtime.accounts.registry",
     "KefuError": "runtime.errors",
-    "pause_handling": "runtime.handling",
-    "resume_handling": "runtime.handling",
-    "in_flight": "runtime.input_pause",
-    "pause_input": "runtime.input_pause",
-    "ManualSend": "runtime.manual",
-    "retry_manual": "runtime.manual",
-    "send_manual_parts": "runtime.manual",
-    "confirm_result": "runtime.outbox",
-    "InboundPage": "runtime.pages",
-    "parse_page": "runtime.pages",
+    "pause_handling": "runtime.admission.handling",
+    "resume_handling": "runtime.admission.handling",
+    "in_flight": "runtime.inbound.input_pause",
+    "pause_input": "runtime.inbound.input_pause",
+    "ManualSend": "runtime.outbox.manual",
+    "retry_manual": "runtime.outbox.manual",
+    "send_manual_parts": "runtime.outbox.manual",
+    "confirm_result": "runtime.outbox.requests",
+    "InboundPage": "runtime.inbound.pages",
+    "parse_page": "runtime.inbound.pages",
     "Admit": "runtime.pipeline",
     "Archive": "runtime.pipeline",
     "Attempt": "runtime.pipeline",
@@ -72,8 +72,8 @@ _SURFACE = {
     "SendReceipt": "runtime.ports",
     "Services": "runtime.ports",
     "Transport": "runtime.ports",
-    "RouteSpec": "runtime.routes",
-    "create_route": "runtime.routes",
+    "RouteSpec": "runtime.admission.routes",
+    "create_route": "runtime.admission.routes",
     "DeliveryStore": "runtime.store",
 }
 

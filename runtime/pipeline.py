@@ -23,11 +23,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runtime import inbound_media, leases
-from runtime.admission import batches_left_open, customers_waiting, customers_waiting_in, evaluate, stranded_batches
+from config.retries import IMAGE_FETCH, SEND_NOT_SUBMITTED
+from runtime.admission.batches import (
+    batches_left_open,
+    customers_waiting,
+    customers_waiting_in,
+    evaluate,
+    stranded_batches,
+)
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError, PageRejected, invalid_fields
-from runtime.inbox import (
+from runtime.inbound import media as inbound_media
+from runtime.inbound.inbox import (
     UNCHECKED,
     Unchecked,
     accounts_to_catch_up,
@@ -36,10 +43,12 @@ from runtime.inbox import (
     record_received,
     refuse_page,
 )
-from runtime.ingest import NEVER_INGESTED, committed_cursor, ingest_page
-from runtime.input_pause import InputPaused, hold_page, resume_input
-from runtime.leases import LeaseBusy, LeaseLost, new_owner
-from runtime.outbox import (
+from runtime.inbound.ingest import NEVER_INGESTED, committed_cursor, ingest_page
+from runtime.inbound.input_pause import InputPaused, hold_page, resume_input
+from runtime.inbound.pages import InboundPage, parse_page
+from runtime.outbox.read_checks import checked, due_read_checks, schedule_read_checks
+from runtime.outbox.read_receipts import accept_buyer_receipt
+from runtime.outbox.requests import (
     AttemptGrant,
     AttemptSkipped,
     ReplyCheck,
@@ -54,23 +63,19 @@ from runtime.outbox import (
     sends_of_gone_senders,
     settle_by_receipt,
 )
-from runtime.pages import InboundPage, parse_page
+from runtime.placement.shards import local_placement
 from runtime.ports import BuyerReadReceipt, NeverReceived, ReadStatusQueries, SendFailure, Services
-from runtime.read_checks import checked, due_read_checks, schedule_read_checks
-from runtime.read_receipts import accept_buyer_receipt
-from runtime.shards import local_placement
-from runtime.states import OutboxState, PlacementState
-from runtime.store import Connection, DeliveryStore, now_ms
+from runtime.store import Connection, DeliveryStore, leases, now_ms
+from runtime.store.leases import LeaseBusy, LeaseLost, new_owner
+from runtime.store.states import OutboxState, PlacementState
 from runtime.store.tables import OutboxRequest
 
 log = logging.getLogger(__name__)
 
-# Waits between attempts of a send the platform did not take (not submitted): then the
-# reconciler's grace takes over. A throttling hint is honoured up to MAX_THROTTLE_WAIT_S.
-ATTEMPT_BACKOFF_S = (1, 2, 5, 10, 30, 60)
+# A send the platform did not take waits config.retries.SEND_NOT_SUBMITTED between attempts,
+# then the reconciler's grace takes over. A throttling hint is honoured up to MAX_THROTTLE_WAIT_S.
 MAX_THROTTLE_WAIT_S = 600
 RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the rest
-IMAGE_BACKOFF_S = 5.0  # times the attempts so far, between tries of an image fetch
 _handed_out: dict[Path, int] = {}  # store -> the last customer a full pass handed out for admission
 
 
@@ -141,7 +146,7 @@ Emit = Callable[[FollowUp], None]
 
 
 def receive(services: Services, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> Step:
-    """Record a page a receiver got, before anything else (runtime.inbox: no page lives only in
+    """Record a page a receiver got, before anything else (runtime.inbound.inbox: no page lives only in
     the broker); then it is ingested. A page ingested already, or one fetched after a cursor
     that moved on since, is not ingested again."""
     if not record_received(services.store, page, fetched_after):
@@ -185,14 +190,14 @@ def ingest(services: Services, data: object) -> Step:
 
 
 def fetch_image(services: Services, message_id: int) -> Step:
-    """Fetch a buyer's image from its platform into the store (runtime.inbound_media); a
+    """Fetch a buyer's image from its platform into the store (runtime.inbound.media); a
     transient failure is tried again after a backoff, a few times."""
     settings = services.settings
     body = inbound_media.fetch_image(services.store, services.transport_of, message_id, settings.media_max_bytes)
     if body is None:
         return Step("not-an-image")
     if body.state == "pending":
-        return Step(f"retry {body.code}", (FetchImage(message_id, IMAGE_BACKOFF_S * body.attempts),))
+        return Step(f"retry {body.code}", (FetchImage(message_id, IMAGE_FETCH.wait_s(body.attempts)),))
     return Step(body.state if body.code is None else f"{body.state} {body.code}")
 
 
@@ -353,9 +358,11 @@ def deliver(services: Services, request_id: str, retries: int = 0, begun: Attemp
         failure = error if isinstance(error, SendFailure) else SendFailure("unknown", type(error).__name__)
         following = record_failure(store, request_id, grant.attempt_no, failure)
         log.warning("send %s failed: %s %s", request_id, failure.kind, failure.code)
-        if failure.kind == "not-submitted" and retries < len(ATTEMPT_BACKOFF_S):
+        if failure.kind == "not-submitted" and retries < SEND_NOT_SUBMITTED.retries:
             hint = min(failure.retry_after_s or 0, MAX_THROTTLE_WAIT_S)
-            return Step("not-submitted", (Attempt(request_id, max(ATTEMPT_BACKOFF_S[retries], hint), retries + 1),))
+            return Step(
+                "not-submitted", (Attempt(request_id, SEND_NOT_SUBMITTED.wait_s(retries + 1, hint), retries + 1),)
+            )
         if failure.kind == "unknown":  # it may or may not have reached the platform: settle it
             return Step("result-unknown", (Settle(request_id), *_attempt(following)))
         return Step(failure.kind, _attempt(following))
@@ -476,7 +483,7 @@ def _catch_up(services: Services) -> list[FollowUp]:
 
 def check_reads(services: Services) -> Step:
     """The read-status queries that are due (SPEC 3.9; each sent 1:1 message has a bounded
-    schedule, runtime.read_checks). A read found is stored like a pushed receipt."""
+    schedule, runtime.outbox.read_checks). A read found is stored like a pushed receipt."""
     store, now = services.store, now_ms()
     reads = 0
     for check in due_read_checks(store, now):

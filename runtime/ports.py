@@ -3,7 +3,7 @@
 Runtime names no platform, broker or model vendor. A platform adapter (transports/) implements
 `Transport`, a model adapter implements `ModelProvider`, and the shell (worker/) hands them to
 the pipeline steps (runtime.pipeline) through `Services`. Everything a port takes or returns is
-declared here, so an adapter needs this module and runtime.pages (the inbound page) only.
+declared here, so an adapter needs this module and runtime.inbound.pages (the inbound page) only.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from runtime.pages import Id, InboundPage, ReplyWebhook
+from runtime.inbound.pages import Id, InboundPage, ReplyWebhook
 
 if TYPE_CHECKING:
     from config import Settings
-    from runtime.agent.memory import MemoryEngine
-    from runtime.media import AttachmentPolicy
-    from runtime.shards import Placement
+    from runtime.memory.engine import MemoryEngine
+    from runtime.outbox.media import AttachmentPolicy
+    from runtime.placement.shards import Placement
     from runtime.store import DeliveryStore
 
 # --- sending -------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ class OutboundSend(BaseModel):
     recipient_id: str | None
     text: str  # a media message's file name
     media: MediaPayload | None = None
-    # With recipient_id REPLY_WEBHOOK (runtime.recipients): the conversation's latest reply
+    # With recipient_id REPLY_WEBHOOK (runtime.outbox.recipients): the conversation's latest reply
     # webhook still valid when the attempt began, or None when there is none (nothing may be sent).
     reply_webhook: ReplyWebhook | None = Field(None, repr=False)
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.wangwang import FakeWangwangBridge

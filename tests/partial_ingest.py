@@ -4,8 +4,8 @@ page in one transaction now, and must still complete such a page when it is repl
 
 from __future__ import annotations
 
-from runtime import ingest
-from runtime.pages import ConversationGroup, InboundPage
+from runtime.inbound import ingest
+from runtime.inbound.pages import ConversationGroup, InboundPage
 from runtime.store import DeliveryStore, immediate
 
 

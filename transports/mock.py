@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.pages import InboundPage
+from runtime.inbound.pages import InboundPage
 from runtime.ports import ListenerConnection, ListenerFailure, OutboundSend, SendLookup, SendReceipt
 
 

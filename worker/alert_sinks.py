@@ -1,5 +1,5 @@
 """Where alerts go besides the console: the worker log (default) or a webhook
-(KEFU_ALERTS__WEBHOOK_URL); runtime.alerts delivers them through one of these.
+(KEFU_ALERTS__WEBHOOK_URL); runtime.operators.alerts delivers them through one of these.
 
 A webhook gets each alert as JSON, at least once: a crash between the POST and its record sends
 it again with the same `key` (also the `Idempotency-Key` header) for the receiver to drop it. A
@@ -16,7 +16,7 @@ import logging
 import httpx
 
 from config import AlertSettings
-from runtime.alerts import Alert, AlertSink, SinkAnswer
+from runtime.operators.alerts import Alert, AlertSink, SinkAnswer
 
 log = logging.getLogger("kefu.alerts")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from runtime.agent.session_log import CorruptSessionLog, SessionLog
 from runtime.agent.sessions import damaged_folder, damaged_sessions
-from runtime.report import requests_by_message
-from runtime.session_log import CorruptSessionLog, SessionLog
+from runtime.outbox.report import requests_by_message
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 from transports.simulator import SimulatedPlatform

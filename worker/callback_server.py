@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from runtime.accounts import load_account
-from runtime.credentials import CredentialsMissing, load_credentials
+from runtime.accounts.credentials import CredentialsMissing, load_credentials
+from runtime.accounts.registry import load_account
 from runtime.errors import PageRejected
 from runtime.store import DeliveryStore, now_ms
 from transports.dingtalk import DingTalkCredentials

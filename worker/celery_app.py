@@ -14,7 +14,7 @@ from kombu import Exchange, Queue
 
 from config import Settings, SettingsError, load_settings
 from runtime.errors import KefuError
-from runtime.leases import lapse_gone_holders
+from runtime.store.leases import lapse_gone_holders
 from worker.bootsteps import install as install_listeners
 from worker.broker import broker_config
 from worker.context import refuse_start, runtime_for
@@ -71,7 +71,7 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "options": {"expires": settings.retention.interval_s},
         },
         # Each shard takes its steps of unfinished moves and rolls back those past their bound
-        # (runtime.moves.drive): a move finishes without its mover. One read when none is open.
+        # (runtime.placement.moves.drive): a move finishes without its mover. One read when none is open.
         "moves": {
             "task": placement.drive.name,
             "schedule": MOVES_DRIVE_S,

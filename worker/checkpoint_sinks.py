@@ -12,8 +12,8 @@ from typing import Protocol
 import httpx
 
 from config import CheckpointSettings
-from runtime.accounts import account_ids
-from runtime.checkpoints import CheckpointReport, SinkOutcome, due_report, record_outcome
+from runtime.accounts.registry import account_ids
+from runtime.inbound.checkpoints import CheckpointReport, SinkOutcome, due_report, record_outcome
 from runtime.store import DeliveryStore
 
 log = logging.getLogger("kefu.checkpoint")

@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 from celery import Celery
 
 from config import Settings
-from runtime.accounts import require_account
-from runtime.agent.memory import MemoryEngine
+from runtime.accounts.credentials import load_credentials
+from runtime.accounts.registry import require_account
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.alerts import AlertSink
-from runtime.credentials import load_credentials
-from runtime.directory import Rebuilt, discarder, rebuild_directory
 from runtime.errors import KefuError
-from runtime.leases import lapse_gone_holders
-from runtime.media import AttachmentPolicy
+from runtime.memory.engine import MemoryEngine
 from runtime.memory.store import MemoryStore
-from runtime.moves import AccountOnOtherShard
+from runtime.operators.alerts import AlertSink
+from runtime.outbox.media import AttachmentPolicy
 from runtime.pipeline import resume
+from runtime.placement.directory import Rebuilt, discarder, rebuild_directory
+from runtime.placement.moves import AccountOnOtherShard
+from runtime.placement.shards import customer_id_base
 from runtime.ports import ModelProvider, Transport
-from runtime.shards import customer_id_base
 from runtime.store import DeliveryStore
+from runtime.store.leases import lapse_gone_holders
 from transports.dingtalk import DingTalkCredentials, DingTalkTransport
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.wangwang import WangwangCredentials, WangwangTransport
@@ -170,7 +170,7 @@ class WorkerRuntime:
 
     def rebuild_directory(self) -> Rebuilt:
         """Enter this shard's accounts in the directory again, and end the moves it lost
-        (runtime.directory): at start, and from beat."""
+        (runtime.placement.directory): at start, and from beat."""
         settings = self.settings
         memory = self.memory.store if self.memory is not None else None
         discard = discarder(self.store, memory, settings.sessions_dir, settings.memory_images_dir)

@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import redis
 
 from config import Settings
+from runtime.placement.shards import Placement
 from runtime.ports import Coordination
-from runtime.shards import Placement
 
 
 def _now_ms() -> int:
@@ -194,7 +194,7 @@ class RedisCoordinator:
     def drop_blob(self, key: str) -> None:
         self._redis.delete(f"kefu:move:{key}")
 
-    # -- the journal's compare-and-set and its index of open moves (runtime.moves) ----------
+    # -- the journal's compare-and-set and its index of open moves (runtime.placement.moves) ----------
     def swap_journal(self, op_id: str, record: dict[str, Any], expected_version: int | None, is_open: bool) -> bool:
         script = self.__dict__.get("_swap") or self.__dict__.setdefault(
             "_swap", self._redis.register_script(_SWAP_JOURNAL)
@@ -355,7 +355,7 @@ class LocalCoordinator:
         with self._db() as db:
             db.execute("DELETE FROM blob WHERE key = ?", (key,))
 
-    # -- the journal's compare-and-set and its index of open moves (runtime.moves) ----------
+    # -- the journal's compare-and-set and its index of open moves (runtime.placement.moves) ----------
     def swap_journal(self, op_id: str, record: dict[str, Any], expected_version: int | None, is_open: bool) -> bool:
         with self._db() as db:
             row = db.execute("SELECT record FROM journal WHERE op_id = ?", (op_id,)).fetchone()

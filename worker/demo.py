@@ -14,7 +14,7 @@ from rich.console import Console
 from config import Settings, load_settings
 from runtime.memory.report import report as memory_report
 from runtime.memory.store import MemoryStore
-from runtime.status import is_quiet
+from runtime.operators.status import is_quiet
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.simulator.script import Script, ScriptedConversation, Step

@@ -31,8 +31,8 @@ from typing import Any
 from celery import Celery, Task
 
 from runtime import pipeline
-from runtime.inbox import UNCHECKED, Unchecked
-from runtime.pages import InboundPage
+from runtime.inbound.inbox import UNCHECKED, Unchecked
+from runtime.inbound.pages import InboundPage
 from runtime.pipeline import Admit, Archive, Attempt, FetchImage, FollowUp, Ingest, RecordRead, RunTurn, Settle
 from runtime.ports import BuyerReadReceipt
 from worker.context import runtime_for

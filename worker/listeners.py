@@ -1,6 +1,6 @@
 """Listeners (SPEC 3.11): one long-lived platform connection per live account, supervised.
 
-`runtime.listener_policy` decides states and delays; this shell runs it with real connections,
+`runtime.accounts.listener_policy` decides states and delays; this shell runs it with real connections,
 real sleeps and the wall clock, one thread per account. A supervisor thread starts a listener
 for every account that should have one (and whose per-account lease it wins, so two worker
 processes never both listen) and stops it when the account is disconnected, deleted or
@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from celery import Celery
 
 from config import ListenerSettings
-from runtime import leases
-from runtime.accounts import listening_accounts
+from runtime.accounts.listener_policy import ListenerPolicy, ListenerState, committed_since, record_listener_state
+from runtime.accounts.registry import listening_accounts
 from runtime.errors import KefuError
-from runtime.ingest import committed_cursor
-from runtime.listener_policy import ListenerPolicy, ListenerState, committed_since, record_listener_state
+from runtime.inbound.ingest import committed_cursor
 from runtime.ports import ListenerConnection, ListenerFailure, Received, Transport
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, leases, now_ms
 from runtime.store.tables import Account
 from worker.context import runtime_for
 from worker.dispatch import Publish, broker_publisher

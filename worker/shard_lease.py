@@ -10,7 +10,7 @@ over when the lease lapses; an operator command refuses (KEFU_SHARD_HELD_ELSEWHE
 The holder renews every quarter of the lease. A renewal refused (another owner has it), one
 that finds the lease lapsed meanwhile (a new grant: someone else may have held it in between),
 or none for 80 % of the lease, loses it locally before it can expire in Redis: the guard stops
-every write of this process and its forked children (runtime.shards), and the process shuts
+every write of this process and its forked children (runtime.placement.shards), and the process shuts
 down. Its supervisor restarts it, and it waits as a standby. A process that stops cleanly lets
 go; the lease goes once no other process of its instance is renewing it.
 
@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from config import Settings
 from runtime.errors import KefuError
-from runtime.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost, newest_grant
+from runtime.placement.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost, newest_grant
 from worker.coordination import Coordinator, Grant, coordinator_for
 
 log = logging.getLogger(__name__)

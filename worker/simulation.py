@@ -24,17 +24,17 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from config import Settings
-from runtime.accounts import AccountSpec, create_account, load_account
+from runtime.accounts.registry import AccountSpec, create_account, load_account
+from runtime.admission.routes import RouteSpec, create_route, list_routes
 from runtime.errors import KefuError
-from runtime.report import ConversationOutcome, conversation_outcome
-from runtime.routes import RouteSpec, create_route, list_routes
+from runtime.outbox.report import ConversationOutcome, conversation_outcome
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import Script, ScriptClock, ScriptedConversation, Step
 from transports.simulator.transport import message_ids
 from worker.process import WorkerProcess
+from worker.sample_shop import SAMPLE_SHOP as SAMPLE_SHOP  # the simulation's default shop
 
-SAMPLE_SHOP = "sim-shop"
 POLL_S = 0.05
 
 

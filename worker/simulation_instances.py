@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import OpenAISettings, Settings
-from runtime.accounts import load_account
-from runtime.customers import customer_of
+from runtime.accounts.registry import load_account
+from runtime.admission.routes import list_routes
+from runtime.agent.operator_dm import OperatorDm, OperatorDmRequest, accept_operator_dm
+from runtime.agent.session_log import AssistantMessage, SessionLog, UserMessage
+from runtime.customers.summaries import customer_of
 from runtime.errors import KefuError
-from runtime.operator_dm import OperatorDm, OperatorDmRequest, accept_operator_dm
+from runtime.outbox.report import ConversationOutcome, conversation_outcome
 from runtime.ports import ChatMessage, ModelProvider, ToolSpec
-from runtime.report import ConversationOutcome, conversation_outcome
-from runtime.routes import list_routes
-from runtime.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance

@@ -24,7 +24,7 @@ from bench.faults.redis_server import RedisServer
 from bench.faults.report import RunReport
 from bench.faults.rig import ACCOUNT, PROJECT_ROOT, Say, base_env, set_up_store
 from config import load_settings
-from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.inbound.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
 from worker.celery_app import make_app, queue_name
 from worker.process import BeatProcess, KefuProcess, WorkerProcess
 

@@ -23,8 +23,8 @@ from bench.faults.report import RunReport, settle
 from bench.faults.rig import ACCOUNT, Rig, RigConfig, Say
 from bench.faults.traffic import LINGER_S, STALL_S, conclude
 from bench.faults.workload import Publisher, Workload, buyer_id
+from runtime.agent.session_log import CorruptSessionLog, SessionLog, read_frames
 from runtime.agent.sessions import session_path
-from runtime.session_log import CorruptSessionLog, SessionLog, read_frames
 from runtime.store.sql import sql
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import BuyerMessage

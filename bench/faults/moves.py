@@ -27,7 +27,7 @@ from bench.faults.rig import PROJECT_ROOT, Rig, RigConfig, Say
 from bench.faults.traffic import MODEL_DELAY_S as SLOW_TURNS_DELAY_S
 from bench.faults.traffic import STALL_S, SlowModel, setup_text
 from bench.faults.workload import Workload
-from runtime.moves import FINAL_STEPS, load_move
+from runtime.placement.moves import FINAL_STEPS, load_move
 from runtime.store.sql import sql
 from worker.coordination import RedisCoordinator
 

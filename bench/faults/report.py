@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from runtime.status import is_quiet, stage_counts
+from runtime.operators.status import is_quiet, stage_counts
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from worker.audit import LedgerAudit, SessionLogScan, ledger_audit

@@ -31,8 +31,8 @@ from celery import Celery
 
 from bench.faults.redis_server import RedisServer
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from worker.celery_app import make_app

@@ -18,7 +18,7 @@ from bench.faults.options import Options
 from bench.faults.report import RunReport, merged_audit, merged_scan, settle
 from bench.faults.rig import Member, Rig, RigConfig, Say
 from bench.faults.workload import Publisher, Workload
-from runtime.session_log import CorruptSessionLog, SessionLog
+from runtime.agent.session_log import CorruptSessionLog, SessionLog
 from runtime.store.sql import sql
 from worker.audit import scan_session_logs
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from celery import Celery
 
-from runtime.pages import InboundPage
+from runtime.inbound.pages import InboundPage
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.simulator.platform import BuyerMessage
 from worker.dispatch import receive_page

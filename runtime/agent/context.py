@@ -12,9 +12,9 @@ import math
 import unicodedata
 from functools import lru_cache
 
+from runtime.agent.session_log import SessionEvent, SessionLog
 from runtime.agent.view import archived_upto, chat_messages, system_text
 from runtime.ports import AssistantReply, ChatMessage
-from runtime.session_log import SessionEvent, SessionLog
 
 PER_MESSAGE_TOKENS = 4  # role and framing
 

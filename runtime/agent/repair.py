@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import UnionType
 from typing import Any, Literal
 
-from runtime.session_log import (
+from runtime.agent.session_log import (
     AssistantAttempt,
     AssistantMessage,
     EventType,

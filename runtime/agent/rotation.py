@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from config import AgentSettings
-from runtime import leases
-from runtime.admission import load_customer
-from runtime.agent.memory import MemoryEngine, SessionMemory, archive_rest
+from runtime.admission.batches import load_customer
 from runtime.agent.repair import last_of, open_turn_closers, repair
+from runtime.agent.script_clock import ConversationClock, conversation_clock
+from runtime.agent.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, batch_turns, write_log
 from runtime.agent.sessions import (
     KnownSession,
     OpenSession,
@@ -37,14 +37,13 @@ from runtime.agent.sessions import (
     open_session,
     session_path,
 )
-from runtime.clock import ConversationClock, conversation_clock
 from runtime.errors import CustomerUnknown, KefuError
-from runtime.leases import Fence, fenced
+from runtime.memory.engine import MemoryEngine, SessionMemory, archive_rest
 from runtime.memory.heuristic import score_backlog
-from runtime.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, batch_turns, write_log
-from runtime.states import BatchState, RotationReason, SessionOrigin
-from runtime.store import Connection, DeliveryStore, now_ms
+from runtime.store import Connection, DeliveryStore, leases, now_ms
+from runtime.store.leases import Fence, fenced
 from runtime.store.sql import sql
+from runtime.store.states import BatchState, RotationReason, SessionOrigin
 from runtime.store.tables import SessionHeader
 
 ROTATED_NOTE = (

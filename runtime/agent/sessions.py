@@ -1,6 +1,6 @@
 """A customer's current agent session: where its log lives, and opening it for writing.
 
-A session log damaged before its tail (runtime.session_log) is never cut: the session is
+A session log damaged before its tail (runtime.agent.session_log) is never cut: the session is
 retired. Its file is kept byte for byte under `damaged/`, the damage is recorded in the
 delivery store (shown by `kefu status`), and the customer continues in a new session whose
 system message says that earlier context was lost. The buyer's history stays in the delivery
@@ -18,13 +18,13 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from runtime.agent.session_log import CorruptSessionLog, SessionLog
 from runtime.errors import CustomerUnknown
-from runtime.leases import Fence, before_file_write, fenced
-from runtime.session_log import CorruptSessionLog, SessionLog
-from runtime.states import RotationReason, SessionOrigin
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
+from runtime.store.leases import Fence, before_file_write, fenced
 from runtime.store.sql import sql
+from runtime.store.states import RotationReason, SessionOrigin
 from runtime.store.tables import DamagedSession, SessionHeader
 
 log = logging.getLogger(__name__)

@@ -13,21 +13,21 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.admission import commit_batch
-from runtime.agent.memory import SessionMemory
+from runtime.admission.batches import commit_batch
+from runtime.admission.handling import pause_handling
+from runtime.agent.history import query_history
+from runtime.agent.pending_questions import ask
 from runtime.agent.repair import Recorded
-from runtime.clock import REAL_TIME, ConversationClock
+from runtime.agent.script_clock import REAL_TIME, ConversationClock
 from runtime.errors import KefuError, validation_problems
-from runtime.handling import pause_handling
-from runtime.history import query_history
-from runtime.leases import Fence, LeaseLost, fenced
-from runtime.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
-from runtime.outbox import ReplyCheck, register_outbound, reply_check, reply_parts
-from runtime.pending_questions import ask
+from runtime.memory.engine import SessionMemory
+from runtime.outbox.media import AttachmentPolicy, MediaRef, read_media_file, stage_media
+from runtime.outbox.recipients import RecipientUnavailable, recipient_of
+from runtime.outbox.requests import ReplyCheck, register_outbound, reply_check, reply_parts
 from runtime.ports import ToolCall, ToolSpec
-from runtime.recipients import RecipientUnavailable, recipient_of
 from runtime.store import DeliveryStore
 from runtime.store.connection import Connection
+from runtime.store.leases import Fence, LeaseLost, fenced
 from runtime.store.tables import AdmissionBatch, BuyerRead, Customer, OutboundIntent, OutboxRequest
 
 
@@ -69,7 +69,7 @@ class TurnBinding:
     account_revision: int
     zone: ZoneInfo
     turn_id: str = ""
-    clock: ConversationClock = REAL_TIME  # how the conversation's times read (runtime.clock)
+    clock: ConversationClock = REAL_TIME  # how the conversation's times read (runtime.agent.script_clock)
     attachments: AttachmentPolicy | None = None  # None: the agent sends text only
     on_registered: Callable[[str], None] = lambda request_id: None
     memory: SessionMemory | None = None  # None: the memory engine is off
@@ -84,7 +84,7 @@ class TurnBinding:
     # Set when the caller sends each reply at once (runtime.pipeline.turn in a worker): the
     # reply's registration then begins its first attempt in the same, durable, transaction.
     begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None
-    # `memory_recall` searches of this turn in a row that matched nothing (runtime.agent.memory_tools).
+    # `memory_recall` searches of this turn in a row that matched nothing (runtime.memory.tools).
     recall_misses: int = 0
 
     def commit_logged(self, conn: Connection) -> None:

@@ -17,40 +17,41 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from config import AgentSettings, OpenAISettings
-from runtime.admission import (
+from config.retries import model_call
+from runtime.admission.batches import (
     commit_batch,
     finish_batch,
     nothing_to_admit,
     revoke_batch,
     turn_rows,
 )
+from runtime.admission.handling import is_current
 from runtime.agent.context import context_use, view_tokens
-from runtime.agent.memory import MemoryEngine, archive, judge_task, percent, recall
-from runtime.agent.memory_tools import MEMORY_TOOLS
+from runtime.agent.pending_questions import offer, question_note
+from runtime.agent.rendering import RenderableMessage, content_text, input_parts, shown
 from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.rotation import rotate, rotated_note, rotation_due
-from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, begin_first_session, open_session
-from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
-from runtime.agent.view import model_view
-from runtime.clock import ConversationClock, conversation_clock
-from runtime.handling import is_current
-from runtime.inbound_media import stored_images, with_fetched_images, with_image_data
-from runtime.leases import Fence, fenced
-from runtime.media import AttachmentPolicy
-from runtime.outbox import ReplyCheck, replied_for
-from runtime.pending_questions import offer, question_note
-from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
-from runtime.read_receipts import mark_delivered, read_notice, undelivered_reads
-from runtime.rendering import RenderableMessage, content_text, input_parts, shown
-from runtime.session_log import (
+from runtime.agent.script_clock import ConversationClock, conversation_clock
+from runtime.agent.session_log import (
     MessageRead,
     RequestHeader,
     SessionLog,
     TurnStart,
     batch_turns,
 )
-from runtime.states import BatchState
+from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, begin_first_session, open_session
+from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
+from runtime.agent.view import model_view
+from runtime.inbound.media import stored_images, with_fetched_images, with_image_data
+from runtime.memory.engine import MemoryEngine, archive, judge_task, percent, recall
+from runtime.memory.tools import MEMORY_TOOLS
+from runtime.outbox.media import AttachmentPolicy
+from runtime.outbox.read_receipts import mark_delivered, read_notice, undelivered_reads
+from runtime.outbox.requests import ReplyCheck, replied_for
+from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelProvider, ToolSpec
 from runtime.store import Connection, DeliveryStore, now_ms
+from runtime.store.leases import Fence, fenced
+from runtime.store.states import BatchState
 from runtime.store.tables import AdmissionBatch, BuyerRead, OutboxRequest
 
 ROLE_SECTION = (
@@ -92,7 +93,7 @@ class _RetryAfter:
 def _backoff_s(retry: OpenAISettings, attempt: int, retry_after_s: float | None = None) -> float:
     """The wait after the `attempt`th failed call: exponential, or longer when the provider
     said when to come back (a 429's Retry-After, which the provider bounds)."""
-    return max(float(retry.retry_backoff_s * 2 ** (attempt - 1)), retry_after_s or 0.0)
+    return model_call(retry.retry_backoff_s).wait_s(attempt, retry_after_s)
 
 
 def _deliver_reads(store: DeliveryStore, log: SessionLog, reads: list[BuyerRead], zone: ZoneInfo) -> None:
@@ -205,7 +206,7 @@ def run_turn(
     every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first
     one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy).
     `begin_attempt`: see TurnBinding. `fetch_images`: fetches buyers' images of the batch not
-    fetched yet (runtime.inbound_media), so that the turn shows them; one that stays unfetched
+    fetched yet (runtime.inbound.media), so that the turn shows them; one that stays unfetched
     reads `[image]`."""
     with fenced(store, fence) as conn:
         rows = turn_rows(conn, customer_id)

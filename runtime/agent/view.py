@@ -14,8 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.ports import ChatMessage, ImageInput, ToolCall
-from runtime.session_log import (
+from runtime.agent.session_log import (
     AssistantMessage,
     DeveloperMessage,
     MemoryArchive,
@@ -27,6 +26,7 @@ from runtime.session_log import (
     ToolResult,
     UserMessage,
 )
+from runtime.ports import ChatMessage, ImageInput, ToolCall
 
 # Sessions started before the memory engine carry this placeholder in their system message.
 LEGACY_MEMORY_SLOT = "\n\n[长期记忆]\n（暂无）"
@@ -90,7 +90,7 @@ def model_view(
 ) -> list[ChatMessage]:
     """`image_rounds`: the last turns whose buyers' images the model sees as images (0: none;
     an older or unseen image is the `[image]` its text says). `load_images`: the messages that
-    show images, made ready for the call (runtime.inbound_media.with_image_data)."""
+    show images, made ready for the call (runtime.inbound.media.with_image_data)."""
     system = system_text(log, judge_task)
     head = [] if system is None else [ChatMessage(role="system", content=system)]
     chat = chat_messages(log)

@@ -48,9 +48,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runtime.lru import Lru
 from runtime.memory.store import Folder, IndexedFolder, MemoryStore
 from runtime.memory.tokenize import tokens
+from runtime.store.lru import Lru
 
 HIGH_ALPHA = 0.6  # θ_H: the high lanes' memories
 CATEGORY_MIN_ALPHA = 0.6  # source categoryMatch.alphaMin: a common word never finds low-alpha memories

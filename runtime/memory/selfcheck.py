@@ -25,10 +25,10 @@ from typing import Literal
 import zstandard
 from pydantic import BaseModel
 
+from runtime.agent.session_log import CorruptSessionLog, MemoryArchive, MemoryRecall, SessionLog
 from runtime.memory.report import read_only
 from runtime.memory.store import keyword_terms
 from runtime.memory.tokenize import tokens
-from runtime.session_log import CorruptSessionLog, MemoryArchive, MemoryRecall, SessionLog
 
 SOURCES = {"pending", "llm", "heuristic"}
 STALE_PENDING_MS = 600_000  # KEFU_MEMORY__HEURISTIC_AFTER_S's default: the heuristic scores what waits longer

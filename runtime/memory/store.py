@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import zstandard
 from pydantic import BaseModel
 
+from config.retries import MEMORY_STORE_LOCKED
 from runtime.errors import KefuError
 from runtime.memory.categories import CATEGORY_WORDS
 from runtime.memory.folders import PlannedFolder
@@ -375,7 +376,7 @@ class MemoryStore:
         it meanwhile wait for the one that does it (a rebuild can outlast the lock's busy
         timeout) instead of failing."""
         deadline = time.monotonic() + wait_s
-        while True:
+        for delay in MEMORY_STORE_LOCKED.waits_s():
             try:
                 with self._write() as db:
                     version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -391,7 +392,7 @@ class MemoryStore:
             except sqlite3.OperationalError as error:
                 if "locked" not in str(error) or time.monotonic() > deadline:
                     raise
-                time.sleep(0.1)
+                time.sleep(delay)
 
     def rebuild_index(self, scope: str | None = None) -> int:
         """Rewrite the index entries and postings of a scope (or of every scope) from the
@@ -533,7 +534,7 @@ class MemoryStore:
             raise KeyError(folder_id)
         return zstandard.ZstdDecompressor().decompress(row["body"]).decode()
 
-    # -- moving a scope between shards (runtime.placement) -------------------------------------
+    # -- moving a scope between shards (runtime.placement.slices) -------------------------------------
     def export_scope(self, scope: str) -> ScopeRows:
         """A scope's rows as a move ships them, read in one snapshot. The index is left out:
         the target rebuilds it from the texts, so a slice never carries derived data."""

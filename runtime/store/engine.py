@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from config import DeliverySettings
+from config.retries import STORE_MIGRATION_BUSY, STORE_WRITE_BUSY
 from runtime.errors import KefuError
 from runtime.store import fence
 from runtime.store.connection import Connection, as_sqlalchemy_error
@@ -23,7 +24,7 @@ from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
 
 if TYPE_CHECKING:
-    from runtime.shards import ShardGuard
+    from runtime.placement.shards import ShardGuard
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,6 @@ def synchronous(db: sqlite3.Connection, durable: bool) -> Iterator[None]:
 
 
 WRITERS_WAIT_S = 60.0  # the longest a write waits for this process's writers ahead of it
-
-# Waits between quick tries of BEGIN IMMEDIATE while another connection writes (seconds).
-_QUICK_WAITS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.0005, *(0.001,) * 8, *(0.002,) * 10)
 
 
 def _begin_write(db: sqlite3.Connection) -> None:
@@ -113,7 +111,7 @@ def _end_write(db: sqlite3.Connection) -> None:
 def _begin_immediate(db: sqlite3.Connection, timeout_ms: int) -> None:
     db.execute("PRAGMA busy_timeout = 0")
     try:
-        for wait_s in _QUICK_WAITS:
+        for wait_s in STORE_WRITE_BUSY.waits_s():
             try:
                 db.execute("BEGIN IMMEDIATE")
                 return
@@ -243,7 +241,7 @@ class DeliveryStore:
     ) -> None:
         """Open (create, migrate) the file. A damaged, foreign or unopenable file raises
         KEFU_DELIVERY_STORE_UNREADABLE naming it; a busy one stays a driver error to retry on.
-        New customers get ids above `customer_id_base` (runtime.shards.customer_id_base)."""
+        New customers get ids above `customer_id_base` (runtime.placement.shards.customer_id_base)."""
         self.path = Path(path).resolve()
         self.settings = settings or DeliverySettings()
         self.guard = guard
@@ -447,8 +445,7 @@ class DeliveryStore:
     def _migrate(self) -> None:
         """Bring the file to LATEST_VERSION, retrying under SQLITE_BUSY within the budget."""
         deadline = time.monotonic() + self.settings.migration_retry_budget_ms / 1000
-        delay = 0.01
-        while True:
+        for delay in STORE_MIGRATION_BUSY.waits_s():
             try:
                 return self._migrate_once()
             except OperationalError as error:
@@ -462,7 +459,6 @@ class DeliveryStore:
                         "stop the other process holding the file, or raise KEFU_DELIVERY__MIGRATION_RETRY_BUDGET_MS",
                     ) from None
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
 
     def _migrate_once(self) -> None:
         current = self.user_version()

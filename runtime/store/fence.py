@@ -1,7 +1,7 @@
 """The shard fence inside SQLite: every row a guarded connection writes is checked against the
 store's fence by SQLite itself, in the statement that writes it.
 
-A guarded store (runtime.shards) must take writes only under the newest grant of its shard's
+A guarded store (runtime.placement.shards) must take writes only under the newest grant of its shard's
 lease. Reading the fence at the start of every write transaction did that at the cost of one
 statement per transaction, most of a buyer message's fencing. Instead each guarded connection
 carries TEMP triggers on every table: a row written while the store's fence names another grant

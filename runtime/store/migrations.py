@@ -381,7 +381,7 @@ V13 = Migration(
             state TEXT NOT NULL,
             updated_at INTEGER NOT NULL
         ) WITHOUT ROWID""",
-        # The highest customer id ever given in each id range (runtime.shards.customer_id_base):
+        # The highest customer id ever given in each id range (runtime.placement.shards.customer_id_base):
         # new customers continue above it, even after the customers at the top moved away.
         """CREATE TABLE customer_id_high (
             base INTEGER PRIMARY KEY,
@@ -464,7 +464,7 @@ _SIMULATED = "coalesce((SELECT simulated FROM account WHERE id = NEW.account_id)
 
 V17 = Migration(
     17,
-    "alerts for humans, raised by the change that calls for one (runtime.alerts)",
+    "alerts for humans, raised by the change that calls for one (runtime.operators.alerts)",
     (
         """CREATE TABLE alert (
             id INTEGER PRIMARY KEY,
@@ -516,7 +516,7 @@ V17 = Migration(
 
 V18 = Migration(
     18,
-    "tombstones of erased buyers (runtime.erasure), and a customer's batches by an index",
+    "tombstones of erased buyers (runtime.customers.erasure), and a customer's batches by an index",
     (
         """CREATE TABLE erasure (
             erased_customer INTEGER PRIMARY KEY,  -- customer ids are never given again
@@ -538,7 +538,7 @@ V19 = Migration(
     19,
     "buyers' images fetched into the store: the ones still to fetch, and the copies they use",
     (
-        # runtime.inbound_media writes the outcome into the image message's body (JSON). The
+        # runtime.inbound.media writes the outcome into the image message's body (JSON). The
         # console's own images, mirrored as inbound rows, are stored copies from the start.
         "UPDATE inbound_message SET body = json_set(body, '$.media', 'stored', '$.sha256',"
         " substr(json_extract(body, '$.ref'), 7)) WHERE content_type = 'image'"
@@ -567,25 +567,25 @@ V20 = Migration(
             customer_id INTEGER NOT NULL,
             created_at INTEGER NOT NULL,
             model TEXT,  -- the agent's model when it began; NULL: began before headers
-            origin TEXT NOT NULL,  -- runtime.states.SessionOrigin
+            origin TEXT NOT NULL,  -- runtime.store.states.SessionOrigin
             reason TEXT,  -- why the previous session ended (rotated), or who forked it
             parent TEXT,  -- the session it continues or was forked from
             inherited INTEGER NOT NULL DEFAULT 0  -- events a fork copied from its parent
         )""",
         "CREATE INDEX agent_session_by_customer ON agent_session (customer_id, created_at)",
         # A question the agent asked the buyer, kept until a later turn is offered it
-        # (runtime.pending_questions), so a takeover, a restart or a new session loses none.
+        # (runtime.agent.pending_questions), so a takeover, a restart or a new session loses none.
         """CREATE TABLE pending_question (
             request_id TEXT PRIMARY KEY,  -- the reply that asked it
             customer_id INTEGER NOT NULL,
             question TEXT NOT NULL,
             asked_at INTEGER NOT NULL,
-            state TEXT NOT NULL,  -- runtime.states.QuestionState
+            state TEXT NOT NULL,  -- runtime.store.states.QuestionState
             offered_batch TEXT  -- the batch whose turn was offered it
         )""",
         "CREATE INDEX pending_question_by_customer ON pending_question (customer_id, state)",
         # Where a reply to a buyer without a staff id can be posted for a while (a DingTalk
-        # sessionWebhook, runtime.recipients): JSON {url, expires_at}; the URL is a credential.
+        # sessionWebhook, runtime.outbox.recipients): JSON {url, expires_at}; the URL is a credential.
         "ALTER TABLE inbound_message ADD COLUMN reply_webhook TEXT",
         "CREATE INDEX inbound_reply_webhook ON inbound_message (customer_id, id) WHERE reply_webhook IS NOT NULL",
         # Sessions begun before headers: their customers' current ones and the damaged ones.

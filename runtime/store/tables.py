@@ -5,7 +5,7 @@ its mapping (`CustomerTable`), for `table_of`. A `table=True` model validates so
 slower (SQLAlchemy instruments every field it sets), and kefu loads rows on every step.
 
 tests/unit/test_store.py checks that these mappings and the migrated schema agree. States are
-the enums of runtime.states; a Literal or enum column is stored as text (`sa_type`).
+the enums of runtime.store.states; a Literal or enum column is stored as text (`sa_type`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal
 from sqlalchemy import Table
 from sqlmodel import AutoString, Field, SQLModel
 
-from runtime.states import (
+from runtime.store.states import (
     AttemptState,
     BatchState,
     ListenerState,
@@ -104,7 +104,9 @@ class InboundMessageRow(SQLModel):
     platform_message_id: str
     sender_id: str
     sender_name: str | None = None
-    sender_role: str  # external | human-native | human-console | ai (classified); operator-dm (runtime.operator_dm)
+    sender_role: (
+        str  # external | human-native | human-console | ai (classified); operator-dm (runtime.agent.operator_dm)
+    )
     content_type: str  # text | markdown | image | unsupported
     body: str
     occurred_at: int
@@ -114,7 +116,7 @@ class InboundMessageRow(SQLModel):
     origin: str = "live"  # live | history
     state: MessageState = Field(default=MessageState.PENDING, sa_type=AutoString)
     batch_id: str | None = None
-    reply_webhook: str | None = Field(default=None, repr=False)  # JSON; a credential (runtime.recipients)
+    reply_webhook: str | None = Field(default=None, repr=False)  # JSON; a credential (runtime.outbox.recipients)
 
 
 class InboundMessageRowTable(InboundMessageRow, table=True):
@@ -225,7 +227,7 @@ class AdmissionBatchTable(AdmissionBatch, table=True):
 
 class OutboundIntent(SQLModel):
     """A message to send, as a turn's tool or an operator asks for it: validated, then
-    registered (runtime.outbox.register_outbound). Its row adds what became of it."""
+    registered (runtime.outbox.requests.register_outbound). Its row adds what became of it."""
 
     model_config = {"extra": "forbid"}  # SQLModel's own ConfigDict type
     request_id: str = Field(primary_key=True, min_length=1, max_length=128)
@@ -464,7 +466,7 @@ class PlacementImportTable(PlacementImport, table=True):
 
 
 class Erasure(SQLModel):
-    """The tombstone an erased buyer leaves (runtime.erasure): who, when and how much, never what."""
+    """The tombstone an erased buyer leaves (runtime.customers.erasure): who, when and how much, never what."""
 
     erased_customer: int = Field(primary_key=True)
     account_id: str
@@ -473,7 +475,7 @@ class Erasure(SQLModel):
     through_ms: int  # platform messages of the conversation up to this time are never stored again
     erased_at: int
     operator: str
-    counts: str  # JSON of runtime.erasure.ErasureCounts
+    counts: str  # JSON of runtime.customers.erasure.ErasureCounts
 
 
 class ErasureTable(Erasure, table=True):

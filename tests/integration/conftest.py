@@ -30,15 +30,25 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.credentials import save_credentials
-from runtime.operators import Role, add_operator
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.credentials import save_credentials
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.operators.accounts import Role, add_operator
 from tests.integration.helpers import wait_for
 from transports.dingtalk import DingTalkCredentials
 from worker.console import create_app
 from worker.context import WorkerRuntime
 from worker.dispatch import send
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything in this folder runs real workers, brokers or browsers: `-m "not integration"`
+    is the fast loop without them."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
 
 REDIS_TEST_DB = 11
 

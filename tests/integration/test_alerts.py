@@ -13,9 +13,9 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.alerts import backlog
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.operators.alerts import backlog
 from runtime.store import DeliveryStore
 from tests.integration.helpers import wait_for
 from worker.celery_app import make_app

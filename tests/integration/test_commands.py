@@ -154,9 +154,9 @@ def test_kefu_config_masks_secrets_and_reads_kefu_toml(tmp_path):
 
 
 def test_the_demo_with_a_small_window_archives_scores_and_recalls_into_the_prompt(tmp_path):
+    from runtime.agent.session_log import SessionLog
     from runtime.agent.view import model_view
     from runtime.memory.store import MemoryStore
-    from runtime.session_log import SessionLog
 
     small = {"KEFU_AGENT__CONTEXT_WINDOW_TOKENS": "1000", "KEFU_MEMORY__ALLOW_SMALL_WINDOW": "true"}
     run = _kefu(tmp_path, "demo", **small)

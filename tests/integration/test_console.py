@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from runtime.handling import pause_handling
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, send_manual
-from runtime.operators import Role, add_operator
-from runtime.outbox import begin_attempt, record_failure
+from runtime.admission.handling import pause_handling
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.accounts import Role, add_operator
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.requests import begin_attempt, record_failure
 from runtime.ports import SendFailure
 from tests.integration.conftest import PASSWORD, after_submit, http_sign_in, lines, sign_in, text_of
 from tests.integration.helpers import wait_for

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from runtime.session_log import SessionLog
-from runtime.status import is_quiet, stage_counts
+from runtime.agent.session_log import SessionLog
+from runtime.operators.status import is_quiet, stage_counts
 from tests.fakes.openai_server import FakeOpenAI, Step, completion
 from tests.integration.helpers import wait_for
 from worker.celery_app import make_app

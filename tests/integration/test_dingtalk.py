@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.accounts import load_account
-from runtime.status import is_quiet, stage_counts
+from runtime.accounts.registry import load_account
+from runtime.operators.status import is_quiet, stage_counts
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.integration.helpers import wait_for, worker_env
 from worker.celery_app import make_app

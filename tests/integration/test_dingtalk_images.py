@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.inbound_media import image_body
+from runtime.inbound.media import image_body
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.openai_server import FakeOpenAI, images_of, text_of
 from tests.integration.helpers import wait_for, worker_env

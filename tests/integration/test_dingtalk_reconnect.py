@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from config import Settings
-from runtime.accounts import load_account
+from runtime.accounts.registry import load_account
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.integration.helpers import wait_for, worker_env

@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 WALL_BOUND_S = 90  # each short form
 DEFAULTS_WALL_BOUND_S = 120  # one on kefu's default settings: recovery waits on default leases and beats

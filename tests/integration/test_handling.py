@@ -5,8 +5,8 @@ from __future__ import annotations
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
-from runtime.handling import pause_handling, resume_handling
-from runtime.status import is_quiet, stage_counts
+from runtime.admission.handling import pause_handling, resume_handling
+from runtime.operators.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_for
 from worker.celery_app import make_app, queue_name
 

@@ -7,7 +7,7 @@ import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for st
 from celery.contrib.testing.worker import start_worker
 
 from runtime import pipeline
-from runtime.input_pause import held_pages, in_flight, pause_input
+from runtime.inbound.input_pause import held_pages, in_flight, pause_input
 from runtime.store import now_ms
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.celery_app import make_app

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.accounts import load_account, set_connection_intent
-from runtime.checkpoints import checkpoint_views
+from runtime.accounts.registry import load_account, set_connection_intent
+from runtime.inbound.checkpoints import checkpoint_views
 from tests.integration.helpers import wait_all_answered, wait_for, worker_env
 from worker.audit import audit
 from worker.celery_app import make_app

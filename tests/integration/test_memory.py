@@ -18,10 +18,10 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from config import OpenAISettings
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.view import model_view
 from runtime.memory.store import MemoryStore
-from runtime.session_log import SessionLog
 from tests.fakes.openai_server import FakeOpenAI, completion, default_policy
 from tests.integration.conftest import REDIS_TEST_DB
 from tests.integration.helpers import wait_for

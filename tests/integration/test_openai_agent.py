@@ -14,11 +14,11 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from config import OpenAISettings, load_settings
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.ingest import ingest_page
-from runtime.session_log import SessionLog
+from runtime.inbound.ingest import ingest_page
 from tests.fakes.openai_server import FakeOpenAI, Step, completion
 from tests.integration.helpers import wait_for
 from transports.llm.openai import OpenAIChatProvider

@@ -7,7 +7,7 @@ from celery.contrib.testing.worker import start_worker
 from kombu import Queue
 
 from config import OpenAISettings
-from runtime.status import is_quiet, stage_counts
+from runtime.operators.status import is_quiet, stage_counts
 from tests.fakes.openai_server import FakeOpenAI, Step, completion
 from tests.integration.helpers import wait_for
 from worker.celery_app import make_app, queue_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
-from runtime.status import is_quiet, stage_counts
+from runtime.operators.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_all_answered, wait_for
 from tests.log_capture import captured
 from worker.celery_app import make_app

@@ -7,8 +7,8 @@ import time
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
 
-from runtime.ingest import committed_cursor
-from runtime.pages import InboundPage
+from runtime.inbound.ingest import committed_cursor
+from runtime.inbound.pages import InboundPage
 from tests.integration.helpers import wait_all_answered, wait_for
 from tests.partial_ingest import commit_groups
 from worker.audit import audit

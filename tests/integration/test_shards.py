@@ -18,11 +18,11 @@ import pytest
 import redis
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.agent.memory import scope_of
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.memory.engine import scope_of
 from runtime.memory.store import MemoryStore
-from runtime.moves import load_move
-from runtime.routes import RouteSpec, create_route
+from runtime.placement.moves import load_move
 from runtime.store import DeliveryStore, immediate
 from tests.integration.conftest import REDIS_TEST_DB
 from tests.integration.helpers import wait_for

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
+from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
-from runtime.session_log import SessionLog, UserMessage
-from runtime.status import is_quiet, stage_counts
+from runtime.operators.status import is_quiet, stage_counts
 from tests.integration.helpers import wait_all_answered, wait_for
 from worker.audit import audit
 from worker.celery_app import make_app

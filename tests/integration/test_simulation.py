@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from config import Settings
+from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
-from runtime.session_log import SessionLog, UserMessage
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 from tests.integration.helpers import wait_for, worker_env

@@ -18,15 +18,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from config import Settings
+from runtime.agent.history import query_history
+from runtime.agent.operator_dm import answer_of
+from runtime.agent.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.agent.sessions import session_path
+from runtime.customers.transcript import transcript
 from runtime.errors import KefuError
-from runtime.history import query_history
-from runtime.operator_dm import answer_of
 from runtime.ports import AssistantReply, ChatMessage, ModelProvider, ToolSpec
-from runtime.session_log import AssistantMessage, SessionLog, UserMessage
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
-from runtime.transcript import transcript
 from tests.fakes.openai_server import FakeOpenAI, Step, completion, default_policy
 from tests.integration.helpers import wait_for, worker_env
 from transports.simulator import SimulatedPlatform

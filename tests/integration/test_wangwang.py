@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.credentials import save_credentials
-from runtime.inbound_media import ImageBody, image_body
-from runtime.routes import RouteSpec, create_route
+from runtime.accounts.credentials import save_credentials
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.inbound.media import ImageBody, image_body
 from tests.fakes.wangwang import FakeWangwangBridge
 from tests.integration.helpers import wait_for, worker_env
 from tests.unit.test_inbound_images import png

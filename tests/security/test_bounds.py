@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from runtime.handling import MAX_REASON_CHARS, handling_state, pause_handling
-from runtime.ingest import ingest_page
-from runtime.operators import Role, add_operator
+from runtime.admission.handling import MAX_REASON_CHARS, handling_state, pause_handling
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.accounts import Role, add_operator
 from worker.cli import cli
 
 HUGE = "99999999999999999999999"

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import uvicorn
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.credentials import save_credentials
+from runtime.accounts.credentials import save_credentials
+from runtime.accounts.registry import AccountSpec, create_account
 from tests.integration.helpers import wait_for
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.callback import callback_signature

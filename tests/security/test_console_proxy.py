@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from runtime.operators import Role, add_operator
+from runtime.operators.accounts import Role, add_operator
 from tests.integration.helpers import wait_for
 
 BIN = Path(sys.executable).parent

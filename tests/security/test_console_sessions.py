@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from runtime.ingest import ingest_page
-from runtime.operators import Role, add_operator
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.accounts import Role, add_operator
 from worker.console.headers import SECURITY_HEADERS
 from worker.console.streams import StreamSlots
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from runtime.customers import list_customers
-from runtime.ingest import ingest_page
-from runtime.operators import Role, add_operator
-from runtime.outside_text import SEARCH_MAX_CHARS, search_text, visible
-from runtime.pages import FileContent
+from runtime.customers.outside_text import SEARCH_MAX_CHARS, search_text, visible
+from runtime.customers.summaries import list_customers
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import FileContent
+from runtime.operators.accounts import Role, add_operator
 from transports.simulator.platform import BuyerMedia
 
 SPOOF = "张\u202e三\u200b"  # reads as another buyer's name once reordered and with a hidden space

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from config import DingTalkSettings
-from runtime.pages import ReplyWebhook
+from runtime.inbound.pages import ReplyWebhook
+from runtime.outbox.recipients import REPLY_WEBHOOK
 from runtime.ports import MediaFetchFailure, OutboundSend, SendFailure
-from runtime.recipients import REPLY_WEBHOOK
 from transports.dingtalk.openapi import DingTalkOpenAPI
 
 
@@ -145,7 +145,7 @@ def test_a_plain_http_bridge_elsewhere_is_refused_before_any_request_and_stops_i
 
 
 def test_accounts_add_refuses_a_plain_http_bridge_elsewhere(kefu, store, monkeypatch):
-    from runtime.accounts import list_accounts
+    from runtime.accounts.registry import list_accounts
     from worker.cli import cli
 
     monkeypatch.setenv("KEFU_SETUP_SECRET", "bridge-secret")

@@ -18,7 +18,7 @@ from pathlib import Path
 os.umask(0o022)  # as a shell usually starts it
 from worker import app  # noqa: F401  (what `celery -A worker` loads: the kefu process's setup)
 from config import load_settings
-from runtime.session_log import SessionLog
+from runtime.agent.session_log import SessionLog
 from runtime.store import DeliveryStore
 settings = load_settings(data_dir=Path(sys.argv[1]))
 store = DeliveryStore(settings.delivery_path, settings.delivery)

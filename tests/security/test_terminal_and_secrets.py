@@ -8,7 +8,7 @@ import pytest
 
 from config import load_settings
 from config.settings import SettingsError
-from runtime.ingest import ingest_page
+from runtime.inbound.ingest import ingest_page
 from worker.cli import cli
 
 # A window retitle (OSC), a colour (CSI), a bell, a right-to-left override, a zero-width space.

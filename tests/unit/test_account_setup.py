@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from runtime.account_setup import AccountSetups, replayed_account
-from runtime.accounts import AccountSpec, list_accounts
-from runtime.credentials import load_credentials
+from runtime.accounts.credentials import load_credentials
+from runtime.accounts.registry import AccountSpec, list_accounts
+from runtime.accounts.setup import AccountSetups, replayed_account
 from runtime.errors import KefuError
 
 SPEC = AccountSpec(id="ding", platform="dingtalk", identity="robot-1")
@@ -73,7 +73,7 @@ def test_the_same_robot_twice_or_an_unverified_identity_is_refused_before_anythi
 
 
 def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
-    from runtime.routes import RouteSpec, create_route
+    from runtime.admission.routes import RouteSpec, create_route
 
     create_route(store, RouteSpec(id="r2", account_id=shop, conversation_type="direct", peer_id="p"), op_id="op-r")
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
@@ -83,13 +83,13 @@ def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
 def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_history(
     store, shop, transport, platform
 ):
-    from runtime.accounts import delete_account, listening_accounts, set_connection_intent
-    from runtime.ingest import ingest_page
-    from runtime.routes import list_routes
+    from runtime.accounts.registry import delete_account, listening_accounts, set_connection_intent
+    from runtime.admission.routes import list_routes
+    from runtime.inbound.ingest import ingest_page
 
     ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")]))
     with store.write() as conn:
-        from runtime.credentials import save_credentials
+        from runtime.accounts.credentials import save_credentials
 
         save_credentials(conn, shop, {"secret": "x"})
     set_connection_intent(store, shop, "disconnected")  # revision 2
@@ -114,8 +114,8 @@ def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_h
 
 
 def test_a_deleted_account_added_again_with_its_identity_is_restored_with_its_history(store, shop, transport, platform):
-    from runtime.accounts import delete_account, renew_account
-    from runtime.ingest import ingest_page
+    from runtime.accounts.registry import delete_account, renew_account
+    from runtime.inbound.ingest import ingest_page
 
     [first] = ingest_page(
         store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")])

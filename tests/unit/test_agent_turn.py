@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.tools import TurnBinding, execute
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError
-from runtime.ingest import ingest_page
+from runtime.inbound.ingest import ingest_page
 from runtime.ports import ChatMessage, ToolCall
-from runtime.session_log import SessionLog
 
 KNOWLEDGE = load_knowledge(None)
 
@@ -68,7 +68,7 @@ def test_batch_size_bounds_a_batch(store, shop, transport, platform):
 
 
 def test_specific_route_beats_all_even_when_disabled(store, shop, transport, platform):
-    from runtime.routes import RouteSpec, create_route
+    from runtime.admission.routes import RouteSpec, create_route
 
     vip = platform.conversation_for("b1")
     spec = RouteSpec(id="vip", account_id="shop", conversation_type="direct", target="specific", conversation_id=vip)
@@ -182,7 +182,7 @@ def test_a_turn_that_hands_off_without_sending_commits_what_the_agent_saw(store,
 
 @pytest.fixture
 def binding(store, settings, shop, transport, platform):
-    from runtime.admission import load_customer, open_batch
+    from runtime.admission.batches import load_customer, open_batch
 
     customer_id = say(store, transport, platform, "b1", "你好")
     evaluate(store, customer_id, 1000)
@@ -279,7 +279,7 @@ def test_reconcile_session_commits_a_batch_the_log_already_finished(store, setti
 def test_a_finished_turn_records_its_model_calls_and_status_reports_them(store, settings, shop, transport, platform):
     """The rules agent's turn makes two model steps (the reply, then its closing text): the
     batch keeps both calls and their time, and the operations view counts them."""
-    from runtime.status import operations
+    from runtime.operators.status import operations
 
     customer = say(store, transport, platform, "b1", "什么时候发货？")
     evaluate(store, customer, 1000)

@@ -7,16 +7,16 @@ import json
 import httpx
 import pytest
 
-from runtime import leases
-from runtime.accounts import AccountSpec, create_account
-from runtime.alerts import Alert, AlertKind, SinkAnswer, backlog, deliver_alerts, raise_alert, undelivered
-from runtime.handling import pause_handling
-from runtime.ingest import ingest_page
-from runtime.listener_policy import ListenerPolicy, record_listener_state
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import begin_attempt, confirm_result, record_failure, settle_by_receipt
+from runtime.accounts.listener_policy import ListenerPolicy, record_listener_state
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.handling import pause_handling
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.alerts import Alert, AlertKind, SinkAnswer, backlog, deliver_alerts, raise_alert, undelivered
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.requests import begin_attempt, confirm_result, record_failure, settle_by_receipt
 from runtime.ports import NeverReceived, SendFailure
-from runtime.routes import RouteSpec, create_route
+from runtime.store import leases
 from worker.alert_sinks import WebhookSink
 
 
@@ -68,8 +68,8 @@ def test_a_send_unknown_again_after_a_receipt_query_sent_it_back_is_the_same_new
 
 
 def test_a_send_refused_before_it_was_stored_raises_an_alert(store):
-    """A Wangwang conversation the seller opened: no buyer to send to yet (runtime.recipients)."""
-    from runtime.pages import parse_page
+    """A Wangwang conversation the seller opened: no buyer to send to yet (runtime.outbox.recipients)."""
+    from runtime.inbound.pages import parse_page
     from tests.unit.test_media_and_recipients import message, wangwang_page
 
     create_account(store, AccountSpec(id="ww", platform="wangwang", identity="seller-ww"))

@@ -4,7 +4,7 @@ that cannot answer (here: an account without credentials) does not stop the othe
 from __future__ import annotations
 
 from runtime import pipeline
-from runtime.accounts import AccountSpec, create_account
+from runtime.accounts.registry import AccountSpec, create_account
 from tests.log_capture import captured
 from worker.celery_app import make_app
 from worker.context import runtime_for

@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from config import CheckpointSettings, ListenerSettings, SettingsError, load_settings
-from runtime.admission import evaluate
-from runtime.checkpoints import SinkOutcome, compute_report, due_report, record_outcome, resume_checkpoint
-from runtime.ingest import ingest_page
-from runtime.input_pause import pause_input, resume_input
-from runtime.listener_policy import ListenerPolicy, record_listener_state
-from runtime.manual import ManualSend, send_manual
+from runtime.accounts.listener_policy import ListenerPolicy, record_listener_state
+from runtime.admission.batches import evaluate
+from runtime.inbound.checkpoints import SinkOutcome, compute_report, due_report, record_outcome, resume_checkpoint
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.input_pause import pause_input, resume_input
+from runtime.outbox.manual import ManualSend, send_manual
 from tests.log_capture import captured
 from worker.checkpoint_sinks import HttpSink, LogSink, report_checkpoints
 

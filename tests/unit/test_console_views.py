@@ -9,19 +9,26 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.admission.handling import pause_handling
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
-from runtime.customers import list_customers
+from runtime.customers.summaries import list_customers
+from runtime.customers.transcript import transcript, transcript_version
 from runtime.errors import KefuError
-from runtime.handling import pause_handling
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, send_manual
-from runtime.operators import Role, add_operator, authenticate, disable_operator, list_operators, operator_named
-from runtime.outbox import begin_attempt, record_failure, record_sent
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.accounts import (
+    Role,
+    add_operator,
+    authenticate,
+    disable_operator,
+    list_operators,
+    operator_named,
+)
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.read_receipts import accept_buyer_receipt
+from runtime.outbox.requests import begin_attempt, record_failure, record_sent
 from runtime.ports import BuyerReadReceipt, SendFailure, SendReceipt
-from runtime.read_receipts import accept_buyer_receipt
-from runtime.transcript import transcript, transcript_version
 from worker.console.metrics import registry_for
 
 
@@ -176,7 +183,7 @@ def test_a_conversation_page_shows_what_the_memory_engine_keeps_about_the_buyer(
 ):
     from starlette.testclient import TestClient
 
-    from runtime.agent.memory import scope_of
+    from runtime.memory.engine import scope_of
     from runtime.memory.folders import ArchivedMessage, plan_folders
     from runtime.memory.store import MemoryStore
     from worker.console import create_app

@@ -7,21 +7,21 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from runtime.admission import evaluate
-from runtime.agent.memory import MemoryEngine, scope_of
-from runtime.agent.memory_jobs import SessionJobs, archive_job
+from runtime.admission.batches import evaluate
+from runtime.agent.history import query_history
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.script_clock import REAL_TIME, ConversationClock, conversation_clock
+from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.clock import REAL_TIME, ConversationClock, conversation_clock
-from runtime.history import query_history
-from runtime.ingest import ingest_page
-from runtime.lru import Lru
+from runtime.customers.transcript import transcript
+from runtime.inbound.ingest import ingest_page
+from runtime.memory.engine import MemoryEngine, scope_of
+from runtime.memory.jobs import SessionJobs, archive_job
 from runtime.memory.store import MemoryStore
-from runtime.session_log import SessionLog, UserMessage
 from runtime.store import now_ms
+from runtime.store.lru import Lru
 from runtime.store.sql import sql
-from runtime.transcript import transcript
 
 ZONE = ZoneInfo("Asia/Shanghai")
 DAY_MS = 86_400_000
@@ -134,7 +134,7 @@ def test_one_page_with_two_script_times_keeps_each_message_on_its_own(store, set
 
 
 def test_a_clock_kept_between_turns_reads_as_one_read_from_every_message(store, shop, transport, platform, monkeypatch):
-    import runtime.clock as clock_module
+    import runtime.agent.script_clock as clock_module
 
     def from_scratch(customer: int) -> ConversationClock:
         with monkeypatch.context() as scoped, store.read() as conn:

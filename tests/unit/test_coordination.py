@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.shards import Placement
-from runtime.states import PlacementState
+from runtime.placement.shards import Placement
+from runtime.store.states import PlacementState
 from tests.integration import conftest as integration
 from worker.coordination import Coordinator, Grant, LocalCoordinator, RedisCoordinator
 

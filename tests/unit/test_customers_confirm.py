@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.customers import list_customers
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.customers.summaries import list_customers
 from runtime.errors import KefuError
-from runtime.ingest import ingest_page
-from runtime.outbox import begin_attempt, confirm_result, record_failure, register_outbound
-from runtime.pages import parse_page
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import parse_page
+from runtime.outbox.requests import begin_attempt, confirm_result, record_failure, register_outbound
 from runtime.ports import SendFailure
 from runtime.store.tables import OutboundIntent
 
@@ -73,7 +73,7 @@ def test_an_operator_confirms_non_delivery(store, unknown_request):
 
 
 def test_a_reader_watermark_only_moves_forward_and_unread_counts_follow_it(store, shop):
-    from runtime.customers import ack_customer_read
+    from runtime.customers.summaries import ack_customer_read
 
     for n in range(3):
         ingest_page(store, parse_page(page("shop", f"w{n}", "c-read", "王五")))
@@ -91,7 +91,7 @@ def test_a_reader_watermark_only_moves_forward_and_unread_counts_follow_it(store
 
 
 def test_unread_counts_are_reused_until_the_delivery_store_changes(store, shop):
-    from runtime.customers import ack_customer_read, unread_counts
+    from runtime.customers.summaries import ack_customer_read, unread_counts
 
     for n in range(2):
         ingest_page(store, parse_page(page("shop", f"u{n}", f"c-{n}", "赵六")))

@@ -1,5 +1,5 @@
 """A lease whose holder process died is taken over at once where its host can see it gone
-(runtime.holders, runtime.leases), and its stranded turn runs again without waiting out the
+(runtime.store.holders, runtime.store.leases), and its stranded turn runs again without waiting out the
 reconciler's grace (runtime.pipeline.rescue). A live holder, another host's or one of an
 unknown form, keeps its lease until it expires."""
 
@@ -15,13 +15,13 @@ from celery import current_app
 from celery.signals import worker_process_init
 
 from config import load_settings
-from runtime import holders, leases, pipeline
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import AttemptGrant, begin_attempt, load_request
+from runtime import pipeline
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.requests import AttemptGrant, begin_attempt, load_request
 from runtime.pipeline import Attempt, RunTurn, Settle, Step
 from runtime.ports import NeverReceived, SendReceipt
-from runtime.states import OutboxState
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, holders, leases, now_ms
+from runtime.store.states import OutboxState
 from tests.unit.test_pipeline import ingested, services, turn  # noqa: F401  (the fixture)
 from worker.celery_app import make_app
 from worker.context import WorkerRuntime, runtime_for
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def dead_owner() -> str:
     """The holder name of a real process of this host that has exited."""
     done = subprocess.run(
-        [sys.executable, "-c", "from runtime.holders import new_owner; print(new_owner())"],
+        [sys.executable, "-c", "from runtime.store.holders import new_owner; print(new_owner())"],
         cwd=ROOT,
         capture_output=True,
         text=True,

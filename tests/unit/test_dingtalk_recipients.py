@@ -1,4 +1,4 @@
-"""DingTalk's 1:1 recipient rule (runtime.recipients.dingtalk_recipient): the buyer's staff id,
+"""DingTalk's 1:1 recipient rule (runtime.outbox.recipients.dingtalk_recipient): the buyer's staff id,
 else the conversation's latest session webhook that has not expired, else
 DINGTALK_RECIPIENT_UNAVAILABLE before any platform call. Sends go to the local fake DingTalk
 over real HTTP; its batchSend refuses encrypted senderIds as DingTalk does."""
@@ -13,17 +13,17 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from config import DingTalkSettings
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, load_customer, open_batch
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate, load_customer, open_batch
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.tools import TurnBinding, execute
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
-from runtime.pages import ReplyWebhook
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import ReplyWebhook
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.read_checks import schedule_read_checks
+from runtime.outbox.recipients import REPLY_WEBHOOK, RecipientUnavailable, dingtalk_recipient
+from runtime.outbox.requests import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
 from runtime.ports import MediaPayload, OutboundSend, SendFailure, ToolCall
-from runtime.read_checks import schedule_read_checks
-from runtime.recipients import REPLY_WEBHOOK, RecipientUnavailable, dingtalk_recipient
-from runtime.routes import RouteSpec, create_route
 from tests.fakes.dingtalk import FakeDingTalk, sender_id_of
 from transports.dingtalk.openapi import DingTalkOpenAPI
 from transports.dingtalk.robot import parse_robot_message, robot_page

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from config import DingTalkSettings, ListenerSettings
-from runtime.accounts import AccountSpec, create_account, load_account
-from runtime.pages import InboundPage
+from runtime.accounts.registry import AccountSpec, create_account, load_account
+from runtime.admission.routes import RouteSpec, create_route
+from runtime.inbound.pages import InboundPage
 from runtime.ports import ListenerFailure
-from runtime.routes import RouteSpec, create_route
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.unit.test_listeners import Observer, Published
 from transports.dingtalk import DingTalkCredentials

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runtime.errors import PageRejected
-from runtime.ingest import ingest_page
+from runtime.inbound.ingest import ingest_page
 from transports.dingtalk.callback import CallbackRejected, callback_signature, verify_callback
 from transports.dingtalk.robot import parse_robot_message, robot_page
 
@@ -92,7 +92,7 @@ def test_pictures_keep_their_download_code_and_rich_text_keeps_references_only()
 
 
 def test_a_redelivered_message_is_the_same_page_and_ingests_once(store):
-    from runtime.accounts import AccountSpec, create_account
+    from runtime.accounts.registry import AccountSpec, create_account
 
     create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="ding-robot"))
     page = robot_page("ding", parse_robot_message(robot()))
@@ -144,8 +144,8 @@ def test_bad_callbacks_are_refused_with_a_clear_code(headers, body, code):
 
 
 def test_voice_file_and_video_messages_keep_their_references_and_read_as_text(store):
-    from runtime.accounts import AccountSpec, create_account
-    from runtime.rendering import content_text
+    from runtime.accounts.registry import AccountSpec, create_account
+    from runtime.agent.rendering import content_text
     from runtime.store.sql import sql
 
     voice = robot(

@@ -1,16 +1,17 @@
 """The account directory rebuilt from the shards' stores after the coordination store lost it
-(runtime.directory): accounts are entered again, and a move whose journal and entry were lost
+(runtime.placement.directory): accounts are entered again, and a move whose journal and entry were lost
 ends where the stores say, never with an account paused for ever."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from runtime import moves, pipeline
-from runtime.directory import Rebuilt, discarder, enter_accounts, rebuild_directory
-from runtime.moves import begin_move, flip, load_move
-from runtime.shards import Placement
-from runtime.states import MoveStep, PlacementState
+from runtime import pipeline
+from runtime.placement import moves
+from runtime.placement.directory import Rebuilt, discarder, enter_accounts, rebuild_directory
+from runtime.placement.moves import begin_move, flip, load_move
+from runtime.placement.shards import Placement
+from runtime.store.states import MoveStep, PlacementState
 from tests.local_services import Local
 from tests.unit.test_moves import _replied, page
 from tests.unit.test_moves import shards as shards  # the fixture: shards a (serving `shop`) and b

@@ -53,7 +53,7 @@ def test_receiving_and_sending_commit_durably_and_ingest_and_admission_do_not(
     transactions = _split(statements)
     assert _durable(transactions, "INSERT OR IGNORE INTO received_page") == [True]  # the receiver ACKs next
     # The cursor is confirmed next, but the durable received record is the page's copy: a lost
-    # ingest commit takes its mark with it, and the page is published again (runtime.ingest).
+    # ingest commit takes its mark with it, and the page is published again (runtime.inbound.ingest).
     assert _durable(transactions, "INSERT OR IGNORE INTO page_receipt") == [False]
     assert _durable(transactions, "INSERT INTO outbox_attempt") == [True]  # the send follows
     assert _durable(transactions, "UPDATE outbox_attempt SET state") == [True]  # the send's outcome

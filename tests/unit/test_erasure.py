@@ -12,19 +12,19 @@ import pytest
 import zstandard
 
 from config import RetentionSettings
-from runtime.admission import evaluate
-from runtime.agent.memory import scope_of
+from runtime.admission.batches import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
-from runtime.erasure import erase_customer, plan_erasure
+from runtime.customers.erasure import erase_customer, plan_erasure
+from runtime.customers.retention import DAY_MS, prune
 from runtime.errors import KefuError
-from runtime.inbox import prune_ingested, record_received
-from runtime.ingest import ingest_page
-from runtime.leases import claimed
+from runtime.inbound.inbox import prune_ingested, record_received
+from runtime.inbound.ingest import ingest_page
+from runtime.memory.engine import scope_of
 from runtime.memory.folders import ArchivedMessage, plan_folders
 from runtime.memory.store import MemoryStore
-from runtime.retention import DAY_MS, prune
 from runtime.store import now_ms
+from runtime.store.leases import claimed
 from runtime.store.sql import sql
 from worker.cli import cli
 

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from runtime import leases
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.leases import LeaseLost, before_file_write, fenced
 from runtime.ports import AssistantReply
-from runtime.session_log import SessionLog
+from runtime.store import leases
+from runtime.store.leases import LeaseLost, before_file_write, fenced
 from tests.unit.test_agent_turn import say
 
 

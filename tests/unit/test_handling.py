@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.admission.handling import handling_state, pause_handling, resume_handling
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError
-from runtime.handling import handling_state, pause_handling, resume_handling
-from runtime.ingest import ingest_page
-from runtime.outbox import AttemptSkipped, begin_attempt
-from runtime.session_log import SessionLog
+from runtime.inbound.ingest import ingest_page
+from runtime.outbox.requests import AttemptSkipped, begin_attempt
 
 RULES = RulesProvider(load_knowledge(None))
 

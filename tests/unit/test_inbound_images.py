@@ -9,16 +9,16 @@ import zlib
 from zoneinfo import ZoneInfo
 
 from runtime import pipeline
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.agent.turn import run_turn
-from runtime.erasure import erase_customer
-from runtime.inbound_media import buyer_image, fetch_image, image_body, pending_images
-from runtime.ingest import ingest_page
+from runtime.customers.erasure import erase_customer
+from runtime.customers.transcript import transcript
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.media import buyer_image, fetch_image, image_body, pending_images
 from runtime.pipeline import FetchImage
 from runtime.ports import AssistantReply, ChatMessage, MediaFetchFailure, ToolSpec
 from runtime.store import now_ms
 from runtime.store.sql import sql
-from runtime.transcript import transcript
 from tests.local_services import Local
 from transports.simulator.platform import BuyerMedia
 

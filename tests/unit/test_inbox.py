@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import PageRejected
-from runtime.inbox import overdue_pages, prune_ingested, record_received, refuse_page
-from runtime.ingest import committed_cursor, ingest_page
-from runtime.pages import parse_page
+from runtime.inbound.inbox import overdue_pages, prune_ingested, record_received, refuse_page
+from runtime.inbound.ingest import committed_cursor, ingest_page
+from runtime.inbound.pages import parse_page
 from tests.unit.test_ingest import group, message, page_dict
 
 
@@ -34,7 +34,7 @@ def test_a_received_page_whose_broker_message_is_lost_is_published_again_until_i
 
 
 def test_a_checkpoint_counts_received_messages_not_yet_ingested_as_pending_input(store, shop):
-    from runtime.checkpoints import compute_report
+    from runtime.inbound.checkpoints import compute_report
 
     two = parse_page(page_dict(op="p1", groups=[group("conv-1", [message("m1"), message("m2")])]))
     record_received(store, two)
@@ -130,7 +130,7 @@ def test_a_page_that_can_never_be_ingested_is_not_published_again(store, shop):
 
 
 def test_pages_held_by_an_input_pause_wait_for_the_resume(store, shop):
-    from runtime.input_pause import pause_input, resume_input
+    from runtime.inbound.input_pause import pause_input, resume_input
 
     record_received(store, page("p1", "c1", "m1"))
     pause_input(store, shop)

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from runtime.classification import classify_inbound_sender
 from runtime.errors import KefuError, PageRejected
-from runtime.ingest import committed_cursor, ingest_page
-from runtime.outbox import register_outbound
-from runtime.pages import parse_page
+from runtime.inbound.classification import classify_inbound_sender
+from runtime.inbound.ingest import committed_cursor, ingest_page
+from runtime.inbound.pages import parse_page
+from runtime.outbox.requests import register_outbound
 from runtime.store.tables import OutboundIntent
 from tests.partial_ingest import commit_groups
 
@@ -178,7 +178,7 @@ def test_sender_classification_uses_platform_ids_never_text(store, shop):
 @hsettings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 9)), min_size=1, max_size=30))
 def test_any_replay_order_stores_each_message_once(tmp_path_factory, plan):
-    from runtime.accounts import AccountSpec, create_account
+    from runtime.accounts.registry import AccountSpec, create_account
     from runtime.store import DeliveryStore
 
     store = DeliveryStore(tmp_path_factory.mktemp("h") / "d.sqlite")
@@ -200,7 +200,7 @@ def test_occurred_at_keeps_the_provider_instant(store, shop):
 
 
 def test_history_imports_enter_the_history_only(store, shop):
-    from runtime.admission import evaluate
+    from runtime.admission.batches import evaluate
 
     imported = ingest_page(store, parse_page(page_dict(op="h1", groups=[group("conv-1", [message("old")])])), "history")
     assert imported.customer_ids == []  # nobody asks admission about history

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from runtime import pipeline
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.errors import KefuError
-from runtime.ingest import committed_cursor, ingest_page
-from runtime.input_pause import (
+from runtime.inbound.ingest import committed_cursor, ingest_page
+from runtime.inbound.input_pause import (
     InputPaused,
     held_pages,
     hold_page,
@@ -17,7 +17,7 @@ from runtime.input_pause import (
     pause_input,
     resume_input,
 )
-from runtime.pages import InboundPage
+from runtime.inbound.pages import InboundPage
 from runtime.store.sql import sql
 from tests.partial_ingest import commit_groups
 
@@ -90,9 +90,9 @@ def test_admission_stops_while_paused_and_in_flight_counts_turns(store, shop, tr
 
 
 def test_a_moves_pause_is_the_moves_to_lift(store, shop):
-    from runtime.input_pause import input_pauses
-    from runtime.shards import Placement, record_placement
-    from runtime.states import PlacementState
+    from runtime.inbound.input_pause import input_pauses
+    from runtime.placement.shards import Placement, record_placement
+    from runtime.store.states import PlacementState
 
     pause_input(store, shop)
     with store.write() as conn:  # what a move's stop does on its source

@@ -12,9 +12,8 @@ import typer
 from celery.signals import beat_init, worker_init
 
 from config import load_settings
-from runtime import leases
 from runtime.errors import KefuError
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, leases
 from runtime.store.failures import store_error
 from runtime.store.migrations import LATEST_VERSION
 from worker.broker import broker_config

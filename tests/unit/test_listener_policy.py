@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from config import ListenerSettings
-from runtime.listener_policy import ListenerPolicy, record_listener_state
+from runtime.accounts.listener_policy import ListenerPolicy, record_listener_state
 from runtime.store.sql import sql
 
 SECOND = 1000

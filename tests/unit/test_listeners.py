@@ -12,12 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 from config import ListenerSettings
-from runtime.accounts import AccountSpec, create_account, load_account, set_connection_intent
+from runtime.accounts.registry import AccountSpec, create_account, load_account, set_connection_intent
+from runtime.admission.routes import RouteChanges, update_route
 from runtime.errors import KefuError
-from runtime.ingest import ingest_page
-from runtime.pages import InboundPage
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import InboundPage
 from runtime.ports import BuyerReadReceipt, Heartbeat, ListenerFailure, Received
-from runtime.routes import RouteChanges, update_route
 from worker.listeners import AccountListener, ListenerChange, ListenerSupervisor
 
 FAST = ListenerSettings(
@@ -348,8 +348,8 @@ def test_the_supervisor_runs_one_listener_per_live_account_and_follows_disconnec
 
 
 def test_an_account_without_a_transport_is_failed_with_a_clear_code(store, supervisors):
+    from runtime.admission.routes import RouteSpec, create_route
     from runtime.errors import KefuError
-    from runtime.routes import RouteSpec, create_route
 
     create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="robot-1"))
     create_route(store, RouteSpec(id="ding-direct", account_id="ding", conversation_type="direct"), op_id="op-d")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.admission.handling import pause_handling
+from runtime.agent.history import query_history
 from runtime.errors import KefuError
-from runtime.handling import pause_handling
-from runtime.history import query_history
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, query_manual, retry_manual, send_manual, send_manual_parts
-from runtime.outbox import AttemptGrant, begin_attempt, record_failure, record_sent
+from runtime.inbound.ingest import ingest_page
+from runtime.outbox.manual import ManualSend, query_manual, retry_manual, send_manual, send_manual_parts
+from runtime.outbox.requests import AttemptGrant, begin_attempt, record_failure, record_sent
 from runtime.ports import SendFailure
 from runtime.store.sql import sql
 

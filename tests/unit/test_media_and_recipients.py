@@ -9,18 +9,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, load_customer, open_batch
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate, load_customer, open_batch
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
-from runtime.inbound_media import image_body
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, query_manual, send_manual, send_manual_parts
-from runtime.media import AttachmentPolicy, describe, read_media_file
-from runtime.outbox import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
-from runtime.pages import parse_page
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.media import image_body
+from runtime.inbound.pages import parse_page
+from runtime.outbox.manual import ManualSend, query_manual, send_manual, send_manual_parts
+from runtime.outbox.media import AttachmentPolicy, describe, read_media_file
+from runtime.outbox.requests import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
 from runtime.ports import SendFailure, ToolCall
-from runtime.routes import RouteSpec, create_route
 from runtime.store.sql import sql
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32

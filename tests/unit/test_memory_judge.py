@@ -132,7 +132,7 @@ def test_the_scoring_task_lists_the_newest_pending_first_and_leaves_room_for_rev
     from zoneinfo import ZoneInfo
 
     from config import MemorySettings
-    from runtime.agent.memory import MemoryEngine, judge_task
+    from runtime.memory.engine import MemoryEngine, judge_task
 
     store = MemoryStore(tmp_path / "memory.sqlite")
     made = []

@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from runtime.admission import evaluate
-from runtime.agent.memory import MemoryEngine, SessionMemory, archive, block_entries, rearchive, scope_of
-from runtime.agent.memory_jobs import SessionJobs, archive_job, score_scope
+from runtime.admission.batches import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.script_clock import REAL_TIME, ConversationClock
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import TurnResult, run_turn
 from runtime.agent.view import model_view, system_text
-from runtime.clock import REAL_TIME, ConversationClock
-from runtime.erasure import erase_customer
-from runtime.ingest import ingest_page
+from runtime.customers.erasure import erase_customer
+from runtime.inbound.ingest import ingest_page
+from runtime.memory.engine import MemoryEngine, SessionMemory, archive, block_entries, rearchive, scope_of
+from runtime.memory.jobs import SessionJobs, archive_job, score_scope
 from runtime.memory.recall import load_state
 from runtime.memory.store import MemoryStore
-from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
@@ -279,8 +279,8 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 def test_an_archived_image_becomes_a_placeholder_and_a_file_memory_image_finds(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from runtime.agent.memory_tools import MEMORY_TOOLS
     from runtime.agent.tools import TurnBinding, execute
+    from runtime.memory.tools import MEMORY_TOOLS
     from runtime.ports import ToolCall
 
     attachments = tmp_path / "attachments"

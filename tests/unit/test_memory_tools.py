@@ -16,14 +16,14 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from config import MemorySettings
-from runtime.agent.memory import MemoryEngine
-from runtime.agent.memory_tools import MEMORY_TOOLS, match_event
 from runtime.agent.tools import ToolOutcome, TurnBinding, execute
+from runtime.memory.engine import MemoryEngine
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.judge import judge
 from runtime.memory.recall import load_state
 from runtime.memory.selfcheck import selfcheck
 from runtime.memory.store import MemoryStore
+from runtime.memory.tools import MEMORY_TOOLS, match_event
 from runtime.ports import ToolCall
 
 ZONE = ZoneInfo("Asia/Shanghai")

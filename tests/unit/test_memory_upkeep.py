@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from runtime.agent.session_log import SessionLog
 from runtime.memory.audit import apply, audit
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.judge import judge
 from runtime.memory.recall import RecallCounters, RecallState, load_state, save_state
 from runtime.memory.selfcheck import selfcheck
 from runtime.memory.store import MemoryStore
-from runtime.session_log import SessionLog
 
 SCOPE = "customer-1"
 HOUR_MS = 3_600_000
@@ -149,8 +149,8 @@ def test_a_models_backlog_past_max_pending_goes_to_the_heuristic_at_once(store: 
     from zoneinfo import ZoneInfo
 
     from config import MemorySettings
-    from runtime.agent.memory import MemoryEngine
-    from runtime.agent.memory_jobs import backlog
+    from runtime.memory.engine import MemoryEngine
+    from runtime.memory.jobs import backlog
 
     fresh = [PlannedFolder(seq=n, title="新", text=f"user: 新问题{n}\n", event_from=0, event_to=0) for n in (1, 2, 3)]
     store.commit_archive(SCOPE, "plan-2", fresh)

@@ -1,4 +1,4 @@
-"""A move's journal step by step (runtime.moves), between two real shard stores on one local
+"""A move's journal step by step (runtime.placement.moves), between two real shard stores on one local
 coordination file, with a MockTransport for the platform: no broker, no worker."""
 
 from __future__ import annotations
@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 
 from config import load_settings
-from runtime import moves, pipeline
-from runtime.accounts import AccountSpec, create_account
-from runtime.directory import discarder, enter_accounts, rebuild_directory
+from runtime import pipeline
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.errors import KefuError
-from runtime.moves import begin_move, begin_rollback, flip, load_move
 from runtime.pipeline import Attempt, Ingest
-from runtime.routes import RouteSpec, create_route
-from runtime.shards import customer_id_base, local_placement
-from runtime.states import MoveStep, PlacementState
+from runtime.placement import moves
+from runtime.placement.directory import discarder, enter_accounts, rebuild_directory
+from runtime.placement.moves import begin_move, begin_rollback, flip, load_move
+from runtime.placement.shards import customer_id_base, local_placement
 from runtime.store import DeliveryStore
+from runtime.store.states import MoveStep, PlacementState
 from tests.local_services import Local
 from tests.unit.test_pipeline import page, turn
 from worker.coordination import LocalCoordinator
@@ -189,7 +190,7 @@ def test_a_turn_that_stays_in_flight_past_the_drain_bound_rolls_the_move_back_an
 
 def test_an_import_not_taken_within_its_bound_rolls_back_on_the_source_alone(shards):
     """The target took the slice but died before its journal step: the source rolls back by
-    itself, and the target, back again, discards what it imported (runtime.directory)."""
+    itself, and the target, back again, discards what it imported (runtime.placement.directory)."""
     a, b, coordination = shards
     begin_move(coordination, "m1", "shop", "b")
     assert moves.advance(a, coordination, "m1").outcome.startswith("exported")

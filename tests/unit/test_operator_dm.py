@@ -8,19 +8,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.admission.handling import pause_handling
+from runtime.agent.operator_dm import OperatorDmRequest, accept_operator_dm, answer_of
+from runtime.agent.rendering import RenderableMessage, render_inputs
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
+from runtime.customers.transcript import transcript_version
 from runtime.errors import KefuError
-from runtime.handling import pause_handling
-from runtime.ingest import ingest_page
-from runtime.operator_dm import OperatorDmRequest, accept_operator_dm, answer_of
-from runtime.rendering import RenderableMessage, render_inputs
-from runtime.session_log import SessionLog, UserMessage
-from runtime.status import is_quiet
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.status import is_quiet
 from runtime.store.sql import sql
-from runtime.transcript import transcript_version
 
 ZONE = ZoneInfo("Asia/Shanghai")
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runtime.outbox import (
+from runtime.outbox.requests import (
     AttemptGrant,
     AttemptSkipped,
     begin_attempt,

@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
 from config import load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate, open_batch
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate, open_batch
+from runtime.admission.handling import pause_handling, resume_handling
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.errors import KefuError
-from runtime.handling import pause_handling, resume_handling
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, retry_manual, send_manual
-from runtime.outbox import (
+from runtime.inbound.ingest import ingest_page
+from runtime.outbox.manual import ManualSend, retry_manual, send_manual
+from runtime.outbox.requests import (
     AttemptGrant,
     begin_attempt,
     confirm_result,
@@ -34,10 +35,9 @@ from runtime.outbox import (
     settle_by_receipt,
 )
 from runtime.ports import SendFailure
-from runtime.routes import RouteSpec, create_route
-from runtime.states import SETTLED
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
+from runtime.store.states import SETTLED
 from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.agent.rendering import shop_time
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.errors import PageRejected
-from runtime.ingest import ingest_page
-from runtime.pages import MAX_DURATION_MS, parse_page, platform_time
-from runtime.rendering import shop_time
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import MAX_DURATION_MS, parse_page, platform_time
 from tests.unit.test_ingest import group, message, page_dict
 
 YEAR_9999_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
@@ -89,7 +89,7 @@ def test_huge_ids_are_refused(field):
 
 @pytest.mark.parametrize("ms", [YEAR_9999_MS, YEAR_1_MS, -1, 10**20, math.nan, math.inf, -math.inf])
 def test_a_platforms_time_kefu_cannot_keep_is_taken_as_received_now(ms, caplog, monkeypatch):
-    logger = logging.getLogger("runtime.pages")  # heard directly: another test's logging setup may
+    logger = logging.getLogger("runtime.inbound.pages")  # heard directly: another test's logging setup may
     monkeypatch.setattr(logger, "disabled", False)  # have disabled it, raised its level or stopped
     monkeypatch.setattr(logger, "level", logging.WARNING)  # its propagation
     logger.addHandler(caplog.handler)

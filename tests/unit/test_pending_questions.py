@@ -4,14 +4,14 @@ one; a question that never reached the buyer is not offered."""
 
 from __future__ import annotations
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.admission.handling import pause_handling, resume_handling
 from runtime.agent.rotation import rotate_by_operator
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.handling import pause_handling, resume_handling
-from runtime.ingest import ingest_page
-from runtime.session_log import SessionLog, UserMessage
+from runtime.inbound.ingest import ingest_page
 from runtime.store.sql import sql
 
 KNOWLEDGE = load_knowledge(None)
@@ -70,7 +70,7 @@ def test_a_question_revoked_before_it_was_sent_is_not_offered(store, settings, s
 
 
 def test_a_newer_question_supersedes_one_no_turn_saw(store, settings, shop, transport, platform):
-    from runtime.pending_questions import ask
+    from runtime.agent.pending_questions import ask
 
     customer, _ = say(store, settings, transport, platform, "在吗")
     with store.write() as conn:

@@ -9,16 +9,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from config.retries import SEND_NOT_SUBMITTED
 from runtime import pipeline
+from runtime.admission.handling import pause_handling
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
-from runtime.handling import pause_handling
-from runtime.inbox import record_received
-from runtime.ingest import ingest_page
-from runtime.input_pause import pause_input
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import load_request
-from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.inbound.inbox import record_received
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.input_pause import pause_input
+from runtime.inbound.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.requests import load_request
 from runtime.pipeline import Admit, Archive, Attempt, Ingest, RecordRead, RunTurn, Settle, Step
 from runtime.ports import (
     AssistantReply,
@@ -31,7 +33,6 @@ from runtime.ports import (
     SendReceipt,
     ToolSpec,
 )
-from runtime.session_log import SessionLog
 from tests.local_services import Local
 from transports.mock import MockReadStatusTransport
 
@@ -153,7 +154,7 @@ def test_a_reply_begun_at_registration_whose_worker_died_is_never_sent_blindly(s
     pipeline.turn(services, customer_id, emitted.append, sends_here=True)  # the attempt never runs
     [reply] = emitted
     assert pipeline.deliver(services, reply.request_id) == Step("in-progress")  # its lease still runs
-    from runtime import outbox
+    from runtime.outbox import requests as outbox
 
     later = outbox.now_ms() + int(services.settings.outbox.attempt_lease_s * 1000) + 1
     monkeypatch.setattr(outbox, "now_ms", lambda: later)
@@ -187,7 +188,7 @@ def test_input_that_came_during_a_turn_is_admitted_after_it(services):
 
 
 def test_a_turn_above_the_memory_trigger_asks_for_an_archive(services, monkeypatch):
-    real = pipeline.run_turn  # the memory engine's trigger is runtime.agent.memory's to test
+    real = pipeline.run_turn  # the memory engine's trigger is runtime.memory.engine's to test
     monkeypatch.setattr(pipeline, "run_turn", lambda *a, **kw: replace(real(*a, **kw), archive_due=True))
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
@@ -196,7 +197,7 @@ def test_a_turn_above_the_memory_trigger_asks_for_an_archive(services, monkeypat
 
 
 def test_a_turn_whose_customer_lease_is_held_elsewhere_does_nothing(services):
-    from runtime import leases
+    from runtime.store import leases
 
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
@@ -235,7 +236,7 @@ def test_deliver_backs_off_a_send_the_platform_did_not_take_honouring_its_hint(s
     assert pipeline.deliver(services, "op-1") == Step("not-submitted", (Attempt("op-1", 7, 1),))
     services.transport.handler = not_taken(None)
     assert pipeline.deliver(services, "op-1", retries=2) == Step("not-submitted", (Attempt("op-1", 5, 3),))
-    last = len(pipeline.ATTEMPT_BACKOFF_S)  # backoff spent: the reconciler's grace takes over
+    last = SEND_NOT_SUBMITTED.retries  # backoff spent: the reconciler's grace takes over
     assert pipeline.deliver(services, "op-1", retries=last) == Step("not-submitted")
 
 
@@ -439,7 +440,7 @@ def test_a_human_taking_over_while_a_turn_waits_ends_it_without_a_call(services)
 
 
 def test_a_reply_begun_at_registration_still_waits_for_an_earlier_send_of_its_customer(services):
-    from runtime.manual import ManualSend, send_manual
+    from runtime.outbox.manual import ManualSend, send_manual
 
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
@@ -454,7 +455,7 @@ def test_a_reply_begun_at_registration_still_waits_for_an_earlier_send_of_its_cu
 
 
 def test_a_reply_whose_route_changed_since_admission_is_not_begun_at_registration(services):
-    from runtime.routes import RouteChanges, current_revision, update_route
+    from runtime.admission.routes import RouteChanges, current_revision, update_route
 
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)  # the batch is admitted under the route's generation 1

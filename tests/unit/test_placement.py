@@ -1,4 +1,4 @@
-"""Moving an account between shards (runtime.placement): a slice built by kefu's own ingest, turn,
+"""Moving an account between shards (runtime.placement.slices): a slice built by kefu's own ingest, turn,
 memory and outbox paths on one store, imported into a second store (customer ids kept: each
 shard gives out its own range; message ids renumbered), then removed from the source or discarded
 on the target."""
@@ -16,25 +16,28 @@ import pytest
 import zstandard
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account, delete_account, load_account
-from runtime.admission import evaluate
-from runtime.agent.memory import MemoryEngine, scope_of
-from runtime.agent.memory_jobs import SessionJobs, archive_job
+from runtime.accounts.credentials import save_credentials
+from runtime.accounts.registry import AccountSpec, create_account, delete_account, load_account
+from runtime.admission.batches import evaluate
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog, read_frames
 from runtime.agent.sessions import damaged_folder, session_path
 from runtime.agent.turn import run_turn
-from runtime.credentials import save_credentials
-from runtime.customers import ack_customer_read
-from runtime.erasure import erase_customer
+from runtime.customers.erasure import erase_customer
+from runtime.customers.summaries import ack_customer_read
 from runtime.errors import KefuError
-from runtime.inbox import record_received
-from runtime.ingest import ingest_page
-from runtime.input_pause import is_paused
+from runtime.inbound.inbox import record_received
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.input_pause import is_paused
+from runtime.inbound.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
+from runtime.memory.engine import MemoryEngine, scope_of
+from runtime.memory.jobs import SessionJobs, archive_job
 from runtime.memory.recall import RecallIndex, load_state
 from runtime.memory.store import MemoryStore
-from runtime.outbox import AttemptGrant, begin_attempt, record_sent
-from runtime.pages import ConversationGroup, InboundMessage, InboundPage, Sender, TextContent
-from runtime.placement import (
+from runtime.outbox.requests import AttemptGrant, begin_attempt, record_sent
+from runtime.placement.shards import customer_id_base
+from runtime.placement.slices import (
     AccountSlice,
     decode_slice,
     discard_import,
@@ -44,9 +47,6 @@ from runtime.placement import (
     remove_slice,
 )
 from runtime.ports import SendReceipt
-from runtime.routes import RouteSpec, create_route
-from runtime.session_log import SessionLog, read_frames
-from runtime.shards import customer_id_base
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 
@@ -443,9 +443,9 @@ def test_discarding_an_import_restores_the_target_as_it_was(source: Shard, targe
 
 
 def test_a_moved_slice_raises_none_of_its_alerts_again(source: Shard, target: Shard) -> None:
-    from runtime.handling import pause_handling
-    from runtime.manual import ManualSend, send_manual
-    from runtime.outbox import AttemptSkipped, begin_attempt, record_failure
+    from runtime.admission.handling import pause_handling
+    from runtime.outbox.manual import ManualSend, send_manual
+    from runtime.outbox.requests import AttemptSkipped, begin_attempt, record_failure
     from runtime.ports import SendFailure
 
     fresh = ingest_page(source.store, page("shop", 99, "buyer-z")).customer_ids[0]  # nothing of it on its way

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import begin_attempt, record_sent
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.read_checks import checked, due_read_checks, schedule_read_checks
+from runtime.outbox.requests import begin_attempt, record_sent
 from runtime.ports import SendReceipt
-from runtime.read_checks import checked, due_read_checks, schedule_read_checks
 
 
 def sent_request(store, shop, transport, platform, request_id: str) -> None:
-    from runtime.ingest import ingest_page
+    from runtime.inbound.ingest import ingest_page
 
     page = transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "在吗")])
     customer = ingest_page(store, page).customer_ids[0]

@@ -7,16 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
-from runtime.ingest import ingest_page
-from runtime.outbox import AttemptGrant, begin_attempt, record_sent, register_outbound
-from runtime.pages import parse_page
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import parse_page
+from runtime.outbox.read_receipts import accept_buyer_receipt
+from runtime.outbox.requests import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.ports import BuyerReadReceipt, SendReceipt
-from runtime.read_receipts import accept_buyer_receipt
-from runtime.session_log import SessionLog
 from runtime.store import DeliveryStore
 from runtime.store.sql import sql
 from runtime.store.tables import OutboundIntent

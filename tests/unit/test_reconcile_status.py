@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from runtime import pipeline
-from runtime.admission import evaluate
-from runtime.ingest import ingest_page
-from runtime.outbox import begin_attempt, register_outbound
+from runtime.admission.batches import evaluate
+from runtime.inbound.ingest import ingest_page
+from runtime.operators.status import is_quiet, stage_counts
+from runtime.outbox.requests import begin_attempt, register_outbound
 from runtime.pipeline import Admit, Attempt, RunTurn, Settle
-from runtime.status import is_quiet, stage_counts
 from runtime.store.tables import OutboundIntent
 from tests.local_services import Local
 
@@ -67,7 +67,7 @@ def test_an_empty_store_is_quiet(settings, store):
 def test_customers_waiting_are_handed_out_a_limit_at_a_time_round_the_backlog(
     settings, store, shop, platform, transport
 ):
-    from runtime.admission import _OVERDUE, customers_waiting
+    from runtime.admission.batches import _OVERDUE, customers_waiting
 
     ids = []
     for buyer in ("b1", "b2", "b3", "b4", "b5"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from runtime.rendering import RenderableMessage, render_batch
+from runtime.agent.rendering import RenderableMessage, render_batch
 
 
 def ms(*args) -> int:

@@ -7,20 +7,20 @@ import os
 from zoneinfo import ZoneInfo
 
 from config import RetentionSettings
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
 from runtime.agent.rotation import rotate_by_operator
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import damaged_folder, list_sessions, session_path
 from runtime.agent.turn import run_turn
-from runtime.ingest import ingest_page
-from runtime.manual import ManualSend, send_manual
-from runtime.outbox import begin_attempt, record_sent
+from runtime.customers.retention import DAY_MS, Pruned, prune
+from runtime.customers.transcript import transcript
+from runtime.inbound.ingest import ingest_page
+from runtime.outbox.manual import ManualSend, send_manual
+from runtime.outbox.requests import begin_attempt, record_sent
 from runtime.ports import SendReceipt
-from runtime.retention import DAY_MS, Pruned, prune
-from runtime.session_log import SessionLog
 from runtime.store import now_ms
 from runtime.store.sql import sql
-from runtime.transcript import transcript
 
 ZONE = ZoneInfo("Asia/Shanghai")
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64

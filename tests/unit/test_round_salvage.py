@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.agent.rounds import rounds, salvage
 from runtime.agent.turn import run_turn
-from runtime.ingest import ingest_page
-from runtime.leases import held
+from runtime.inbound.ingest import ingest_page
 from runtime.ports import AssistantReply, ToolCall
-from runtime.rounds import rounds, salvage
+from runtime.store.leases import held
 from worker.cli import cli
 
 

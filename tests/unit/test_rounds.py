@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from config import load_settings
+from runtime.agent.rounds import is_settled, is_successful, local_day_bounds, rounds
+from runtime.agent.session_log import SessionLog
 from runtime.agent.sessions import session_path
-from runtime.rounds import is_settled, is_successful, local_day_bounds, rounds
-from runtime.session_log import SessionLog
 from worker.celery_app import app
 from worker.cli import cli
 

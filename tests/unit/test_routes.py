@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.admission.routes import RouteChanges, RouteSpec, create_route, update_route
 from runtime.errors import KefuError
-from runtime.ingest import ingest_page
-from runtime.pages import parse_page
-from runtime.routes import RouteChanges, RouteSpec, create_route, update_route
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import parse_page
 
 AT = "2026-11-30T06:05:00+00:00"
 

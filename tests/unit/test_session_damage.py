@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.admission import evaluate
+from runtime.admission.batches import evaluate
+from runtime.agent.session_log import CorruptSessionLog, SessionLog, read_frames
 from runtime.agent.sessions import DAMAGED_NOTE, damaged_sessions, session_path
-from runtime.session_log import CorruptSessionLog, SessionLog, read_frames
 from tests.unit.test_agent_turn import say, turn
 
 

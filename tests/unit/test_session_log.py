@@ -13,9 +13,7 @@ import zstandard
 from pydantic import ValidationError
 
 from runtime.agent.repair import repair
-from runtime.agent.view import model_view
-from runtime.lru import Lru
-from runtime.session_log import (
+from runtime.agent.session_log import (
     SESSION_EVENT,
     AssistantMessage,
     CorruptSessionLog,
@@ -33,6 +31,8 @@ from runtime.session_log import (
     batch_turns,
     event_line,
 )
+from runtime.agent.view import model_view
+from runtime.store.lru import Lru
 
 
 def test_flush_reports_durability_and_frames_read_back(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_repairing_the_same_log_twice_writes_the_same_closers(tmp_path: Path, mo
     copy.write_bytes(log.path.read_bytes())
     repaired = []
     for path, clock in ((log.path, 10**13), (copy, 2 * 10**13)):  # two repairs, at two different times
-        monkeypatch.setattr("runtime.session_log.now_ms", lambda clock=clock: clock)
+        monkeypatch.setattr("runtime.agent.session_log.now_ms", lambda clock=clock: clock)
         reopened = SessionLog(path)
         reopened.open_for_append()
         repair(reopened)
@@ -409,7 +409,7 @@ def test_a_load_after_a_log_that_ended_without_flushing_holds_only_durable_event
 
 
 def test_the_view_kept_between_steps_is_the_view_built_from_scratch(tmp_path: Path, monkeypatch) -> None:
-    import runtime.session_log as session_log
+    import runtime.agent.session_log as session_log
 
     path = tmp_path / "s.jsonl.zst"
     log = SessionLog(path)

@@ -11,20 +11,11 @@ from pathlib import Path
 import pytest
 
 from config import OpenAISettings, Settings
-from runtime.admission import evaluate
-from runtime.agent.memory import MemoryEngine
+from runtime.admission.batches import evaluate
 from runtime.agent.rotation import fork_by_operator, rotate_by_operator
+from runtime.agent.rounds import rounds
 from runtime.agent.rules import RulesProvider, load_knowledge
-from runtime.agent.sessions import customer_sessions, list_sessions, session_path
-from runtime.agent.turn import TurnResult, run_turn
-from runtime.agent.view import model_view
-from runtime.errors import KefuError
-from runtime.ingest import ingest_page
-from runtime.leases import held
-from runtime.memory.store import MemoryStore
-from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
-from runtime.rounds import rounds
-from runtime.session_log import (
+from runtime.agent.session_log import (
     EndSeed,
     RequestHeader,
     SessionLog,
@@ -32,8 +23,17 @@ from runtime.session_log import (
     TurnEnd,
     event_line,
 )
-from runtime.states import RotationReason, SessionOrigin
+from runtime.agent.sessions import customer_sessions, list_sessions, session_path
+from runtime.agent.turn import TurnResult, run_turn
+from runtime.agent.view import model_view
+from runtime.errors import KefuError
+from runtime.inbound.ingest import ingest_page
+from runtime.memory.engine import MemoryEngine
+from runtime.memory.store import MemoryStore
+from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
 from runtime.store import DeliveryStore
+from runtime.store.leases import held
+from runtime.store.states import RotationReason, SessionOrigin
 from transports.simulator import SimulatedPlatform, SimulatorTransport
 from worker.cli import cli
 

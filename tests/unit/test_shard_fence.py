@@ -13,20 +13,19 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from config import Settings
-from runtime import leases
-from runtime.accounts import AccountSpec, create_account
-from runtime.admission import evaluate
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.admission.batches import evaluate
+from runtime.admission.handling import pause_handling
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.rules import RulesProvider, load_knowledge
+from runtime.agent.session_log import SessionLog
 from runtime.agent.turn import run_turn
-from runtime.handling import pause_handling
-from runtime.inbox import record_received
-from runtime.ingest import ingest_page
-from runtime.leases import before_file_write
-from runtime.pages import InboundPage, parse_page
-from runtime.routes import RouteSpec, create_route
-from runtime.session_log import SessionLog
-from runtime.shards import ID_RANGE, ShardGuard, ShardLeaseLost, customer_id_base
-from runtime.store import DeliveryStore, immediate
+from runtime.inbound.inbox import record_received
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import InboundPage, parse_page
+from runtime.placement.shards import ID_RANGE, ShardGuard, ShardLeaseLost, customer_id_base
+from runtime.store import DeliveryStore, immediate, leases
+from runtime.store.leases import before_file_write
 from runtime.store.migrations import LATEST_VERSION
 
 MINUTE_NS = 60 * 1_000_000_000

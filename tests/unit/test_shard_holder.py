@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from config import Settings, load_settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.placement.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost
 from runtime.store import DeliveryStore
 from worker.coordination import Grant, LocalCoordinator
 from worker.shard_lease import ShardHolder

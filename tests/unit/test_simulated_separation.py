@@ -11,17 +11,17 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from config import Settings
-from runtime.accounts import AccountSpec, create_account
-from runtime.agent.memory import scope_of
-from runtime.checkpoints import checkpoint_views
-from runtime.customers import simulated_customer_ids
-from runtime.ingest import ingest_page
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.customers.summaries import simulated_customer_ids
+from runtime.inbound.checkpoints import checkpoint_views
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.pages import parse_page
+from runtime.memory.engine import scope_of
 from runtime.memory.folders import ArchivedMessage, plan_folders
 from runtime.memory.report import report as memory_report
 from runtime.memory.store import MemoryStore
-from runtime.outbox import list_requests, register_outbound
-from runtime.pages import parse_page
-from runtime.status import stage_counts
+from runtime.operators.status import stage_counts
+from runtime.outbox.requests import list_requests, register_outbound
 from runtime.store import DeliveryStore
 from runtime.store.tables import OutboundIntent
 from worker.cli import cli

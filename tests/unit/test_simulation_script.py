@@ -150,9 +150,9 @@ def test_the_listener_pages_buyers_then_the_platforms_echoes_then_read_receipts(
 
 
 def test_a_simulation_never_touches_a_real_account_and_groups_report_no_reads(store, tmp_path: Path) -> None:
-    from runtime.accounts import AccountSpec, create_account
+    from runtime.accounts.registry import AccountSpec, create_account
+    from runtime.admission.routes import list_routes
     from runtime.errors import KefuError
-    from runtime.routes import list_routes
     from worker.simulation import ensure_sample_shop
 
     create_account(store, AccountSpec(id="ding", platform="dingtalk", identity="robot-1"))

@@ -1,5 +1,5 @@
 """Every state that runtime's SQL and table mappings name belongs to a state machine of
-runtime.states: a misspelt state would match nothing and silently stop a stage."""
+runtime.store.states: a misspelt state would match nothing and silently stop a stage."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import runtime
-from runtime.states import (
+from runtime.store.states import (
     AlertState,
     AttemptState,
     BatchState,

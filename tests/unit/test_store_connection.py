@@ -161,7 +161,7 @@ def _open_files(path: object) -> int:
 
 
 def test_lease_renewals_share_one_thread_and_its_one_connection(store):
-    from runtime import leases
+    from runtime.store import leases
 
     with store.read() as conn:
         conn.execute("SELECT 1").scalar_one()

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.ingest import ingest_page
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.inbound.ingest import ingest_page
 from runtime.ports import ListenerFailure, NeverReceived, OutboundSend, SendFailure
 from transports.wangwang import WangwangCredentials, WangwangTransport
 from transports.wangwang.client import GatewayFailure

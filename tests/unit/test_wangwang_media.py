@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.accounts import AccountSpec, create_account
-from runtime.inbound_media import fetch_image
-from runtime.ingest import ingest_page
-from runtime.pages import ImageContent
+from runtime.accounts.registry import AccountSpec, create_account
+from runtime.inbound.ingest import ingest_page
+from runtime.inbound.media import fetch_image
+from runtime.inbound.pages import ImageContent
 from runtime.ports import MediaDownloads, MediaFetchFailure, MediaTooLarge
 from tests.fakes.wangwang import FakeWangwangBridge
 from tests.unit.test_inbound_images import png

@@ -1,6 +1,6 @@
 """The DingTalk OpenAPI over httpx: access tokens, robot sends, media upload, read status.
 
-A send's failure is classified for the outbox (runtime.outbox.SendFailure):
+A send's failure is classified for the outbox (runtime.outbox.requests.SendFailure):
 - the request never left (connection refused, connect timeout), throttling, a flow-controlled
   recipient, or a failed media upload: `not-submitted`, safe to retry;
 - a timeout or a dropped connection after the request left, or a 5xx: `unknown`, never resent;
@@ -8,7 +8,7 @@ A send's failure is classified for the outbox (runtime.outbox.SendFailure):
   stay unauthorised after one token refresh): `rejected`.
 Codes are DingTalk's own error codes with a `DINGTALK_` prefix; bodies are never kept.
 
-A 1:1 reply to a user without a staff id (recipient REPLY_WEBHOOK, runtime.recipients) is
+A 1:1 reply to a user without a staff id (recipient REPLY_WEBHOOK, runtime.outbox.recipients) is
 posted to the conversation's session webhook instead: no token, `{msgtype, text|markdown}`,
 answered `{errcode, errmsg}`. Without a webhook still valid, nothing is sent
 (DINGTALK_RECIPIENT_UNAVAILABLE, rejected). Such a send has no processQueryKey, so no read status:
@@ -28,8 +28,9 @@ from typing import Any
 import httpx
 
 from config import DingTalkSettings
+from config.retries import FLOW_CONTROL_HINT_S, THROTTLED_HINT_S
+from runtime.outbox.recipients import DINGTALK_RECIPIENT_UNAVAILABLE, REPLY_WEBHOOK, REPLY_WEBHOOK_MARGIN_MS
 from runtime.ports import MediaFetchFailure, MediaTooLarge, OutboundSend, SendFailure, SendReceipt
-from runtime.recipients import DINGTALK_RECIPIENT_UNAVAILABLE, REPLY_WEBHOOK, REPLY_WEBHOOK_MARGIN_MS
 from transports.dingtalk.credentials import DingTalkCredentials
 
 AUTH_FAILED = "DINGTALK_AUTH_FAILED"  # a refused access token (and the Stream's refusal): the credentials are wrong
@@ -39,8 +40,6 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 TOKEN_MARGIN_S = 300  # refresh this long before DingTalk says the token expires
 THROTTLE_CODES = ("Forbidden.AccessDenied.QpsLimitForAppkeyAndApi", "130101", "410100")
-THROTTLE_RETRY_S = 1.0
-FLOW_CONTROL_RETRY_S = 60.0
 
 
 def _platform_code(response: httpx.Response) -> str:
@@ -62,7 +61,7 @@ def classify(response: httpx.Response) -> SendFailure | None:
     code = _platform_code(response)
     if response.status_code == 429 or code in THROTTLE_CODES or code.startswith("Forbidden.AccessDenied.QpsLimit"):
         retry = response.headers.get("Retry-After", "")
-        return SendFailure("not-submitted", "DINGTALK_THROTTLED", float(retry) if retry.isdigit() else THROTTLE_RETRY_S)
+        return SendFailure("not-submitted", "DINGTALK_THROTTLED", float(retry) if retry.isdigit() else THROTTLED_HINT_S)
     if response.status_code >= 500:
         return SendFailure("unknown", _safe(code))
     return SendFailure("rejected", _safe(code))
@@ -150,7 +149,7 @@ class DingTalkOpenAPI:
         if message.recipient_id in (result.get("invalidStaffIdList") or []):
             raise SendFailure("rejected", "DINGTALK_INVALID_RECIPIENT")
         if message.recipient_id in (result.get("flowControlledStaffIdList") or []):
-            raise SendFailure("not-submitted", "DINGTALK_FLOW_CONTROLLED", FLOW_CONTROL_RETRY_S)
+            raise SendFailure("not-submitted", "DINGTALK_FLOW_CONTROLLED", FLOW_CONTROL_HINT_S)
         key = result.get("processQueryKey")
         if not isinstance(key, str) or not key:
             raise SendFailure("unknown", "DINGTALK_NO_PROCESS_QUERY_KEY")
@@ -186,7 +185,7 @@ class DingTalkOpenAPI:
         except (ValueError, AttributeError):
             raise SendFailure("unknown", "DINGTALK_SESSION_WEBHOOK_MALFORMED") from None
         if errcode in THROTTLE_CODES:
-            raise SendFailure("not-submitted", "DINGTALK_THROTTLED", THROTTLE_RETRY_S)
+            raise SendFailure("not-submitted", "DINGTALK_THROTTLED", THROTTLED_HINT_S)
         if errcode != "0":
             raise SendFailure("rejected", _safe(f"SESSION_WEBHOOK_{errcode}"))
         return SendReceipt(platform_message_id=f"session-webhook:{message.request_id}")

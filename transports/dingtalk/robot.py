@@ -5,7 +5,7 @@ DingTalk pushes messages one by one and keeps no history kefu could page through
 message is a page of its own whose operation id is derived from `msgId`: a redelivered
 message is the same page again, and ingestion's dedupe makes it harmless.
 
-A direct message's peer (who a reply goes to, runtime.recipients) is the sender's staff id
+A direct message's peer (who a reply goes to, runtime.outbox.recipients) is the sender's staff id
 only: batchSend refuses the encrypted `senderId`. A sender without a staff id (outside the
 organisation) brings the message's `sessionWebhook` instead, until `sessionWebhookExpiredTime`.
 """
@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import PageRejected, validation_problems
-from runtime.pages import (
+from runtime.inbound.pages import (
     LATEST,
     Content,
     ConversationGroup,
@@ -127,7 +127,7 @@ def _reply_webhook(message: RobotMessage) -> ReplyWebhook | None:
     if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2048:
         return None
     if not isinstance(expires, int) or isinstance(expires, bool) or not 0 < expires < LATEST.timestamp() * 1000:
-        return None  # (a page may carry no time from 2100 on: runtime.pages)
+        return None  # (a page may carry no time from 2100 on: runtime.inbound.pages)
     return ReplyWebhook(url=url, expires_at=datetime.fromtimestamp(expires / 1000, tz=UTC))
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from config import DingTalkSettings
-from runtime.pages import InboundPage
+from runtime.inbound.pages import InboundPage
 from runtime.ports import ListenerFailure, OutboundSend, SendFailure, SendReceipt
 from transports.dingtalk.credentials import DingTalkCredentials
 from transports.dingtalk.openapi import AUTH_FAILED, DingTalkOpenAPI

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from config import OpenAISettings
 from runtime.errors import KefuError
-from runtime.lru import Lru
 from runtime.ports import AssistantReply, ChatMessage, ModelError, ToolCall, ToolSpec
+from runtime.store.lru import Lru
 
 log = logging.getLogger(__name__)
 

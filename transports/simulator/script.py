@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from runtime.errors import KefuError
-from runtime.media import sniff
+from runtime.outbox.media import sniff
 from transports.simulator.platform import BuyerMedia
 
 MAX_MEDIA_BYTES = 10 * 1024 * 1024

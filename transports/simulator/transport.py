@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from itertools import groupby
 from typing import Literal
 
-from runtime.pages import (
+from runtime.inbound.pages import (
     Content,
     ConversationGroup,
     ImageContent,

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from runtime.errors import KefuError
-from runtime.pages import (
+from runtime.inbound.pages import (
     ConversationGroup,
     ConversationType,
     ImageContent,

@@ -26,7 +26,7 @@ from worker.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from runtime.accounts import AccountSpec
+    from runtime.accounts.registry import AccountSpec
     from transports.dingtalk import DingTalkCredentials
     from transports.wangwang import WangwangCredentials
 
@@ -68,7 +68,7 @@ def add_dingtalk(
     yes: Yes = False,
 ) -> None:
     """A DingTalk robot (Stream mode): DingTalk must issue a token for the app's credentials."""
-    from runtime.accounts import AccountSpec
+    from runtime.accounts.registry import AccountSpec
     from transports.dingtalk import DingTalkCredentials
 
     with operator_errors():
@@ -92,7 +92,7 @@ def add_wangwang(
     yes: Yes = False,
 ) -> None:
     """A Wangwang shop behind its bridge: the bridge must accept the signature and serve the seller."""
-    from runtime.accounts import AccountSpec
+    from runtime.accounts.registry import AccountSpec
     from transports.wangwang import WangwangCredentials
 
     with operator_errors():
@@ -151,9 +151,9 @@ def _unverified(who: str, code: str, action: str) -> KefuError:
 def _preview_and_confirm(
     spec: AccountSpec, credentials: dict[str, Any], verify: Callable[[], None], op_id: str | None, yes: bool
 ) -> None:
-    from runtime.account_setup import AccountSetups, replayed_account
-    from runtime.moves import place_new_account
-    from runtime.shards import record_placement
+    from runtime.accounts.setup import AccountSetups, replayed_account
+    from runtime.placement.moves import place_new_account
+    from runtime.placement.shards import record_placement
     from worker.cli.common import ensure_store
     from worker.context import runtime_for
 
@@ -183,7 +183,7 @@ def _preview_and_confirm(
 @accounts.command("list")
 def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every account with its connection intent, authorization and listener (never credentials)."""
-    from runtime.accounts import list_accounts
+    from runtime.accounts.registry import list_accounts
 
     columns = [
         "id",
@@ -211,7 +211,7 @@ def resume(account: str) -> None:
 
 
 def _set_intent(account: str, intent: Literal["connected", "disconnected"]) -> None:
-    from runtime.accounts import set_connection_intent
+    from runtime.accounts.registry import set_connection_intent
 
     with operator_errors():
         revision = set_connection_intent(open_store(), account, intent)
@@ -268,7 +268,7 @@ def delete(
     op_id: OpId = None,
 ) -> None:
     """Delete an account: its listener stops, its routes and credentials go, its history stays."""
-    from runtime.accounts import delete_account, require_account
+    from runtime.accounts.registry import delete_account, require_account
 
     store = open_store()
     with operator_errors():
@@ -294,8 +294,8 @@ def renew(
     """Rotate an account's credentials without deleting it: the new secret is verified with the
     platform for the account's own identity first; routes, history and cursors stay, and its
     listener restarts on the new credentials."""
-    from runtime.accounts import renew_account, require_account
-    from runtime.credentials import load_credentials
+    from runtime.accounts.credentials import load_credentials
+    from runtime.accounts.registry import renew_account, require_account
     from transports.dingtalk import DingTalkCredentials
     from transports.wangwang import WangwangCredentials
 

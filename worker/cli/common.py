@@ -18,16 +18,16 @@ from rich.text import Text
 
 from config import Settings
 from config.settings import SHARD_NAME, SHARD_RULE
-from runtime.customers import Source, parse_source
+from runtime.customers.outside_text import visible
 from runtime.errors import KefuError, validation_problems
-from runtime.outside_text import visible
-from runtime.store import DeliveryStore
 
-if TYPE_CHECKING:  # loaded by the commands that use them: `kefu --help` loads neither
+if TYPE_CHECKING:  # loaded by the commands that use them: `kefu --help` loads none of them
     import sqlalchemy.exc
     from celery import Celery
 
+    from runtime.customers.summaries import Source
     from runtime.pipeline import FollowUp
+    from runtime.store import DeliveryStore
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
 console = Console()
@@ -155,6 +155,8 @@ SourceOption = Annotated[str, typer.Option(help="real or simulation (they never 
 
 def report_source(source: str) -> Source:
     """A command's --source, checked: a bad one is KEFU_INVALID_INPUT, exit 2."""
+    from runtime.customers.summaries import parse_source
+
     with operator_errors():
         return parse_source(source)
 

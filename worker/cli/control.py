@@ -17,7 +17,7 @@ def read(
     upto: Annotated[int | None, typer.Option(help="a message id (default: the newest message)")] = None,
 ) -> None:
     """Mark a customer's messages read for a reader (the watermark never moves back)."""
-    from runtime.customers import ack_customer_read
+    from runtime.customers.summaries import ack_customer_read
 
     with operator_errors():
         watermark = ack_customer_read(open_store(), customer_id, reader, upto)
@@ -30,7 +30,7 @@ def pause_input_command(
     wait: Annotated[float | None, typer.Option(help="seconds to wait for in-flight pages and turns")] = None,
 ) -> None:
     """Stop taking in new pages (they are held, not lost) and stop new admissions."""
-    from runtime.input_pause import in_flight, pause_input
+    from runtime.inbound.input_pause import in_flight, pause_input
 
     store = open_store()
     with operator_errors():
@@ -64,7 +64,7 @@ def pause(
     customer_id: CustomerId, reason: Annotated[str, typer.Option(help="shown to other operators")] = "operator"
 ) -> None:
     """Pause automatic handling of a customer: unsent automatic replies are revoked."""
-    from runtime.handling import pause_handling
+    from runtime.admission.handling import pause_handling
 
     with operator_errors():
         state = pause_handling(open_store(), customer_id, reason)
@@ -74,7 +74,7 @@ def pause(
 @cli.command()
 def resume(customer_id: CustomerId) -> None:
     """Resume automatic handling of a customer for new input."""
-    from runtime.handling import resume_handling
+    from runtime.admission.handling import resume_handling
 
     with operator_errors():
         state = resume_handling(open_store(), customer_id)

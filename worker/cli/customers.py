@@ -24,7 +24,7 @@ from worker.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from runtime.erasure import ErasureReport
+    from runtime.customers.erasure import ErasureReport
 
 customers_cli = typer.Typer(help="Customers (conversations); `kefu customers` alone lists them.")
 cli.add_typer(customers_cli, name="customers")
@@ -44,7 +44,7 @@ def customers(
     """Customers (conversations), most recently active first, with the buyer's name and newest line."""
     if ctx.invoked_subcommand is not None:
         return
-    from runtime.customers import list_customers
+    from runtime.customers.summaries import list_customers
 
     kind = report_source(source)
     store = open_store()
@@ -74,7 +74,7 @@ def erase(
     """Erase one buyer's messages, replies, sessions, memory and media from every store, leaving
     an audit tombstone (who, when, how much). Idempotent; a redelivered erased message is never
     stored again, while the buyer's next message starts a new customer."""
-    from runtime.erasure import erase_customer, plan_erasure
+    from runtime.customers.erasure import erase_customer, plan_erasure
     from runtime.memory.store import MemoryStore
 
     settings = current_settings()

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runtime.agent.memory import scope_of
-from runtime.customers import simulated_customer_ids
-from runtime.memory.audit import apply as apply_audit
-from runtime.memory.audit import audit as memory_audit
-from runtime.memory.recall import folders_recalled, load_state
-from runtime.memory.report import report as memory_report
-from runtime.memory.selfcheck import selfcheck as memory_selfcheck
-from runtime.memory.store import MemoryStore
 from worker.cli.common import (
     SourceOption,
     cli,
@@ -29,11 +21,17 @@ from worker.cli.common import (
     shop_time,
 )
 
+if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
+    from runtime.memory.store import MemoryStore
+
+
 memory_cli = typer.Typer(no_args_is_help=True, help="The long-term memory engine's store.")
 cli.add_typer(memory_cli, name="memory")
 
 
 def _store() -> MemoryStore:
+    from runtime.memory.store import MemoryStore
+
     path = current_settings().memory_path
     if not path.exists():
         console.print(f"no memory store at {path} yet (nothing has been archived with this data dir)")
@@ -49,6 +47,9 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
     """Archived folders per customer: title, scores, keywords, event, time; and the recall block."""
+    from runtime.memory.engine import scope_of
+    from runtime.memory.recall import folders_recalled, load_state
+
     store = _store()
     scopes = [scope_of(customer)] if customer is not None else store.scopes()
     if not scopes and not as_json:
@@ -97,6 +98,8 @@ def show(
 def _simulated_customers() -> set[int]:
     """Customers of simulated accounts, from this shard's delivery store: the memory store knows
     no accounts. No delivery store yet: no customer is simulated."""
+    from runtime.customers.summaries import simulated_customer_ids
+
     if not current_settings().delivery_path.exists():
         return set()
     store = ensure_store()
@@ -110,6 +113,8 @@ def report(
     source: SourceOption = "real",
 ) -> None:
     """Counts per customer: folders, pending, review, scorer, high alpha, events, archives, recalls."""
+    from runtime.memory.report import report as memory_report
+
     kind = report_source(source)
     _store()  # a missing store is reported
     path, simulated = current_settings().memory_path, _simulated_customers()
@@ -135,6 +140,9 @@ def audit(
 ) -> None:
     """What needs upkeep per customer: scoring backlog, unindexed folders, stale recall state
     ids, the folder cap, unnamed image files. Read-only unless --apply."""
+    from runtime.memory.audit import apply as apply_audit
+    from runtime.memory.audit import audit as memory_audit
+
     settings = current_settings()
     store = _store()
     stale_ms = int(settings.memory.heuristic_after_s * 1000)
@@ -162,6 +170,8 @@ def audit(
 def selfcheck() -> None:
     """Check the memory store and the session logs with a reader of its own; exit 1 on any FAIL
     (WARN: works, but needs a look)."""
+    from runtime.memory.selfcheck import selfcheck as memory_selfcheck
+
     settings = current_settings()
     if not settings.memory_path.exists():
         console.print(f"no memory store at {settings.memory_path}")

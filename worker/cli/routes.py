@@ -34,8 +34,8 @@ def add_route(
     """Add a route (a specific conversation's route beats the account's `all` route)."""
     from pydantic import ValidationError
 
+    from runtime.admission.routes import RouteSpec, create_route
     from runtime.errors import KefuError
-    from runtime.routes import RouteSpec, create_route
 
     with operator_errors():
         try:
@@ -64,7 +64,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Routes with their triggers, state and revision."""
-    from runtime.routes import list_routes
+    from runtime.admission.routes import list_routes
 
     columns = ["id", "account_id", "conversation_type", "target", "conversation_id", "enabled", "revision"]
     print_rows(list_routes(open_store(), account), as_json, "routes", columns)
@@ -83,7 +83,7 @@ def disable(route: str, op_id: OpId = None) -> None:
 
 
 def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
-    from runtime.routes import RouteChanges, current_revision, update_route
+    from runtime.admission.routes import RouteChanges, current_revision, update_route
 
     store = open_store()
     with operator_errors():
@@ -95,7 +95,7 @@ def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
 @routes.command()
 def delete(route: str, op_id: OpId = None) -> None:
     """Remove a route; history stays."""
-    from runtime.routes import current_revision, delete_route
+    from runtime.admission.routes import current_revision, delete_route
 
     store = open_store()
     with operator_errors():

@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runtime.manual import query_manual
-from runtime.media import read_media_file
-from runtime.states import OutboxState
+from runtime.store.states import OutboxState
 from worker.cli.common import (
     CustomerId,
     SourceOption,
@@ -41,7 +39,7 @@ def outbox(
     source: SourceOption = "real",
 ) -> None:
     """List outbox requests, most recently changed first."""
-    from runtime.outbox import list_requests
+    from runtime.outbox.requests import list_requests
 
     kind = report_source(source)
     if ctx.invoked_subcommand is not None:
@@ -65,7 +63,7 @@ def outbox_confirm(
     platform_message_id: Annotated[str | None, typer.Option(help="the platform's id, if known")] = None,
 ) -> None:
     """Settle a result-unknown request after checking the platform."""
-    from runtime.outbox import confirm_result
+    from runtime.outbox.requests import confirm_result
 
     with operator_errors():
         request = confirm_result(open_store(), request_id, delivered, platform_message_id)
@@ -76,6 +74,7 @@ def _deliver(request_ids: list[str]) -> bool:
     """Attempt each request now, in order, through the worker's own step; say what became of
     each. True when all of them were sent."""
     from runtime import pipeline
+    from runtime.outbox.manual import query_manual
     from worker.context import runtime_for
 
     runtime = runtime_for(celery_app())
@@ -117,6 +116,7 @@ def _new_request_id() -> str:
 def outbox_query(request_id: str) -> None:
     """Show one request; a result-unknown one is first checked with the platform's receipt query."""
     from runtime import pipeline
+    from runtime.outbox.manual import query_manual
     from worker.context import runtime_for
 
     store = open_store()
@@ -130,7 +130,7 @@ def outbox_query(request_id: str) -> None:
 @outbox_cli.command("retry")
 def outbox_retry(new_request_id: str, previous_request_id: str) -> None:
     """Send a result-unknown message again under a new request id (the link is kept)."""
-    from runtime.manual import retry_manual
+    from runtime.outbox.manual import retry_manual
 
     with operator_errors():
         request = retry_manual(open_store(), new_request_id, previous_request_id)
@@ -147,7 +147,8 @@ def send(
     file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
 ) -> None:
     """Send an operator's message now (also while automatic handling is paused)."""
-    from runtime.manual import message_parts, send_manual_parts
+    from runtime.outbox.manual import message_parts, send_manual_parts
+    from runtime.outbox.media import read_media_file
 
     settings = current_settings()
     store = open_store()

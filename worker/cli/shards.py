@@ -6,30 +6,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import BaseModel
 
 from config import Settings
 from runtime.errors import KefuError
-from runtime.moves import (
-    FINAL_STEPS,
-    PRE_FLIP_STEPS,
-    MoveRecord,
-    begin_move,
-    begin_rollback,
-    load_move,
-    open_moves,
-    save_move,
-)
-from runtime.states import MoveStep, PlacementState
-from runtime.store import now_ms
-from worker.broker import queue_depths
+from runtime.store.states import MoveStep, PlacementState
 from worker.cli.accounts import accounts
 from worker.cli.common import celery_app, cli, console, current_settings, operator_errors, print_table
-from worker.coordination import Coordinator, coordinator_for
 from worker.queues import FAMILIES, queue_name
+
+if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
+    from runtime.placement.moves import MoveRecord
+    from worker.coordination import Coordinator
+
 
 RESEND_S = 3.0  # a step's task is sent again this often until the journal moves on
 
@@ -46,6 +38,8 @@ class ShardView(BaseModel):
 
 
 def shard_views(settings: Settings, coordination: Coordinator) -> list[ShardView]:
+    from worker.broker import queue_depths
+
     placements = coordination.placements()
     names = sorted({*coordination.shards(), *(p.shard for p in placements), settings.shard})
     views = []
@@ -69,6 +63,8 @@ def shard_views(settings: Settings, coordination: Coordinator) -> list[ShardView
 @cli.command()
 def shards(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every shard: its lease holder and fencing token, standbys, accounts and queue depths."""
+    from worker.coordination import coordinator_for
+
     settings = current_settings()
     with operator_errors():
         views = shard_views(settings, coordinator_for(settings))
@@ -108,6 +104,9 @@ def move(
     target, switch the directory, release the source, resume on the target. The shards take
     the steps (their beat too): this command starts the move and waits for its result, and
     the move finishes, or rolls back past a stage's bound, even if this command dies."""
+    from runtime.placement.moves import begin_move, begin_rollback, load_move
+    from worker.coordination import coordinator_for
+
     with operator_errors():
         coordination = coordinator_for(current_settings())
         if rollback:
@@ -138,6 +137,8 @@ def move(
 def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> MoveRecord:
     """Send each step to the shard that takes it, and resend until the journal moves on (the
     shards hand steps on themselves, and their beat resends too: this only makes it sooner)."""
+    from runtime.placement.moves import FINAL_STEPS, PRE_FLIP_STEPS, load_move, save_move
+
     if record.error is not None and record.step in PRE_FLIP_STEPS:  # a rerun tries the step that failed again
         record = save_move(coordination, record, error=None)
     deadline = time.monotonic() + timeout_s
@@ -175,11 +176,15 @@ def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> M
 
 
 def _in_step_s(record: MoveRecord) -> float:
+    from runtime.store import now_ms
+
     return record.in_step_ms(now_ms()) / 1000
 
 
 def _bound_text(record: MoveRecord) -> str:
     """What the stage's bound does, and when (operators read it; it must not promise more)."""
+    from runtime.placement.moves import PRE_FLIP_STEPS
+
     bound = record.bound_s()
     if bound is None:
         return "finished"
@@ -206,6 +211,9 @@ class MoveView(BaseModel):
 
 
 def move_views(coordination: Coordinator) -> list[MoveView]:
+    from runtime.placement.moves import PRE_FLIP_STEPS, open_moves
+    from runtime.store import now_ms
+
     at = now_ms()
     return [
         MoveView(
@@ -230,6 +238,8 @@ def move_views(coordination: Coordinator) -> list[MoveView]:
 def moves_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The moves not finished yet: where each stands, which shard takes its next step, and its
     stage's bound (before the flip a stage past its bound rolls the move back by itself)."""
+    from worker.coordination import coordinator_for
+
     with operator_errors():
         views = move_views(coordinator_for(current_settings()))
     if as_json:

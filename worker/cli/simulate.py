@@ -8,27 +8,19 @@ import time
 import uuid
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from runtime.operator_dm import answer_of
-from runtime.store import DeliveryStore
-from transports.simulator import SimulatedPlatform
-from transports.simulator.script import load_script
 from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, outside, print_table
-from worker.simulation import POLL_S, SAMPLE_SHOP, BatchReport, run_script, serving
-from worker.simulation_instances import (
-    PairedBuyer,
-    buyer_log_path,
-    buyer_provider,
-    instance_or_fail,
-    new_instance,
-    operator_dm,
-    say_as_buyer,
-    stop,
-)
+from worker.sample_shop import SAMPLE_ROUTE, SAMPLE_SHOP
+
+if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
+    from runtime.store import DeliveryStore
+    from transports.simulator import SimulatedPlatform
+    from worker.simulation import BatchReport
+
 
 simulate_cli = typer.Typer(no_args_is_help=True, help="Simulated buyers for trying the agent before going live.")
 cli.add_typer(simulate_cli, name="simulate")
@@ -48,6 +40,9 @@ def batch(
     """Run every conversation of SCRIPT through the real pipeline and report per conversation:
     replies, handoffs, result-unknowns, time to first reply and each expectation. Exit 1 when
     an expectation failed."""
+    from transports.simulator.script import load_script
+    from worker.simulation import run_script
+
     settings = current_settings()
     with operator_errors():
         loaded = load_script(script)
@@ -91,6 +86,9 @@ def print_report(report: BatchReport) -> None:
 
 
 def _platform_and_store() -> tuple[SimulatedPlatform, DeliveryStore]:
+    from runtime.store import DeliveryStore
+    from transports.simulator import SimulatedPlatform
+
     settings = current_settings()
     return SimulatedPlatform(settings.simulator_path), DeliveryStore(settings.delivery_path, settings.delivery)
 
@@ -101,9 +99,7 @@ def new(
         Path | None, typer.Option(help="a text file: who the model plays (a paired instance)", exists=True)
     ] = None,
     manual: Annotated[bool, typer.Option("--manual", help="an empty conversation you type into as the buyer")] = False,
-    route: Annotated[str, typer.Option(help="the simulator account's direct route to talk through")] = (
-        f"{SAMPLE_SHOP}-direct"
-    ),
+    route: Annotated[str, typer.Option(help="the simulator account's direct route to talk through")] = SAMPLE_ROUTE,
     name: Annotated[str, typer.Option(help="the buyer's display name")] = "模拟顾客",
     start_worker: Annotated[
         bool, typer.Option("--start-worker/--running-worker", help="start a worker for the run, or use running ones")
@@ -112,6 +108,8 @@ def new(
     """Create a simulation instance. With --persona, a model (KEFU_SIMULATOR__BUYER__*, else the
     agent's) plays the buyer and the conversation runs until the buyer ends it, its turns run out
     or Ctrl-C stops it; with --manual, print its id for `kefu simulate say`."""
+    from worker.simulation_instances import new_instance
+
     if (persona is None) == (not manual):
         console.print("[red]KEFU_SIMULATION_INVALID: give --persona FILE or --manual[/red]")
         raise typer.Exit(2)
@@ -141,6 +139,9 @@ def resume(
 
 
 def _run_paired(instance_id: str, start_worker: bool) -> None:
+    from worker.simulation import serving
+    from worker.simulation_instances import PairedBuyer, buyer_log_path, buyer_provider, instance_or_fail, stop
+
     settings = current_settings()
     platform, store = _platform_and_store()
     with operator_errors():
@@ -177,6 +178,8 @@ def say_command(
     text: Annotated[str, typer.Argument(help="what the buyer says")],
 ) -> None:
     """Say something as the buyer of a manual instance (the agent under test answers as usual)."""
+    from worker.simulation_instances import instance_or_fail, say_as_buyer
+
     platform, _ = _platform_and_store()
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
@@ -195,6 +198,10 @@ def operator_dm_command(
 ) -> None:
     """Speak to the agent under test directly, in its own session: not an IM line, never sent to
     the buyer. Prints the agent's answer (its words to operators) once its turn ends."""
+    from runtime.agent.operator_dm import answer_of
+    from worker.simulation import POLL_S
+    from worker.simulation_instances import instance_or_fail, operator_dm
+
     settings = current_settings()
     platform, store = _platform_and_store()
     with operator_errors():
@@ -230,6 +237,8 @@ def stop_command(
 ) -> None:
     """Stop an instance: no more buyer input or sends from now on; returns once it is quiet.
     Stopping again is harmless; a stopped instance never resumes."""
+    from worker.simulation_instances import instance_or_fail, stop
+
     platform, store = _platform_and_store()
     with operator_errors():
         stopped = stop(store, platform, instance_or_fail(platform, instance_id), timeout)

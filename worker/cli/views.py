@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from config.settings import masked_url
-from runtime.store import DeliveryStore
 from worker.cli.common import (
     CustomerId,
     SourceOption,
@@ -31,10 +30,11 @@ from worker.cli.common import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from runtime.customers import Source
-    from runtime.rounds import Round
-    from runtime.status import StageCounts
-    from runtime.transcript import TranscriptLine
+    from runtime.agent.rounds import Round
+    from runtime.customers.summaries import Source
+    from runtime.customers.transcript import TranscriptLine
+    from runtime.operators.status import StageCounts
+    from runtime.store import DeliveryStore
 
 
 def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
@@ -79,7 +79,8 @@ def status(
 
 def _status_of(shard: str, source: Source) -> None:
     """A shard's counts. Another shard's store is only read here: its own holder writes it."""
-    from runtime.status import stage_counts
+    from runtime.operators.status import stage_counts
+    from runtime.store import DeliveryStore
 
     settings = current_settings()
     if shard == settings.shard:
@@ -114,7 +115,7 @@ def _status_of(shard: str, source: Source) -> None:
 def _print_load(store: DeliveryStore) -> None:
     """What waits in the broker, and how long model calls take now (back-pressure shows here:
     turns waiting for a model slot make the calls' time grow, and the agent's queue)."""
-    from runtime.status import MODEL_WINDOW_S, operations
+    from runtime.operators.status import MODEL_WINDOW_S, operations
     from worker.broker import queue_depths
     from worker.queues import FAMILIES, queue_name
 
@@ -140,7 +141,7 @@ def _counted(stages: list[StageCounts]) -> bool:
 def _print_damaged_sessions(store: DeliveryStore, source: Source) -> None:
     """Session logs found damaged before their tail: kept aside, each customer continued anew."""
     from runtime.agent.sessions import damaged_sessions
-    from runtime.customers import simulated_customer_ids
+    from runtime.customers.summaries import simulated_customer_ids
 
     with store.read() as conn:
         simulated = simulated_customer_ids(conn)
@@ -154,7 +155,7 @@ def _print_damaged_sessions(store: DeliveryStore, source: Source) -> None:
 
 def _print_checkpoints(account: str | None, source: Source) -> bool:
     """The table of `source`'s checkpoints; False when it had none."""
-    from runtime.checkpoints import checkpoint_views
+    from runtime.inbound.checkpoints import checkpoint_views
 
     columns = ["account", "generation", "pending", "input", "outbox", "turns", "reception", "listener"]
     columns += ["last reported", "reporting"]
@@ -191,7 +192,7 @@ def checkpoint(
     source: SourceOption = "real",
 ) -> None:
     """Each account's checkpoint as of now (cursors are never shown), and how reporting goes."""
-    from runtime.checkpoints import checkpoint_views, resume_checkpoint
+    from runtime.inbound.checkpoints import checkpoint_views, resume_checkpoint
 
     kind = report_source(source)
     if resume is not None:
@@ -214,8 +215,8 @@ def history(
 ) -> None:
     """A conversation, oldest first: the buyer's lines, the shop's replies with what became of
     each (sent, failed, result-unknown, read by the buyer) and the agent's notes for operators."""
-    from runtime.handling import handling_state
-    from runtime.transcript import transcript
+    from runtime.admission.handling import handling_state
+    from runtime.customers.transcript import transcript
 
     store = open_store()
     with operator_errors():
@@ -268,8 +269,8 @@ def rounds(
     unfinished ones of a day."""
     from datetime import date
 
+    from runtime.agent.rounds import rounds as list_rounds
     from runtime.errors import KefuError
-    from runtime.rounds import rounds as list_rounds
 
     settings = current_settings()
     with operator_errors():
@@ -286,8 +287,8 @@ def rounds(
 
 
 def _salvage(found: list[Round], sessions_dir: Path, lease_s: float, as_json: bool) -> None:
+    from runtime.agent.rounds import salvage
     from runtime.pipeline import RunTurn
-    from runtime.rounds import salvage
 
     done = salvage(open_store(), sessions_dir, found, lease_s)
     for customer_id in sorted({s.customer_id for s in done if s.outcome == "closed" and s.batch_open}):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from runtime.operators import Role, add_operator, list_operators
+from runtime.operators.roles import Role
 from worker.cli.common import celery_app, cli, console, enqueue, ensure_store, operator_errors, print_rows
 
 DEFAULT_PORT = 8470
@@ -26,6 +26,8 @@ def operators_add(
 
 
 def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str | None = None) -> None:
+    from runtime.operators.accounts import add_operator
+
     if password is None:
         password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     with operator_errors():
@@ -36,7 +38,7 @@ def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str |
 @operators_cli.command("disable")
 def operators_disable(name: str) -> None:
     """The operator can no longer sign in; their open console sessions end at once."""
-    from runtime.operators import disable_operator
+    from runtime.operators.accounts import disable_operator
 
     if not disable_operator(ensure_store(), name):
         console.print(f"[red]KEFU_OPERATOR_UNKNOWN: no enabled operator {name!r}[/red]")
@@ -47,6 +49,8 @@ def operators_disable(name: str) -> None:
 @operators_cli.command("list")
 def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
     """The operators who may sign in."""
+    from runtime.operators.accounts import list_operators
+
     print_rows(list_operators(ensure_store()), as_json, "operators", ["name", "role"])
 
 
@@ -62,6 +66,7 @@ def console_command(
 def serve_console(host: str, port: int) -> None:
     import uvicorn
 
+    from runtime.operators.accounts import list_operators
     from worker.console import create_app
     from worker.context import runtime_for
 

@@ -1,6 +1,6 @@
 """The console's pages and actions. Pages read through runtime (customers, transcript); actions
-go through the same runtime functions as the CLI (runtime.handling, runtime.manual,
-runtime.outbox) and are recorded with the operator's name (runtime.operators). Simulation
+go through the same runtime functions as the CLI (runtime.admission.handling, runtime.outbox.manual,
+runtime.outbox.requests) and are recorded with the operator's name (runtime.operators.accounts). Simulation
 instances have a page of their own (worker.console.simulations).
 
 A conversation page follows the store live: its event stream pushes the transcript again
@@ -35,29 +35,29 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from runtime import pipeline
-from runtime.accounts import list_accounts
-from runtime.admission import load_customer
-from runtime.agent.memory import scope_of
-from runtime.alerts import backlog
-from runtime.checkpoints import checkpoint_views
-from runtime.customers import ack_customer_read, display_name, list_customers
+from runtime.accounts.registry import list_accounts
+from runtime.admission.batches import load_customer
+from runtime.admission.handling import pause_handling, resume_handling
+from runtime.customers.outside_text import visible
+from runtime.customers.summaries import ack_customer_read, display_name, list_customers
+from runtime.customers.transcript import transcript, transcript_version
 from runtime.errors import KefuError
-from runtime.handling import pause_handling, resume_handling
-from runtime.inbound_media import buyer_image
-from runtime.input_pause import input_pauses, pause_input
-from runtime.manual import message_parts, retry_manual, send_manual_parts
-from runtime.media import check_media_size
+from runtime.inbound.checkpoints import checkpoint_views
+from runtime.inbound.input_pause import input_pauses, pause_input
+from runtime.inbound.media import buyer_image
+from runtime.memory.engine import scope_of
 from runtime.memory.recall import folders_recalled
 from runtime.memory.store import Folder, MemoryStore
-from runtime.operators import Operator, Role, authenticate, record_action, sign_out
-from runtime.outbox import confirm_result, list_requests
-from runtime.outside_text import visible
-from runtime.states import OutboxState
-from runtime.status import notices
+from runtime.operators.accounts import Operator, Role, authenticate, record_action, sign_out
+from runtime.operators.alerts import backlog
+from runtime.operators.status import notices
+from runtime.outbox.manual import message_parts, retry_manual, send_manual_parts
+from runtime.outbox.media import check_media_size
+from runtime.outbox.requests import confirm_result, list_requests
 from runtime.store import now_ms
 from runtime.store.sql import sql
+from runtime.store.states import OutboxState
 from runtime.store.tables import Customer
-from runtime.transcript import transcript, transcript_version
 from worker.console.auth import SignInThrottle, check_csrf, csrf_token, require, session_secret, sign_in, signed_in
 from worker.console.headers import SecurityHeaders
 from worker.console.metrics import registry_for

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from runtime.errors import KefuError
-from runtime.operators import Operator, Role, operator_named
+from runtime.operators.accounts import Operator, Role, operator_named
 from runtime.store import DeliveryStore, now_ms
 
 SECRET_FILE = "console-secret"

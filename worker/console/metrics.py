@@ -10,10 +10,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from config import Settings
-from runtime.alerts import backlog
-from runtime.states import OutboxState
-from runtime.status import MODEL_WINDOW_S, REPLY_LATENCY_BOUNDS, operations
+from runtime.operators.alerts import backlog
+from runtime.operators.status import MODEL_WINDOW_S, REPLY_LATENCY_BOUNDS, operations
 from runtime.store import DeliveryStore
+from runtime.store.states import OutboxState
 from worker.broker import queue_depths
 from worker.queues import FAMILIES, queue_name
 

@@ -19,9 +19,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from runtime import pipeline
-from runtime.customers import customer_of
+from runtime.customers.summaries import customer_of
 from runtime.errors import KefuError
-from runtime.operators import Operator, Role, record_action
+from runtime.operators.accounts import Operator, Role, record_action
 from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import SimInstance

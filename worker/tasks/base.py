@@ -1,5 +1,5 @@
 """What every kefu task shares: acks late (celery_app), takes ids not objects, and one retry
-policy."""
+policy for a busy store (config.retries)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,21 @@ from celery import Task, shared_task
 from celery.exceptions import Reject
 from sqlalchemy.exc import OperationalError
 
-from runtime.shards import ShardLeaseLost
+from config.retries import TASK_STORE_BUSY
+from runtime.placement.shards import ShardLeaseLost
 
 
 class KefuTask(Task):  # type: ignore[misc]  # Celery's Task is untyped
-    """The one retry policy. A locked or busy SQLite file is transient: retry with backoff
+    """A locked or busy SQLite file is transient: retry on config.retries.TASK_STORE_BUSY
     instead of failing, because a failed acks_late task is acked and a pushed page would be
     gone with it. Waits that belong to the work itself (a send the platform did not take, a
     throttling hint) are follow-ups with a countdown that the steps return (runtime.pipeline)."""
 
     autoretry_for = (sqlite3.OperationalError, OperationalError)
-    retry_backoff = True
-    retry_backoff_max = 60
+    retry_backoff = int(TASK_STORE_BUSY.first_s)  # Celery doubles it; config.retries names the schedule
+    retry_backoff_max = int(TASK_STORE_BUSY.max_s or 0)
     retry_jitter = True
-    max_retries = 20
+    max_retries = TASK_STORE_BUSY.retries
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """A process whose shard lease passed on wrote nothing: the message goes back to the

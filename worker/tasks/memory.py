@@ -1,5 +1,5 @@
 """kefu.memory: the memory engine's task family, on its own queue. Thin shells around
-runtime.agent.memory_jobs and runtime.memory; each is idempotent and safe to repeat."""
+runtime.memory.jobs and runtime.memory; each is idempotent and safe to repeat."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from typing import Any
 
 from celery import Task
 
-from runtime.agent.memory import MemoryEngine, SessionMemory
-from runtime.agent.memory_jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
-from runtime.leases import LeaseLost
+from config.retries import MEMORY_SESSION_BUSY
+from runtime.agent.session_log import SessionLog
 from runtime.memory.audit import audit as memory_audit
+from runtime.memory.engine import MemoryEngine, SessionMemory
+from runtime.memory.jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
 from runtime.memory.report import report as memory_report
 from runtime.memory.selfcheck import selfcheck as memory_selfcheck
-from runtime.session_log import SessionLog
+from runtime.store.leases import LeaseLost
 from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.base import kefu_task
 
 log = logging.getLogger(__name__)
-BUSY_RETRY_S = 5  # a turn holds the customer's session: archive after it
 
 
 def _engine(runtime: WorkerRuntime) -> MemoryEngine | None:
@@ -42,7 +42,9 @@ def _session_job(task: Task, customer_id: int, job: Callable[[SessionLog, str, S
         log.warning("memory job of customer %s stopped: %s", customer_id, lost.code)
         return "lease-lost"
     if result == "busy":
-        raise task.retry(countdown=BUSY_RETRY_S, max_retries=100)
+        raise task.retry(
+            countdown=MEMORY_SESSION_BUSY.wait_s(task.request.retries + 1), max_retries=MEMORY_SESSION_BUSY.retries
+        )
     return result
 
 

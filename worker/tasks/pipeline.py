@@ -11,8 +11,8 @@ from typing import Any
 from celery import Task
 
 from runtime import pipeline
-from runtime.alerts import deliver_alerts
-from runtime.retention import prune
+from runtime.customers.retention import prune
+from runtime.operators.alerts import deliver_alerts
 from runtime.store import now_ms
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
@@ -111,14 +111,14 @@ def checkpoint(self: Task) -> int:
 
 @kefu_task("kefu.receipts.alerts")
 def alerts(self: Task) -> int:
-    """Beat: deliver the alerts raised since the last round (runtime.alerts, worker.alert_sinks)."""
+    """Beat: deliver the alerts raised since the last round (runtime.operators.alerts, worker.alert_sinks)."""
     runtime = runtime_for(self.app)
     return deliver_alerts(runtime.store, runtime.alert_sink)
 
 
 @kefu_task("kefu.receipts.retention")
 def retention(self: Task) -> dict[str, int]:
-    """Beat: prune what the retention policy no longer keeps (runtime.retention; default: nothing)."""
+    """Beat: prune what the retention policy no longer keeps (runtime.customers.retention; default: nothing)."""
     runtime = runtime_for(self.app)
     settings = runtime.settings
     return prune(

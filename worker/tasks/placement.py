@@ -1,4 +1,4 @@
-"""The steps a shard takes in a move of an account (runtime.moves), on `kefu.placement.<shard>`.
+"""The steps a shard takes in a move of an account (runtime.placement.moves), on `kefu.placement.<shard>`.
 
 `advance` takes the move's next step if it is this shard's, then hands the move on to the
 shard whose step is next (so a move runs through without the mover); `drive`, from beat on
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from celery import Celery, Task
 
-from runtime import moves
-from runtime.states import MoveStep
+from runtime.placement import moves
+from runtime.store.states import MoveStep
 from worker.context import runtime_for
 from worker.dispatch import dispatch
 from worker.tasks.base import kefu_task
@@ -55,7 +55,7 @@ def hand_on(app: Celery, op_id: str, was: MoveStep | None) -> None:
 @kefu_task("kefu.placement.directory")
 def directory(self: Task) -> str:
     """Beat: enter this shard's accounts in the directory again and end the moves it lost
-    (runtime.directory). Cheap: a read of the store's placements and one lookup per account."""
+    (runtime.placement.directory). Cheap: a read of the store's placements and one lookup per account."""
     rebuilt = runtime_for(self.app).rebuild_directory()
     for step in rebuilt.resumed:
         dispatch(self.app, step.follow_ups)

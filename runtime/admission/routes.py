@@ -1,0 +1,194 @@
+"""Routes (SPEC 3.2): which conversations of an account the agent handles, and when.
+
+A specific route always beats an `all` route for its conversation, even when disabled. Every
+change bumps the route's generation; auto sends admitted under an older one never go out.
+Route operations carry an operation id (replay returns the stored result) and a revision
+check (compare-and-set).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runtime.accounts.registry import require_account
+from runtime.errors import KefuError
+from runtime.placement.operations import run_once
+from runtime.store import DeliveryStore, now_ms
+from runtime.store.connection import Connection
+from runtime.store.sql import sql
+from runtime.store.tables import Route, RouteTable, table_of
+
+
+def _trigger(spec_name: str, column: str, default: bool | None = None, *, ge: int | None = None) -> Any:
+    """Accept the spec's name (`every_n`) as well as the stored column's (`trigger_every_n`).
+    Any, as pydantic's own `Field()`: the field's annotation gives its type."""
+    return Field(default, validation_alias=AliasChoices(column, spec_name), ge=ge)
+
+
+class RouteSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    id: str = Field(min_length=1, max_length=128)
+    account_id: str = Field(min_length=1)
+    conversation_type: Literal["direct", "group"]
+    target: Literal["all", "specific"] = "all"
+    conversation_id: str | None = Field(None, min_length=1)
+    peer_id: str | None = Field(None, min_length=1)  # direct only: the provider's peer for this conversation
+    workspace: str = "default"
+    enabled: bool = True
+    agent_preset: str | None = Field(None, min_length=1)
+    trigger_mention: bool = _trigger("mention", "trigger_mention", False)  # explicit mention evidence only
+    trigger_every_n: int | None = _trigger("every_n", "trigger_every_n", ge=1)
+    trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s", ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouteSpec:
+        if (self.target == "specific") != (self.conversation_id is not None):
+            raise ValueError("a 'specific' route needs conversation_id, and an 'all' route must not have one")
+        triggers = self.trigger_mention or self.trigger_every_n or self.trigger_interval_s
+        if self.conversation_type == "direct" and triggers:
+            raise ValueError("direct routes take no group trigger settings (mention, every_n, interval)")
+        if self.conversation_type == "group":
+            if not triggers:
+                raise ValueError("a group route needs at least one trigger: mention, every_n or interval")
+            if self.peer_id is not None:
+                raise ValueError("peer_id is for direct routes only")
+        return self
+
+
+class RouteChanges(BaseModel):
+    """Fields an update may change; the result is validated as a whole RouteSpec."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    enabled: bool | None = None
+    agent_preset: str | None = None
+    trigger_mention: bool | None = _trigger("mention", "trigger_mention")
+    trigger_every_n: int | None = _trigger("every_n", "trigger_every_n")
+    trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s")
+    peer_id: str | None = None
+
+
+def _invalid(error: ValidationError | str) -> KefuError:
+    detail = (
+        error if isinstance(error, str) else "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+    )
+    return KefuError("KEFU_ROUTE_INVALID", f"route rejected: {detail}", "fix the route settings")
+
+
+def _check(spec: RouteSpec, batch_size: int) -> None:
+    if spec.trigger_every_n is not None and spec.trigger_every_n > batch_size:
+        raise _invalid(f"every_n {spec.trigger_every_n} exceeds the admission batch size {batch_size}")
+
+
+def _load_route(conn: Connection, route_id: str) -> Route | None:
+    row = conn.execute(sql("SELECT * FROM route WHERE id = :id"), {"id": route_id}).mappings().first()
+    return Route.model_validate(dict(row)) if row else None
+
+
+def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: int = 1000) -> Route:
+    _check(spec, batch_size)
+    with store.write() as conn:
+
+        def create() -> dict[str, Any]:
+            require_account(conn, spec.account_id)
+            if _load_route(conn, spec.id) is not None:
+                raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
+            row = Route(**spec.model_dump(), created_at=now_ms())
+            conn.execute(table_of(RouteTable).insert().values(**row.model_dump()))
+            return row.model_dump()
+
+        return Route.model_validate(run_once(conn, op_id, "route.create", create))
+
+
+def _expect_revision(conn: Connection, route_id: str, expected_revision: int) -> Route:
+    current = _load_route(conn, route_id)
+    if current is None:
+        raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}")
+    if current.revision != expected_revision:
+        raise KefuError(
+            "KEFU_REVISION_CONFLICT",
+            f"route {route_id!r} is at revision {current.revision}, not {expected_revision}",
+            "read the route again and retry with its current revision",
+        )
+    return current
+
+
+def update_route(
+    store: DeliveryStore,
+    route_id: str,
+    expected_revision: int,
+    changes: RouteChanges,
+    op_id: str,
+    batch_size: int = 1000,
+) -> Route:
+    with store.write() as conn:
+
+        def update() -> dict[str, Any]:
+            current = _expect_revision(conn, route_id, expected_revision)
+            fields = set(RouteSpec.model_fields)
+            merged = {k: v for k, v in current.model_dump().items() if k in fields}
+            merged.update(changes.model_dump(exclude_unset=True))
+            try:
+                spec = RouteSpec.model_validate(merged)
+            except ValidationError as error:
+                raise _invalid(error) from None
+            _check(spec, batch_size)
+            updated = Route(
+                **spec.model_dump(),
+                generation=current.generation + 1,
+                revision=current.revision + 1,
+                created_at=current.created_at,
+            )
+            table = table_of(RouteTable)
+            conn.execute(table.update().where(table.c.id == route_id).values(**updated.model_dump()))
+            return updated.model_dump()
+
+        return Route.model_validate(run_once(conn, op_id, "route.update", update))
+
+
+def current_revision(store: DeliveryStore, route_id: str) -> int:
+    """For an operator acting on what they see now (the change still checks it)."""
+    with store.read() as conn:
+        route = _load_route(conn, route_id)
+    if route is None:
+        raise KefuError("KEFU_ROUTE_UNKNOWN", f"no route {route_id!r}", "see `kefu routes list`")
+    return route.revision
+
+
+def list_routes(store: DeliveryStore, account_id: str | None = None) -> list[Route]:
+    with store.read() as conn:
+        rows = conn.execute(
+            sql("SELECT * FROM route WHERE :a IS NULL OR account_id = :a ORDER BY account_id, id"), {"a": account_id}
+        ).mappings()
+        return [Route.model_validate(dict(row)) for row in rows]
+
+
+def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op_id: str) -> None:
+    """Remove a route. Auto sends admitted under it are stale from now on: their generation can
+    never match again (SPEC 3.2)."""
+    with store.write() as conn:
+
+        def delete() -> dict[str, Any]:
+            _expect_revision(conn, route_id, expected_revision)
+            conn.execute(sql("DELETE FROM route WHERE id = :r"), {"r": route_id})
+            return {"deleted": route_id}
+
+        run_once(conn, op_id, "route.delete", delete)
+
+
+def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:
+    """The route that governs a conversation: a specific route beats `all`, even when disabled."""
+    row = (
+        conn.execute(
+            sql(
+                "SELECT * FROM route WHERE account_id = :a AND conversation_type = :t"
+                " AND (target = 'all' OR conversation_id = :c)"
+                " ORDER BY target = 'specific' DESC, created_at LIMIT 1"
+            ),
+            {"a": account_id, "t": conversation_type, "c": conversation_id},
+        )
+        .mappings()
+        .first()
+    )
+    return Route.model_validate(dict(row)) if row else None
