@@ -27,7 +27,7 @@ from runtime.admission.batches import (
 )
 from runtime.admission.handling import is_current
 from runtime.agent.context import context_use, view_tokens
-from runtime.agent.pending_questions import offer, question_note
+from runtime.agent.pending_questions import PendingQuestion, offer, question_note
 from runtime.agent.rendering import RenderableMessage, content_text, input_parts, shown
 from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.rotation import rotate, rotated_note, rotation_due
@@ -39,11 +39,11 @@ from runtime.agent.session_log import (
     TurnStart,
     batch_turns,
 )
-from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, begin_first_session, open_session
-from runtime.agent.tools import TOOLS, TurnBinding, execute, recorded_sends
+from runtime.agent.sessions import DAMAGED_NOTE, KnownSession, OpenSession, begin_first_session, open_session
+from runtime.agent.tools import TOOLS, Tools, TurnBinding, execute, recorded_sends
 from runtime.agent.view import model_view
 from runtime.inbound.media import stored_images, with_fetched_images, with_image_data
-from runtime.memory.engine import MemoryEngine, archive, judge_task, percent, recall
+from runtime.memory.engine import MemoryEngine, SessionMemory, archive, judge_task, percent, recall
 from runtime.memory.tools import MEMORY_TOOLS
 from runtime.outbox.media import AttachmentPolicy
 from runtime.outbox.read_receipts import mark_delivered, read_notice, undelivered_reads
@@ -52,7 +52,7 @@ from runtime.ports import FOLLOW_UP_PREFIX, AssistantReply, ModelError, ModelPro
 from runtime.store import Connection, DeliveryStore, now_ms
 from runtime.store.leases import Fence, fenced
 from runtime.store.states import BatchState
-from runtime.store.tables import AdmissionBatch, BuyerRead, OutboxRequest
+from runtime.store.tables import AdmissionBatch, BuyerRead, Customer, OutboxRequest
 
 ROLE_SECTION = (
     "你在这一个会话里以本店客服账号的身份说话。顾客消息以带时间和标签的行给出。"
@@ -188,6 +188,36 @@ def _step_check(conn: Connection, customer_id: int, epoch: int, with_reads: bool
     return current, undelivered_reads(conn, customer_id) if current and with_reads else []
 
 
+@dataclass
+class _Turn:
+    """A turn under way: the rows it was opened with, its session, and where its steps go on."""
+
+    customer: Customer
+    batch: AdmissionBatch
+    account_revision: int
+    session_id: str
+    log: SessionLog
+    clock: ConversationClock
+    memory: SessionMemory | None
+    turn_id: str
+    step: int  # the first step this run makes
+    attempts_before: int  # failed model calls of that step so far
+    resuming: bool  # the step waits for a model retry: its start is logged already
+    checked: _StepCheck | None  # the first step's check, as read with the turn's rows
+
+
+@dataclass
+class _Ran:
+    """How a turn's steps ended."""
+
+    outcome: Outcome = "error"
+    paused: bool = False  # a human took over during the turn
+    unavailable: bool = False  # the model stayed unavailable: the batch stays open
+    archived_inline: bool = False
+    model_calls: int = 0
+    model_s: float = 0.0
+
+
 def run_turn(
     store: DeliveryStore,
     provider: ModelProvider,
@@ -208,12 +238,49 @@ def run_turn(
     `begin_attempt`: see TurnBinding. `fetch_images`: fetches buyers' images of the batch not
     fetched yet (runtime.inbound.media), so that the turn shows them; one that stays unfetched
     reads `[image]`."""
+    turn = _open_turn(store, customer_id, sessions_dir, zone, agent, memory_engine, fence, fetch_images)
+    if not isinstance(turn, _Turn):
+        return turn
+    binding = TurnBinding(
+        store=store,
+        customer=turn.customer,
+        batch=turn.batch,
+        session_id=turn.session_id,
+        account_revision=turn.account_revision,
+        zone=zone,
+        turn_id=turn.turn_id,
+        clock=turn.clock,
+        attachments=attachments,
+        on_registered=on_registered,
+        memory=turn.memory,
+        fence=fence,
+        begin_attempt=begin_attempt,
+        batch_logged=turn.batch.state == BatchState.CLAIMED,  # its turn/start is in the log by now
+    )
+    ran = _run_steps(store, provider, agent, zone, turn, binding)
+    if isinstance(ran, TurnResult):
+        return ran
+    return _end_turn(store, fence, turn, binding, ran)
+
+
+def _open_turn(
+    store: DeliveryStore,
+    customer_id: int,
+    sessions_dir: Path,
+    zone: ZoneInfo,
+    agent: AgentSettings,
+    memory_engine: MemoryEngine | None,
+    fence: Fence | None,
+    fetch_images: Callable[[list[int]], object] | None,
+) -> _Turn | TurnResult | None:
+    """Read what the turn needs in its first (fenced) write, open the session, and either go on
+    with a step that waits for a model retry or start the turn in the log; a TurnResult when
+    the batch does not run now (revoked, not due yet, or finished already)."""
     with fenced(store, fence) as conn:
         rows = turn_rows(conn, customer_id)
         if rows is None or rows.batch is None:
             return None
-        customer, batch, account = rows.customer, rows.batch, rows.account
-        lines = rows.lines
+        customer, batch = rows.customer, rows.batch
         if customer.handling_paused or customer.handling_epoch != batch.handling_epoch:  # is_current, as read
             revoke_batch(conn, batch.id)
             return TurnResult(batch.id, "revoked", customer.session_id)
@@ -224,165 +291,196 @@ def run_turn(
             known = KnownSession(header.id, True, header)
         clock = conversation_clock(conn, customer_id)
         question = offer(conn, customer_id, batch.id) if rows.questions else None
-        checked: _StepCheck | None = (True, rows.reads)  # the first step's, as read
     session = open_session(store, customer_id, sessions_dir, fence, known)
-    log, session_id = session.log, session.session_id
     memory = memory_engine.session(customer_id, clock) if memory_engine else None
-    waiting = waiting_for_model(log)
-    if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
-        close_unfinished(log)
-        waiting = None
-    if waiting is not None:
-        due_in_ms = (
-            waiting.last_attempt_at
-            + _backoff_s(agent.openai, waiting.attempts, waiting.retry_after_s) * 1000
-            - now_ms()
-        )
-        if due_in_ms > 0:  # asked early (new input, the reconciler): come back when it is due
-            return TurnResult(batch.id, "waiting", session_id, retry_after_s=due_in_ms / 1000)
-        turn_id, first_step, attempts_before = waiting.turn_id, waiting.step, waiting.attempts
-    else:
-        ending = rotation_due(session, batch.id, agent, now_ms())
-        if ending is not None:
-            session = rotate(store, customer_id, sessions_dir, fence, ending, agent.model_name, memory, session)
-            log, session_id = session.log, session.session_id
-        repair(log, recorded_sends(store, session_id))
-        if not log.of_type("system/message"):  # a new session (a fork of an empty one has its marker)
-            note = DAMAGED_NOTE if session.replaced else rotated_note(session.header)
-            prompt = _system_prompt(agent.persona)
-            log.append("system/message", text=f"{prompt}\n\n{note}" if note else prompt)
-
-        turns = batch_turns(log, batch.id)
-        if _reconcile_session(store, turns, batch, fence, session.first):
-            return TurnResult(batch.id, turns[-1][1] if turns else "complete", session_id)  # type: ignore[arg-type]
-
-        turn_id, first_step, attempts_before = f"t{log.offset}", 0, 0
-        if turns:  # interrupted: exactly one follow-up turn per interruption
-            log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="follow-up", follows=turns[-1][0].turn)
-            log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
-        else:
-            log.append("turn/start", turn=turn_id, batch_id=batch.id, kind="batch")
-            lines = with_fetched_images(store, lines, fetch_images)
-            for n, (text, rendered) in enumerate(input_parts([shown(line, clock) for line in lines], zone)):
-                if n == 0 and question is not None:
-                    text = f"{question_note(question, clock, zone)}\n{text}"
-                images = stored_images(rendered)
-                log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
-        if memory is not None and not turns:
-            recall(log, memory, turn_id, _buyer_text(lines), _said_on(lines, clock, zone))
-
-    binding = TurnBinding(
-        store=store,
+    turn = _Turn(
         customer=customer,
         batch=batch,
-        session_id=session_id,
-        account_revision=account.revision if account else 0,
-        zone=zone,
-        turn_id=turn_id,
+        account_revision=rows.account.revision if rows.account else 0,
+        session_id=session.session_id,
+        log=session.log,
         clock=clock,
-        attachments=attachments,
-        on_registered=on_registered,
         memory=memory,
-        fence=fence,
-        begin_attempt=begin_attempt,
-        batch_logged=batch.state == BatchState.CLAIMED,  # its turn/start is in the log by now
+        turn_id="",
+        step=0,
+        attempts_before=0,
+        resuming=False,
+        checked=(True, rows.reads),  # the first step's, as read
     )
+    waiting = waiting_for_model(session.log)
+    if waiting is not None and waiting.batch_id != batch.id:  # cannot wait for a batch that is not open
+        close_unfinished(session.log)
+        waiting = None
+    if waiting is None:
+        return _start_turn(
+            store, customer_id, sessions_dir, zone, agent, fence, fetch_images, session, turn, rows.lines, question
+        )
+    due_in_ms = (
+        waiting.last_attempt_at + _backoff_s(agent.openai, waiting.attempts, waiting.retry_after_s) * 1000 - now_ms()
+    )
+    if due_in_ms > 0:  # asked early (new input, the reconciler): come back when it is due
+        return TurnResult(batch.id, "waiting", turn.session_id, retry_after_s=due_in_ms / 1000)
+    turn.turn_id, turn.step, turn.attempts_before, turn.resuming = waiting.turn_id, waiting.step, waiting.attempts, True
+    return turn
+
+
+def _start_turn(
+    store: DeliveryStore,
+    customer_id: int,
+    sessions_dir: Path,
+    zone: ZoneInfo,
+    agent: AgentSettings,
+    fence: Fence | None,
+    fetch_images: Callable[[list[int]], object] | None,
+    session: OpenSession,
+    turn: _Turn,
+    lines: list[RenderableMessage],
+    question: PendingQuestion | None,
+) -> _Turn | TurnResult:
+    """Rotate the session if its end is due, mend what a crash left, and log the turn's start
+    with its input (the batch's lines, or the note of a follow-up turn) and what memory
+    recalls for it; a TurnResult when the log already holds the batch's finished turn."""
+    batch, clock = turn.batch, turn.clock
+    ending = rotation_due(session, batch.id, agent, now_ms())
+    if ending is not None:
+        session = rotate(store, customer_id, sessions_dir, fence, ending, agent.model_name, turn.memory, session)
+        turn.log, turn.session_id = session.log, session.session_id
+    log = turn.log
+    repair(log, recorded_sends(store, turn.session_id))
+    if not log.of_type("system/message"):  # a new session (a fork of an empty one has its marker)
+        note = DAMAGED_NOTE if session.replaced else rotated_note(session.header)
+        prompt = _system_prompt(agent.persona)
+        log.append("system/message", text=f"{prompt}\n\n{note}" if note else prompt)
+    turns = batch_turns(log, batch.id)
+    if _reconcile_session(store, turns, batch, fence, session.first):
+        return TurnResult(batch.id, turns[-1][1] if turns else "complete", turn.session_id)  # type: ignore[arg-type]
+    turn.turn_id = f"t{log.offset}"
+    if turns:  # interrupted: exactly one follow-up turn per interruption
+        log.append("turn/start", turn=turn.turn_id, batch_id=batch.id, kind="follow-up", follows=turns[-1][0].turn)
+        log.append("user/message", source=batch.id, text=FOLLOW_UP_TEXT)
+        return turn
+    log.append("turn/start", turn=turn.turn_id, batch_id=batch.id, kind="batch")
+    lines = with_fetched_images(store, lines, fetch_images)
+    for n, (text, rendered) in enumerate(input_parts([shown(line, clock) for line in lines], zone)):
+        if n == 0 and question is not None:
+            text = f"{question_note(question, clock, zone)}\n{text}"
+        images = stored_images(rendered)
+        log.append("user/message", source=batch.id, text=text, **({"images": images} if images else {}))
+    if turn.memory is not None:
+        recall(log, turn.memory, turn.turn_id, _buyer_text(lines), _said_on(lines, clock, zone))
+    return turn
+
+
+def _run_steps(
+    store: DeliveryStore,
+    provider: ModelProvider,
+    agent: AgentSettings,
+    zone: ZoneInfo,
+    turn: _Turn,
+    binding: TurnBinding,
+) -> _Ran | TurnResult:
+    """The turn's steps: a model call, then the tools it asked for, until it answers without
+    one, hands off, a human takes over, or the model stays unavailable; a TurnResult when a
+    failed model call is to be tried again in a new run.
+
+    Flush points, each an fsync: the turn's input and requested tool calls before any call
+    starts (in one frame with the first start: nothing the turn did reached the buyer before,
+    and a run cut short before it leaves no trace of the turn, which then runs again whole),
+    each later start before it runs, a failed model call before the run ends to wait; the
+    results and the steps after the last call are flushed with the turn's end (a crash before
+    it loses only model calls, and the repair reads each started call's outcome from the
+    outbox: runtime.agent.repair)."""
+    log, memory, turn_id, customer_id = turn.log, turn.memory, turn.turn_id, turn.batch.customer_id
     available = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
     tools = [spec for spec, _ in available.values()]
-    outcome: Outcome = "error"
-    paused = unavailable = archived_inline = False
-    # Flush points, each an fsync: the turn's input and requested tool calls before any call
-    # starts (in one frame with the first start: nothing the turn did reached the buyer before,
-    # and a run cut short before it leaves no trace of the turn, which then runs again whole),
-    # each later start before it runs, a failed model call before the run ends to wait; the
-    # results and the steps after the last call are flushed with the turn's end (a crash before
-    # it loses only model calls, and the repair reads each started call's outcome from the
-    # outbox: runtime.agent.repair).
-    step, resuming = first_step, waiting is not None  # resuming: the step waiting for a model retry
-    model_calls, model_s = 0, 0.0
+    ran, step, resuming, attempts_before, checked = _Ran(), turn.step, turn.resuming, turn.attempts_before, turn.checked
     while step < agent.max_steps:
         if checked is None:
             with store.read() as conn:
-                checked = _step_check(conn, customer_id, batch.handling_epoch, not resuming)
+                checked = _step_check(conn, customer_id, turn.batch.handling_epoch, not resuming)
         (current, reads), checked = checked, None
         if not current:
             if resuming:
                 log.append("step/end", turn=turn_id, step=step)
-            outcome, paused = "interrupted", True  # a human took over during the turn
+            ran.outcome, ran.paused = "interrupted", True  # a human took over during the turn
             break
         task = judge_task(memory)
         if not resuming:
             log.append("step/start", turn=turn_id, step=step)
             _deliver_reads(store, log, reads, zone)
             if memory is not None:  # a step's tool output must not push the next call past the window
-                inline = archive(log, session_id, memory, memory.settings.emergency_percent, task)
+                inline = archive(log, turn.session_id, memory, memory.settings.emergency_percent, task)
                 if inline.folders or inline.trimmed:  # new pending or review folders: a new task
-                    archived_inline, task = True, judge_task(memory)
+                    ran.archived_inline, task = True, judge_task(memory)
         _note_request(log, agent.model_name, tools)
         began = time.monotonic()
         reply = _call_model(provider, log, tools, agent, store, step, task, attempts_before)
-        model_calls, model_s = model_calls + 1, model_s + time.monotonic() - began
+        ran.model_calls, ran.model_s = ran.model_calls + 1, ran.model_s + time.monotonic() - began
         resuming, attempts_before = False, 0
         if isinstance(reply, _RetryAfter):  # the batch stays open; the turn goes on in the next run
             _commit_if_logged(binding)
-            return TurnResult(batch.id, "waiting", session_id, retry_after_s=reply.seconds)
+            return TurnResult(turn.batch.id, "waiting", turn.session_id, retry_after_s=reply.seconds)
         if reply is None:  # the batch stays open: the reconciler brings a follow-up turn later
             log.append("step/end", turn=turn_id, step=step)
-            outcome, unavailable = "interrupted", True
+            ran.outcome, ran.unavailable = "interrupted", True
             break
-        log.append(
-            "assistant/message",
-            text=reply.text,
-            tool_calls=[c.model_dump() for c in reply.tool_calls],
-            usage=reply.usage,
-        )
+        log.append("assistant/message", text=reply.text, tool_calls=[c.model_dump() for c in reply.tool_calls],
+                   usage=reply.usage)  # fmt: skip
         if not reply.tool_calls:
             log.append("step/end", turn=turn_id, step=step)
-            outcome = "complete"
+            ran.outcome = "complete"
             break
-        handed_off = False
-        for call in reply.tool_calls:
-            log.append("tool/call", call_id=call.id, name=call.name)
-            log.flush()
-            result = execute(binding, call, available)
-            handed_off = handed_off or result.ends_turn
-            log.append(
-                "tool/result",
-                call_id=call.id,
-                name=call.name,
-                content=result.content,
-                is_error=result.is_error,
-                request_id=result.request_id,
-            )
+        handed_off = _run_tools(log, binding, reply, available)
         log.append("step/end", turn=turn_id, step=step)
         if binding.checked is not None and binding.checked[0] == reply.tool_calls[-1].id:
             checked = (True, binding.checked[1])  # the step's last call wrote after every other
         binding.checked = None
         if handed_off:  # the agent paused its own handling: a human answers from here
-            outcome = "complete"
+            ran.outcome = "complete"
             break
         step += 1
-    reason = "handling-paused" if paused else "model-unavailable" if unavailable else None
-    log.append("turn/end", turn=turn_id, outcome=outcome, **({"reason": reason} if reason else {}))
+    return ran
+
+
+def _run_tools(log: SessionLog, binding: TurnBinding, reply: AssistantReply, available: Tools) -> bool:
+    """Run the step's tool calls in order, each start flushed before it runs; whether one of
+    them ended the turn (a handoff)."""
+    handed_off = False
+    for call in reply.tool_calls:
+        log.append("tool/call", call_id=call.id, name=call.name)
+        log.flush()
+        result = execute(binding, call, available)
+        handed_off = handed_off or result.ends_turn
+        log.append("tool/result", call_id=call.id, name=call.name, content=result.content,
+                   is_error=result.is_error, request_id=result.request_id)  # fmt: skip
+    return handed_off
+
+
+def _end_turn(store: DeliveryStore, fence: Fence | None, turn: _Turn, binding: TurnBinding, ran: _Ran) -> TurnResult:
+    """Log the turn's end, then commit what the log holds and finish (or revoke) the batch in
+    the turn's last write; a batch whose model stayed unavailable stays open."""
+    log, batch, memory = turn.log, turn.batch, turn.memory
+    reason = "handling-paused" if ran.paused else "model-unavailable" if ran.unavailable else None
+    log.append("turn/end", turn=turn.turn_id, outcome=ran.outcome, **({"reason": reason} if reason else {}))
     log.flush()
     admit_next = True
-    if not unavailable:
+    if not ran.unavailable:
         with store.write() as conn:
             binding.commit_logged(conn)  # what the log holds is committed, even if a human took over since
-            if paused:
+            if ran.paused:
                 revoke_batch(conn, batch.id)
-                admit_next = not nothing_to_admit(conn, customer_id)
+                admit_next = not nothing_to_admit(conn, batch.customer_id)
             else:  # and input that came during the turn, read in the same statement
-                admit_next = finish_batch(conn, batch.id, model_calls, round(model_s * 1000))
+                admit_next = finish_batch(conn, batch.id, ran.model_calls, round(ran.model_s * 1000))
             if fence is not None:
                 fence.check_and_release(conn)  # the turn's last write
     else:  # the batch stays open for a follow-up turn
         _commit_if_logged(binding)
     # Above the trigger, or folders archived inline that want scoring: the memory task follows.
     due = memory is not None and (
-        archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
+        ran.archived_inline or percent(view_tokens(log, judge_task(memory)), memory) > memory.settings.trigger_percent
     )
-    return TurnResult(batch.id, outcome, session_id, archive_due=due, admit_next=admit_next)
+    return TurnResult(batch.id, ran.outcome, turn.session_id, archive_due=due, admit_next=admit_next)
 
 
 def _note_request(log: SessionLog, model: str, tools: list[ToolSpec]) -> None:

@@ -93,7 +93,11 @@ BUILT_KEPT = 256  # scopes whose index a process keeps (RecallIndex.of)
 _built: Lru[tuple[Path, str, float], tuple[int, RecallIndex]] = Lru(BUILT_KEPT)
 
 
-def sigma(folder: Folder | IndexedFolder) -> tuple[float, int, str]:
+Sigma = tuple[float, int, str]  # (−alpha, created at, id): a folder's place among equals
+_Ranked = tuple[float, Sigma]  # (−score, σ) of a candidate: the stronger first, σ between equals
+
+
+def sigma(folder: Folder | IndexedFolder) -> Sigma:
     return (-folder.alpha, folder.created_at, folder.id)
 
 
@@ -311,13 +315,8 @@ def select(
     strongest = heapq.nsmallest(high_quota - len(boost) + lookahead, (key for key in high if key[1][2] not in boosted))
     high_picks, deferred = strongest[: high_quota - len(boost)], strongest[high_quota - len(boost) :]
     low_budget = min(budget - len(boost) - len(high_picks), len(low))
-    rotating = min(r - 1 if r >= 2 else r, low_budget)  # r = 1: its one slot rotates
-    probe = heapq.nsmallest(low_budget - rotating, low)
-    probed = {key[1][2] for key in probe}
-    by_sigma = sorted(key[1] for key in low if key[1][2] not in probed)
     cursor = state.low_cursor
-    start = bisect.bisect_right(by_sigma, cursor) if cursor is not None else 0
-    rotation = (by_sigma[start:] + by_sigma[:start])[:rotating]  # after the cursor, then wrapping around
+    probe, rotation = _low_lanes(low, low_budget, min(r - 1 if r >= 2 else r, low_budget), cursor)
     lanes = {
         "rare": [(-found[i], keys[i]) for i in rare],
         "boost": boost,
@@ -327,14 +326,7 @@ def select(
     }
     picked = {key[1][2] for chosen in lanes.values() for key in chosen}
     free = k - len(picked)
-    waiting = sorted(  # a match of this query first, then in the order they were deferred
-        [
-            (-found.get(i, 0.0), keys[i])
-            for i, until in state.deferred.items()
-            if until >= round_no and i in keys and i not in picked and -keys[i][0] >= HIGH_ALPHA
-        ],
-        key=lambda key: key[0],
-    )
+    waiting = _register_waiting(state, round_no, keys, found, picked)
     lanes["register"] = waiting[:free]
     picks = [key[1][2] for key in sorted(key for chosen in lanes.values() for key in chosen)]
     picks, cut = _within_budget(picks, index, budget_chars)
@@ -361,6 +353,31 @@ def select(
             degraded=counters.degraded + (len(rare_matches) > len(rare)),
         ),
     )
+
+
+def _low_lanes(
+    low: list[_Ranked], low_budget: int, rotating: int, cursor: Sigma | None
+) -> tuple[list[_Ranked], list[Sigma]]:
+    """The low-alpha lanes: the strongest matches (`probe`), and `rotating` more taken in turn
+    by σ after the last round's cursor, wrapping around, so every low folder gets its turn."""
+    probe = heapq.nsmallest(low_budget - rotating, low)
+    probed = {key[1][2] for key in probe}
+    by_sigma = sorted(key[1] for key in low if key[1][2] not in probed)
+    start = bisect.bisect_right(by_sigma, cursor) if cursor is not None else 0
+    return probe, (by_sigma[start:] + by_sigma[:start])[:rotating]
+
+
+def _register_waiting(
+    state: RecallState, round_no: int, keys: dict[str, Sigma], found: dict[str, float], picked: set[str]
+) -> list[_Ranked]:
+    """High-alpha matches deferred in earlier rounds and not yet expired or picked: a match of
+    this query first, then in the order they were deferred."""
+    waiting = [
+        (-found.get(i, 0.0), keys[i])
+        for i, until in state.deferred.items()
+        if until >= round_no and i in keys and i not in picked and -keys[i][0] >= HIGH_ALPHA
+    ]
+    return sorted(waiting, key=lambda key: key[0])
 
 
 def _within_budget(picks: list[str], index: RecallIndex, budget_chars: int) -> tuple[list[str], int]:

@@ -265,7 +265,15 @@ def begin_in(
     if stale:
         _set_state(conn, request_id, stale, None)
         return AttemptSkipped(stale)  # type: ignore[arg-type]
-    attempt_no = (last_no or 0) + 1
+    return _start_attempt(conn, request, (last_no or 0) + 1, owner, at, shard_token)
+
+
+def _start_attempt(
+    conn: Connection, request: OutboxRequest, attempt_no: int, owner: str, at: int, shard_token: int | None
+) -> AttemptGrant:
+    """Record the attempt as started and the request as sending, and build what the transport
+    sends (its file's bytes, the session webhook valid now)."""
+    request_id = request.request_id
     conn.execute(
         sql(
             "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"

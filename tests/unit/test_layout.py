@@ -56,3 +56,15 @@ def test_the_readme_module_map_names_every_runtime_package_and_no_other() -> Non
     assert mapped == packages
     for package in packages:  # a package says what its modules do
         assert ast.get_docstring(ast.parse((ROOT / "runtime" / package / "__init__.py").read_text(encoding="utf-8")))
+
+
+def test_no_function_is_longer_than_a_screenful() -> None:
+    """80 lines: a function past that does several things, and reads better as their names."""
+    long = [
+        f"{path.relative_to(ROOT)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for layer in LAYERS
+        for path in sorted((ROOT / layer).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (node.end_lineno or 0) - node.lineno >= 80
+    ]
+    assert long == []
