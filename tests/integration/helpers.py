@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from config import Settings
 from runtime.store import DeliveryStore
@@ -20,6 +22,23 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what} {describe()}")
         time.sleep(0.05)
+
+
+RECONCILE = "kefu.ingest.reconcile"
+
+
+def finished_runs(log: Path, task: str) -> int:
+    """How many runs of `task` a worker's log (`-l info`) shows finished."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return len(re.findall(rf"Task {re.escape(task)}\[[^\]]+\] succeeded", text))
+
+
+def wait_runs(log: Path, task: str = RECONCILE, runs: int = 2, timeout_s: float = 60) -> None:
+    """Until `runs` whole runs of the worker's `task` (the reconciler's pass by default) began
+    and finished from now on. Waits on what would show a duplicate (the pass that re-attempts,
+    re-admits or republishes), never on the clock, so a slow machine only waits longer."""
+    start = finished_runs(log, task)  # one more: a run under way now may have begun before
+    wait_for(lambda: finished_runs(log, task) > start + runs, timeout_s, f"{runs} more runs of {task}")
 
 
 def wait_all_answered(store: DeliveryStore, platform: SimulatedPlatform, account: str, timeout_s: float = 30) -> Audit:

@@ -14,7 +14,7 @@ import pytest
 from runtime.accounts.registry import load_account
 from runtime.operators.status import is_quiet, stage_counts
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.integration.helpers import wait_for, worker_env
+from tests.integration.helpers import wait_for, wait_runs, worker_env
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
 
@@ -51,19 +51,19 @@ def replies_to(fake_dingtalk: FakeDingTalk) -> Counter[str]:
     return Counter(user for send in fake_dingtalk.sends for user in send.user_ids)
 
 
-def wait_replies(fake_dingtalk: FakeDingTalk, buyers: list[str], timeout_s: float = 40) -> None:
+def wait_replies(fake_dingtalk: FakeDingTalk, buyers: list[str], worker: WorkerProcess, timeout_s: float = 40) -> None:
     wait_for(
         lambda: set(replies_to(fake_dingtalk)) >= set(buyers),
         timeout_s,
         "a reply to every buyer",
         lambda: replies_to(fake_dingtalk),
     )
-    time.sleep(1.5)  # redeliveries and reconcile ticks: nothing may be sent again
+    wait_runs(worker.log_path)  # redeliveries and reconciler passes: nothing may be sent again
 
 
 def test_a_buyer_message_is_answered_once_through_stream_and_openapi(fake_dingtalk, worker, store):
     fake_dingtalk.buyer_says("staff-1", "你好，在吗")
-    wait_replies(fake_dingtalk, ["staff-1"])
+    wait_replies(fake_dingtalk, ["staff-1"], worker)
     [reply] = fake_dingtalk.sends
     assert reply.path == "/v1.0/robot/oToMessages/batchSend" and reply.body["msgKey"] == "sampleText"
     assert fake_dingtalk.unacked == 0 and len(fake_dingtalk.acks) == 1  # ACKed once, as soon as it reached the broker
@@ -96,7 +96,7 @@ def test_a_redelivery_storm_across_a_reconnect_gets_one_reply_each(fake_dingtalk
     wait_for(lambda: fake_dingtalk.connected and fake_dingtalk.tickets_issued >= 2, 20, "a reconnect with a new ticket")
     for message in reversed(messages):  # out of order, after the reconnect
         fake_dingtalk.push(message, copies=3 if message in messages[3:] else 1)
-    wait_replies(fake_dingtalk, buyers)
+    wait_replies(fake_dingtalk, buyers, worker)
     assert replies_to(fake_dingtalk) == dict.fromkeys(buyers, 1)
 
 
@@ -112,14 +112,14 @@ def test_disconnect_frames_and_dropped_sockets_lose_nothing_and_double_nothing(f
     )
     fake_dingtalk.ping()
     fake_dingtalk.buyer_says("staff-b", "可以开发票吗")
-    wait_replies(fake_dingtalk, ["staff-a", "staff-b"])
+    wait_replies(fake_dingtalk, ["staff-a", "staff-b"], worker)
     assert replies_to(fake_dingtalk) == {"staff-a": 1, "staff-b": 1}
 
 
 def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_resent(fake_dingtalk, worker, store):
     fake_dingtalk.throttle_sends = 1
     fake_dingtalk.buyer_says("staff-t", "有优惠券吗")
-    wait_replies(fake_dingtalk, ["staff-t"])
+    wait_replies(fake_dingtalk, ["staff-t"], worker)
     assert replies_to(fake_dingtalk) == {"staff-t": 1}
 
     fake_dingtalk.stall_sends, fake_dingtalk.stall_s = 1, 3.0  # recorded, answered after the client's 1 s timeout
@@ -137,7 +137,7 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
             )
 
     wait_for(unknown, 30, "the stalled send to be result-unknown")
-    time.sleep(3)  # reconcile ticks and receipt queries: never a second send
+    wait_runs(worker.log_path, runs=3)  # reconciler passes and receipt queries: never a second send
     assert replies_to(fake_dingtalk)["staff-u"] == 1
 
 
@@ -145,7 +145,7 @@ def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_sto
     fake_dingtalk.prompt_readers = {"staff-r"}
     fake_dingtalk.buyer_says("staff-r", "可以开发票吗")
     fake_dingtalk.buyer_says("staff-n", "什么时候发货")
-    wait_replies(fake_dingtalk, ["staff-r", "staff-n"])
+    wait_replies(fake_dingtalk, ["staff-r", "staff-n"], worker)
     key = {send.user_ids[0]: send.process_query_key for send in fake_dingtalk.sends}
 
     def reads() -> list[tuple[str, str]]:
@@ -154,7 +154,7 @@ def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_sto
 
     wait_for(lambda: reads() == [(key["staff-r"], "staff-r")], 20, "the read to be stored", reads)
     wait_for(lambda: fake_dingtalk.read_queries.count(key["staff-n"]) == 3, 20, "three checks of the unread message")
-    time.sleep(2.5)  # more than two intervals: the schedule has ended
+    wait_runs(worker.log_path, "kefu.receipts.read_status")  # two more rounds of checks: the schedule has ended
     assert fake_dingtalk.read_queries.count(key["staff-n"]) == 3
     assert fake_dingtalk.read_queries.count(key["staff-r"]) == 1  # read at the first check: no more
 
@@ -170,7 +170,7 @@ def test_malformed_stream_frames_are_acknowledged_and_dropped_and_nothing_is_wri
     fake_dingtalk.push({"msgId": "m-incomplete", "conversationType": "9"})  # fields missing or wrong
     fake_dingtalk.push_raw("not even a frame")
     fake_dingtalk.buyer_says("staff-ok", "什么时候发货")
-    wait_replies(fake_dingtalk, ["staff-ok"])
+    wait_replies(fake_dingtalk, ["staff-ok"], worker)
     assert fake_dingtalk.unacked == 0  # refused for good: not redelivered forever
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.helpers import wait_for, worker_env
+from tests.integration.helpers import wait_for, wait_runs, worker_env
 from transports.dingtalk.callback import callback_signature
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
@@ -79,7 +79,7 @@ def test_signed_callbacks_are_answered_once_and_bad_ones_write_nothing(settings,
             answer = httpx.post(url, headers=signed(secret), content=genuine)
             assert answer.status_code == 200
         wait_for(lambda: len(fake_dingtalk.sends) == 1, 30, "the reply through the OpenAPI")
-        time.sleep(1.5)
+        wait_runs(worker.log_path)  # the retried callback's page and reconciler passes: no second reply
     finally:
         os.killpg(receiver.pid, signal.SIGTERM)
         receiver.wait(15)

@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from runtime.accounts.registry import load_account, set_connection_intent
 from runtime.inbound.checkpoints import checkpoint_views
-from tests.integration.helpers import wait_all_answered, wait_for, worker_env
+from tests.integration.helpers import wait_all_answered, wait_for, wait_runs, worker_env
 from worker.audit import audit
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
@@ -54,7 +53,7 @@ def test_a_worker_started_with_listen_answers_follows_disconnects_and_stops_clea
         wait_for(lambda: _listener_state(store, shop) == "stopped", 10, "the listener to stop")
         before = _inbound(store)
         platform.buyer_says(shop, "b3", "买家b3", "有优惠吗")
-        time.sleep(1.0)  # ten supervision passes and many polls: a closed listener takes nothing in
+        wait_runs(worker.log_path)  # supervision passes, polls, reconciler passes: a closed listener takes nothing in
         assert _inbound(store) == before
 
         set_connection_intent(store, shop, "connected")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for start_worker)
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
 
 from runtime.inbound.ingest import committed_cursor
 from runtime.inbound.pages import InboundPage
+from runtime.operators.status import is_quiet
 from tests.integration.helpers import wait_all_answered, wait_for
 from tests.partial_ingest import commit_groups
 from worker.audit import audit
@@ -24,15 +24,29 @@ def test_same_page_three_times_interleaved_yields_one_reply_per_message(settings
     pages = []
     for buyer, text in [("b1", "什么时候发货"), ("b2", "有优惠券吗"), ("b3", "可以开发票吗"), ("b1", "发什么快递")]:
         pages.append(transport.page_of(shop, [platform.buyer_says(shop, buyer, f"买家{buyer}", text)]))
-    with start_worker(app, pool="solo", perform_ping_check=True, shutdown_timeout=30):
-        repeated = pages[0]
-        for page in pages[1:]:
+    ingested: list[str] = []
+
+    def count_ingests(sender: object = None, **_: object) -> None:
+        if getattr(sender, "name", None) == "kefu.ingest.page":
+            ingested.append("page")
+
+    task_postrun.connect(count_ingests, weak=False)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=True, shutdown_timeout=30):
+            repeated = pages[0]
+            for page in pages[1:]:
+                _publish(app, repeated)
+                _publish(app, page)
             _publish(app, repeated)
-            _publish(app, page)
-        _publish(app, repeated)
-        result = wait_all_answered(store, platform, shop)
-        time.sleep(1.0)  # room for any late duplicate to land before the final count
-        result = audit(store, platform, shop)
+            wait_all_answered(store, platform, shop)
+            # Every delivery, the repeats too, ingested, and nothing left to answer or send: a
+            # duplicate reply would have been made by now.
+            wait_for(
+                lambda: len(ingested) == 7 and is_quiet(store), 30, "all 7 deliveries ingested, the pipeline quiet"
+            )
+            result = audit(store, platform, shop)
+    finally:
+        task_postrun.disconnect(count_ingests)
     assert result.buyer_messages == 4
     assert result.answered == 4
     assert result.duplicate_replies == 0

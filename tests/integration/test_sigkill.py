@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.operators.status import is_quiet, stage_counts
-from tests.integration.helpers import wait_all_answered, wait_for
+from tests.integration.helpers import wait_all_answered, wait_for, wait_runs
 from worker.audit import audit
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
@@ -54,7 +52,7 @@ def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, s
         restarted.wait_ready(app)
         wait_all_answered(store, platform, shop, timeout_s=60)
         wait_for(lambda: is_quiet(store), 30, "the pipeline to go quiet", lambda: stage_counts(store))
-        time.sleep(1.5)  # a few reconcile ticks: nothing may be sent again
+        wait_runs(log)  # reconciler passes after it: nothing may be sent again
         result = audit(store, platform, shop)
     finally:
         restarted.stop()

@@ -3,7 +3,6 @@ bridge over loopback with signed requests. The bridge's record of sends is the g
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +12,7 @@ from runtime.accounts.registry import AccountSpec, create_account
 from runtime.admission.routes import RouteSpec, create_route
 from runtime.inbound.media import ImageBody, image_body
 from tests.fakes.wangwang import FakeWangwangBridge
-from tests.integration.helpers import wait_for, worker_env
+from tests.integration.helpers import wait_for, wait_runs, worker_env
 from tests.unit.test_inbound_images import png
 from transports.wangwang import WangwangCredentials
 from worker.celery_app import make_app
@@ -50,7 +49,13 @@ def test_buyers_are_answered_once_echoes_are_ours_and_reads_reach_the_store(work
     for buyer, question in BUYERS.items():
         fake_wangwang.buyer_says(buyer, question)
     wait_for(lambda: all(fake_wangwang.replies_to(b) for b in BUYERS), 40, "a reply to every buyer")
-    time.sleep(2)  # the echoes come back through the listener: none may be answered
+
+    def echoes() -> int:
+        with store.read() as conn:
+            return conn.exec_driver_sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'").scalar_one()
+
+    wait_for(lambda: echoes() >= len(BUYERS), 30, "the echoes of the replies to come back through the listener")
+    wait_runs(worker.log_path)  # and reconciler passes after them: none may be answered
     assert {b: len(fake_wangwang.replies_to(b)) for b in BUYERS} == dict.fromkeys(BUYERS, 1)
     assert {s.conversation_id for s in fake_wangwang.sends} == {
         f"conv-{b}" for b in BUYERS
@@ -81,7 +86,7 @@ def test_a_lost_answer_is_settled_by_the_echo_and_never_resent(worker, store, fa
             return conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "sent"
 
     wait_for(settled, 30, "the echo (or a receipt query) to settle the send")
-    time.sleep(2)
+    wait_runs(worker.log_path)  # reconciler passes after it: never a second send
     assert len(fake_wangwang.sends) == 1
 
 
