@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runtime.errors import PageRejected, validation_problems
+from runtime.store.clock import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def platform_time(ms: float, field: str) -> datetime:
         return _representable(at)
     except (ValueError, OverflowError, OSError, TypeError):
         log.warning("KEFU_PAGE_TIME_OUT_OF_RANGE: %s is not a time kefu can keep; taken as received now", field)
-        return datetime.now(tz=UTC)
+        return datetime.fromtimestamp(now_ms() / 1000, tz=UTC)
 
 
 ConversationType = Literal["direct", "group"]

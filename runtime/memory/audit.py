@@ -13,7 +13,6 @@ Damage is the self-check's business, not the audit's.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -22,6 +21,7 @@ from runtime.memory.heuristic import score_backlog
 from runtime.memory.recall import load_state, save_state
 from runtime.memory.report import read_only
 from runtime.memory.store import MemoryStore
+from runtime.store.clock import now_ms
 
 ORPHAN_IMAGE_AGE_S = 3600.0
 
@@ -59,7 +59,7 @@ class Audit(BaseModel):
 
 
 def audit(path: Path, images_dir: Path, max_folders: int, stale_after_ms: int) -> Audit:
-    before = int(time.time() * 1000) - stale_after_ms
+    before = now_ms() - stale_after_ms
     with read_only(path) as db:
         rows = db.execute(
             "SELECT f.scope, COUNT(*), SUM(f.scored = 0), SUM(f.scored = 0 AND f.created_at < ?), SUM(f.review),"
@@ -118,7 +118,7 @@ def apply(store: MemoryStore, found: Audit, images_dir: Path) -> Audit:
             )
             save_state(store, scope.scope, pruned)
             done.append(f"{scope.scope}: recall state pruned of {scope.dangling} ids")
-    old = time.time() - ORPHAN_IMAGE_AGE_S
+    old = now_ms() / 1000 - ORPHAN_IMAGE_AGE_S
     removed = 0
     for name in found.orphan_images:
         path = images_dir / name

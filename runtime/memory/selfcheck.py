@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import marshal
 import sqlite3
-import time
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from runtime.agent.session_log import CorruptSessionLog, MemoryArchive, MemoryRe
 from runtime.memory.report import read_only
 from runtime.memory.store import keyword_terms
 from runtime.memory.tokenize import tokens
+from runtime.store.clock import now_ms
 
 SOURCES = {"pending", "llm", "heuristic"}
 STALE_PENDING_MS = 600_000  # KEFU_MEMORY__HEURISTIC_AFTER_S's default: the heuristic scores what waits longer
@@ -173,7 +173,7 @@ def _verdict(name: str, warnings: list[str], info: str = "", failures: list[str]
 def _pending_backlog(db: sqlite3.Connection, stale_after_ms: int) -> Check:
     """Pending folders the scorer left past its delay: more than 5% (and 20) warns, more than
     20% of a customer's 20 or more folders fails (the scorer is not running)."""
-    before = int(time.time() * 1000) - stale_after_ms
+    before = now_ms() - stale_after_ms
     rows = db.execute(
         "SELECT scope, COUNT(*), SUM(scored = 0 AND created_at < ?) FROM folder GROUP BY scope", (before,)
     ).fetchall()

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.errors import KefuError
+from runtime.store.clock import now_ms
 from runtime.store.connection import Connection
 from runtime.store.fence import ShardLeaseLost as ShardLeaseLost  # raised by the store; part of the shard API
 from runtime.store.sql import sql
@@ -121,7 +122,7 @@ class ShardGuard:
         token, stored, previous = self.confirm(execute)
         if stored == token:
             return False
-        at = time.time_ns() // 1_000_000
+        at = now_ms()
         execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
         execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
         return previous is not None and previous != self.owner  # another instance held it
@@ -135,7 +136,7 @@ class ShardGuard:
         KEFU_LISTENER__LEASE_S and a turn's for KEFU_AGENT__TURN_LEASE_S, long after the shard
         lease passed; so they are let go here, all at once. Their rows stay, so the next grant
         of each still gets a higher token. Returns how many were let go."""
-        return int(execute(_RELEASE_EARLIER, {"now": time.time_ns() // 1_000_000}).rowcount)
+        return int(execute(_RELEASE_EARLIER, {"now": now_ms()}).rowcount)
 
 
 _FENCE = "SELECT token, owner FROM shard_fence WHERE id = 1"
@@ -211,6 +212,6 @@ def record_placement(conn: Connection, placement: Placement) -> None:
             "s": placement.shard,
             "g": placement.generation,
             "st": placement.state,
-            "at": time.time_ns() // 1_000_000,
+            "at": now_ms(),
         },
     )

@@ -19,6 +19,7 @@ from config import DeliverySettings
 from config.retries import STORE_MIGRATION_BUSY, STORE_WRITE_BUSY
 from runtime.errors import KefuError
 from runtime.store import fence
+from runtime.store.clock import now_ms as now_ms  # the store's clock, read by every stage
 from runtime.store.connection import Connection, as_sqlalchemy_error
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
@@ -42,10 +43,6 @@ class _Connection(sqlite3.Connection):
     kefu_busy_timeout_ms = 2000  # the store's busy timeout, as configured (`_begin_write` lifts it a moment)
     kefu_writers: threading.RLock | None = None  # the store's in-process queue of writers (`_begin_write`)
     kefu_writing = False  # this connection holds `kefu_writers` (its write transaction is open)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @contextmanager

@@ -4,6 +4,7 @@ runs, and a holder that lost its lease writes nothing to the session log or the 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 import pytest
 
@@ -14,6 +15,7 @@ from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
 from runtime.ports import AssistantReply
 from runtime.store import leases
+from runtime.store.clock import clock_at, now_ms
 from runtime.store.leases import LeaseLost, before_file_write, fenced
 from tests.unit.test_agent_turn import say
 
@@ -24,15 +26,15 @@ def test_every_new_grant_has_a_higher_token_and_a_renewal_keeps_it(store):
     assert leases.grant(store, "customer:1", "w1", ttl_s=0.2).token == first.token  # renewed
     leases.release(store, "customer:1", "w1")
     second = leases.grant(store, "customer:1", "w2", ttl_s=0.2)
-    time.sleep(0.25)
-    third = leases.grant(store, "customer:1", "w3", ttl_s=0.2)  # w2 lapsed
+    with clock_at(now_ms() + 250):
+        third = leases.grant(store, "customer:1", "w3", ttl_s=0.2)  # w2 lapsed
     assert first.token < second.token < third.token
 
 
 def test_a_holder_whose_lease_passed_on_writes_nothing(store, tmp_path):
     stale = leases.grant(store, "customer:1", "w1", ttl_s=0.05)
-    time.sleep(0.1)
-    assert leases.grant(store, "customer:1", "w2", ttl_s=60) is not None
+    with clock_at(now_ms() + 100):  # w1's lease lapsed
+        assert leases.grant(store, "customer:1", "w2", ttl_s=60) is not None
     with pytest.raises(LeaseLost) as lost:
         with fenced(store, stale) as conn:
             conn.exec_driver_sql("UPDATE customer SET title = 'written by a stale holder'")
@@ -59,28 +61,28 @@ class StalledModel(RulesProvider):
     """A model call during which the worker stalls past its lease (a paused VM, a GC pause:
     no renewal runs) and another worker takes the customer over."""
 
-    def __init__(self, store, customer_id: int, monkeypatch) -> None:
+    def __init__(self, store, customer_id: int, stalled: ExitStack) -> None:
         super().__init__(load_knowledge(None))
-        self.store, self.customer_id, self.monkeypatch = store, customer_id, monkeypatch
+        self.store, self.customer_id, self.stalled = store, customer_id, stalled
 
     def complete(self, messages, tools) -> AssistantReply:
-        later = leases.now_ms() + 61_000  # the lease (60 s) lapses while the call stalls ...
-        self.monkeypatch.setattr(leases, "now_ms", lambda: later)
+        # The lease (60 s) lapses while the call stalls, for the rest of the turn ...
+        self.stalled.enter_context(clock_at(now_ms() + 61_000))
         assert leases.grant(self.store, f"customer:{self.customer_id}", "worker-2", ttl_s=60) is not None
         return super().complete(messages, tools)  # ... and the stale holder's model still answers
 
 
 def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_more(
-    store, settings, shop, transport, platform, monkeypatch
+    store, settings, shop, transport, platform
 ):
     customer = say(store, transport, platform, "b1", "什么时候发货？")
     evaluate(store, customer, 1000)
     fence = leases.grant(store, f"customer:{customer}", "worker-1", ttl_s=60)
     registered: list[str] = []
-    with pytest.raises(LeaseLost):
+    with ExitStack() as stalled, pytest.raises(LeaseLost):
         run_turn(
             store,
-            StalledModel(store, customer, monkeypatch),
+            StalledModel(store, customer, stalled),
             customer,
             settings.sessions_dir,
             settings.zone,

@@ -4,7 +4,6 @@ provider) stops startup with its code, and operator commands answer with it."""
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import pytest
 import sqlalchemy.exc
@@ -14,6 +13,7 @@ from celery.signals import beat_init, worker_init
 from config import load_settings
 from runtime.errors import KefuError
 from runtime.store import DeliveryStore, leases
+from runtime.store.clock import clock_at, now_ms
 from runtime.store.failures import store_error
 from runtime.store.migrations import LATEST_VERSION
 from worker.broker import broker_config
@@ -25,8 +25,8 @@ def test_a_lease_has_one_holder_until_it_expires(store):
     assert leases.acquire(store, "customer:1", "w1", ttl_s=0.2)
     assert not leases.acquire(store, "customer:1", "w2", ttl_s=0.2)
     assert leases.acquire(store, "customer:1", "w1", ttl_s=0.2)  # the holder renews
-    time.sleep(0.3)
-    assert leases.acquire(store, "customer:1", "w2", ttl_s=0.2)  # the dead holder's lease lapsed
+    with clock_at(now_ms() + 300):
+        assert leases.acquire(store, "customer:1", "w2", ttl_s=0.2)  # the dead holder's lease lapsed
     leases.release(store, "customer:1", "w1")  # a former holder cannot release it
     assert not leases.acquire(store, "customer:1", "w3", ttl_s=0.2)
     leases.release(store, "customer:1", "w2")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from runtime.outbox.requests import (
@@ -18,6 +16,7 @@ from runtime.outbox.requests import (
     settle_by_receipt,
 )
 from runtime.ports import NeverReceived, SendFailure, SendReceipt
+from runtime.store.clock import clock_at, now_ms
 from runtime.store.tables import OutboundIntent
 
 
@@ -77,8 +76,8 @@ def test_exactly_one_attempt_per_request(store, request_id):
 
 def test_an_abandoned_attempt_becomes_result_unknown_without_a_new_attempt(store, request_id):
     assert isinstance(begin_attempt(store, request_id, "dead-worker", lease_s=0.05), AttemptGrant)
-    time.sleep(0.1)
-    assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("abandoned")
+    with clock_at(now_ms() + 100):  # its lease lapsed
+        assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("abandoned")
     assert begin_attempt(store, request_id, "w3", lease_s=0.05) == AttemptSkipped("result-unknown")
     with store.read() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 1

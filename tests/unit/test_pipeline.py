@@ -33,6 +33,7 @@ from runtime.ports import (
     SendReceipt,
     ToolSpec,
 )
+from runtime.store.clock import clock_at, now_ms
 from tests.local_services import Local
 from transports.mock import MockReadStatusTransport
 
@@ -154,11 +155,9 @@ def test_a_reply_begun_at_registration_whose_worker_died_is_never_sent_blindly(s
     pipeline.turn(services, customer_id, emitted.append, sends_here=True)  # the attempt never runs
     [reply] = emitted
     assert pipeline.deliver(services, reply.request_id) == Step("in-progress")  # its lease still runs
-    from runtime.outbox import requests as outbox
-
-    later = outbox.now_ms() + int(services.settings.outbox.attempt_lease_s * 1000) + 1
-    monkeypatch.setattr(outbox, "now_ms", lambda: later)
-    assert pipeline.deliver(services, reply.request_id).outcome == "result-unknown"  # settled by evidence
+    later = now_ms() + int(services.settings.outbox.attempt_lease_s * 1000) + 1
+    with clock_at(later):  # the attempt's lease has lapsed
+        assert pipeline.deliver(services, reply.request_id).outcome == "result-unknown"  # settled by evidence
     assert services.transport.sent == []
 
 

@@ -10,6 +10,7 @@ from runtime.inbound.ingest import ingest_page
 from runtime.operators.status import is_quiet, stage_counts
 from runtime.outbox.requests import begin_attempt, register_outbound
 from runtime.pipeline import Admit, Attempt, RunTurn, Settle
+from runtime.store.clock import clock_at, now_ms
 from runtime.store.tables import OutboundIntent
 from tests.local_services import Local
 
@@ -39,14 +40,14 @@ def test_overdue_work_of_every_stage_is_found(settings, store, shop, platform, t
             )
         conn.exec_driver_sql("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
     begin_attempt(store, "r-sending", "dead-worker", lease_s=60)
-    time.sleep(0.05)
     quick = settings.model_copy(
         update={
             "reconcile": settings.reconcile.model_copy(update={"grace_s": 0.01}),
             "outbox": settings.outbox.model_copy(update={"attempt_lease_s": 0.01}),
         }
     )
-    work = pipeline.reconcile(Local(quick, store)).follow_ups
+    with clock_at(now_ms() + 50):  # past the grace and the attempt's lease
+        work = pipeline.reconcile(Local(quick, store)).follow_ups
     assert [w for w in work if isinstance(w, Admit)] == [Admit(ids[1])]
     assert [w for w in work if isinstance(w, RunTurn)] == [RunTurn(ids[0])]
     assert sorted(w.request_id for w in work if isinstance(w, Attempt)) == ["r-pending", "r-sending"]

@@ -32,6 +32,7 @@ from runtime.agent.session_log import (
     event_line,
 )
 from runtime.agent.view import model_view
+from runtime.store.clock import clock_at
 from runtime.store.lru import Lru
 
 
@@ -116,10 +117,10 @@ def test_repairing_the_same_log_twice_writes_the_same_closers(tmp_path: Path, mo
     copy.write_bytes(log.path.read_bytes())
     repaired = []
     for path, clock in ((log.path, 10**13), (copy, 2 * 10**13)):  # two repairs, at two different times
-        monkeypatch.setattr("runtime.agent.session_log.now_ms", lambda clock=clock: clock)
-        reopened = SessionLog(path)
-        reopened.open_for_append()
-        repair(reopened)
+        with clock_at(clock):
+            reopened = SessionLog(path)
+            reopened.open_for_append()
+            repair(reopened)
         repaired.append(path.read_bytes())
     assert repaired[0] == repaired[1]
     closers = SessionLog(log.path).load()[3:]
