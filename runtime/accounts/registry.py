@@ -12,7 +12,7 @@ from runtime.placement.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import Account, AccountTable, table_of
+from runtime.store.tables import Account, insert_row
 
 
 class AccountSpec(BaseModel):
@@ -64,7 +64,7 @@ def insert_account(conn: Connection, spec: AccountSpec) -> Account:
         assert restored is not None
         return restored
     row = Account(**spec.model_dump(), simulated=spec.platform == "simulator", created_at=now_ms())
-    conn.execute(table_of(AccountTable).insert().values(**row.model_dump()))
+    insert_row(conn, row)
     return row
 
 

@@ -18,7 +18,7 @@ from runtime.placement.operations import run_once
 from runtime.store import DeliveryStore, now_ms
 from runtime.store.connection import Connection
 from runtime.store.sql import sql
-from runtime.store.tables import Route, RouteTable, table_of
+from runtime.store.tables import Route, insert_row, update_row
 
 
 def _trigger(spec_name: str, column: str, default: bool | None = None, *, ge: int | None = None) -> Any:
@@ -95,7 +95,7 @@ def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: 
             if _load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
             row = Route(**spec.model_dump(), created_at=now_ms())
-            conn.execute(table_of(RouteTable).insert().values(**row.model_dump()))
+            insert_row(conn, row)
             return row.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.create", create))
@@ -140,8 +140,7 @@ def update_route(
                 revision=current.revision + 1,
                 created_at=current.created_at,
             )
-            table = table_of(RouteTable)
-            conn.execute(table.update().where(table.c.id == route_id).values(**updated.model_dump()))
+            update_row(conn, updated)
             return updated.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.update", update))

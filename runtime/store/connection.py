@@ -5,8 +5,8 @@ prepared in its statement cache. Running them through SQLAlchemy's execution mac
 some 25 µs of Python per statement, more than SQLite's own work, on a path of dozens of
 statements per buyer message. So a transaction hands its callers this thin view of the
 sqlite3 connection instead: `execute` and the few result methods kefu reads (SQLAlchemy's
-names and meanings), SQLAlchemy's error types (callers and task retries catch those), and
-Core statements (an account's or a route's row, rarely written) compiled by SQLAlchemy.
+names and meanings), and SQLAlchemy's error types (callers and task retries catch those).
+A whole row is written by SQL text too (runtime.store.tables.insert_row).
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ClauseElement, TextClause
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy import TextClause
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 
 from runtime.store import fence
 
 Params = Mapping[str, Any] | Sequence[Any]
 Row = tuple[Any, ...]
-
-_DIALECT = sqlite_dialect.dialect(paramstyle="named")
 
 
 def as_sqlalchemy_error(statement: str, error: sqlite3.Error) -> StatementError:
@@ -33,13 +30,8 @@ def as_sqlalchemy_error(statement: str, error: sqlite3.Error) -> StatementError:
     return DBAPIError.instance(statement, None, error, sqlite3.Error, hide_parameters=True)
 
 
-def _text_of(statement: str | ClauseElement, params: Params | None) -> tuple[str, Params]:
-    if isinstance(statement, str):
-        return statement, params or ()
-    if isinstance(statement, TextClause):
-        return statement.text, params or ()
-    compiled = statement.compile(dialect=_DIALECT)  # a Core statement: an account's or route's row
-    return str(compiled), compiled.construct_params(params if isinstance(params, Mapping) else None) or {}
+def _text_of(statement: str | TextClause, params: Params | None) -> tuple[str, Params]:
+    return (statement if isinstance(statement, str) else statement.text), params or ()
 
 
 class Connection:
@@ -50,7 +42,7 @@ class Connection:
     def __init__(self, dbapi: sqlite3.Connection) -> None:
         self.dbapi = dbapi
 
-    def execute(self, statement: str | ClauseElement, params: Params | None = None) -> Result:
+    def execute(self, statement: str | TextClause, params: Params | None = None) -> Result:
         text, bound = _text_of(statement, params)
         try:
             return Result(self.dbapi.execute(text, bound))

@@ -1,20 +1,24 @@
-"""SQLModel mappings of the delivery tables (the DDL itself lives in migrations.py).
+"""The delivery tables' rows, one model per table (the DDL itself lives in migrations.py).
 
-Each table is two classes: the row's model (`Customer`), which a loaded row validates into, and
-its mapping (`CustomerTable`), for `table_of`. A `table=True` model validates some thirty times
-slower (SQLAlchemy instruments every field it sets), and kefu loads rows on every step.
+A loaded row validates into its model (`Customer`); a model names its table (`__tablename__`)
+and writes a whole row through `insert_row` / `update_row`. No model is a SQLAlchemy mapping:
+a `table=True` model validates some thirty times slower (SQLAlchemy instruments every field
+it sets), and kefu loads rows on every step.
 
-tests/unit/test_store.py checks that these mappings and the migrated schema agree. States are
-the enums of runtime.store.states; a Literal or enum column is stored as text (`sa_type`).
+tests/unit/test_store.py checks that these models (`ROWS`) and the migrated schema agree.
+States are the enums of runtime.store.states, stored as their text.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from functools import cache
+from typing import ClassVar, Literal
 
-from sqlalchemy import Table
-from sqlmodel import AutoString, Field, SQLModel
+from sqlalchemy import TextClause
+from sqlmodel import Field, SQLModel
 
+from runtime.store.connection import Connection
+from runtime.store.sql import sql
 from runtime.store.states import (
     AttemptState,
     BatchState,
@@ -27,36 +31,51 @@ from runtime.store.states import (
 )
 
 
-def table_of(model: type[SQLModel]) -> Table:
-    """The SQLAlchemy table of a `table=True` model: SQLModel sets `__table__` on such a class
-    but does not declare it, so `Model.__table__` is untyped."""
-    table = getattr(model, "__table__", None)
-    if not isinstance(table, Table):
-        raise TypeError(f"{model.__name__} is not a table model")
-    return table
+@cache
+def _insert(model: type[SQLModel]) -> TextClause:
+    columns = list(model.model_fields)
+    return sql(
+        f"INSERT INTO {model.__tablename__} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
+    )
+
+
+@cache
+def _update(model: type[SQLModel], key: str) -> TextClause:
+    columns = ", ".join(f"{c} = :{c}" for c in model.model_fields if c != key)
+    return sql(f"UPDATE {model.__tablename__} SET {columns} WHERE {key} = :{key}")
+
+
+def insert_row(conn: Connection, row: SQLModel) -> None:
+    """Write a new row: every column of its model."""
+    conn.execute(_insert(type(row)), row.model_dump())
+
+
+def update_row(conn: Connection, row: SQLModel, key: str = "id") -> None:
+    """Write every column of the row found by its `key`."""
+    conn.execute(_update(type(row), key), row.model_dump())
 
 
 class Account(SQLModel):
-    id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "account"
+
+    id: str
     platform: str
     identity: str
     workspace: str = "default"
     revision: int = 1
     connection_intent: str = "connected"
     authorization: str = "ready"
-    listener_state: ListenerState = Field(default=ListenerState.STOPPED, sa_type=AutoString)
+    listener_state: ListenerState = ListenerState.STOPPED
     last_error: str | None = None
     simulated: bool = False
     created_at: int
     deleted_at: int | None = None  # a tombstone: routes and credentials are gone, history stays
 
 
-class AccountTable(Account, table=True):
-    __tablename__ = "account"
-
-
 class Route(SQLModel):
-    id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "route"
+
+    id: str
     account_id: str
     conversation_type: str
     target: str
@@ -73,12 +92,10 @@ class Route(SQLModel):
     created_at: int
 
 
-class RouteTable(Route, table=True):
-    __tablename__ = "route"
-
-
 class Customer(SQLModel):
-    id: int | None = Field(default=None, primary_key=True)
+    __tablename__: ClassVar[str] = "customer"
+
+    id: int | None = None
     account_id: str
     conversation_id: str
     conversation_type: str
@@ -92,12 +109,10 @@ class Customer(SQLModel):
     last_activity_at: int
 
 
-class CustomerTable(Customer, table=True):
-    __tablename__ = "customer"
-
-
 class InboundMessageRow(SQLModel):
-    id: int | None = Field(default=None, primary_key=True)
+    __tablename__: ClassVar[str] = "inbound_message"
+
+    id: int | None = None
     customer_id: int
     account_id: str
     conversation_id: str
@@ -114,54 +129,46 @@ class InboundMessageRow(SQLModel):
     mention: bool | None = None
     direct_peer_id: str | None = None
     origin: str = "live"  # live | history
-    state: MessageState = Field(default=MessageState.PENDING, sa_type=AutoString)
+    state: MessageState = MessageState.PENDING
     batch_id: str | None = None
     reply_webhook: str | None = Field(default=None, repr=False)  # JSON; a credential (runtime.outbox.recipients)
 
 
-class InboundMessageRowTable(InboundMessageRow, table=True):
-    __tablename__ = "inbound_message"
-
-
 class PageReceipt(SQLModel):
-    account_id: str = Field(primary_key=True)
-    stream_id: str = Field(primary_key=True)
-    page_op_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "page_receipt"
+
+    account_id: str
+    stream_id: str
+    page_op_id: str
     message_count: int
     committed_at: int
 
 
-class PageReceiptTable(PageReceipt, table=True):
-    __tablename__ = "page_receipt"
-
-
 class GroupReceipt(SQLModel):
-    account_id: str = Field(primary_key=True)
-    stream_id: str = Field(primary_key=True)
-    page_op_id: str = Field(primary_key=True)
-    conversation_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "group_receipt"
+
+    account_id: str
+    stream_id: str
+    page_op_id: str
+    conversation_id: str
     committed_at: int
 
 
-class GroupReceiptTable(GroupReceipt, table=True):
-    __tablename__ = "group_receipt"
-
-
 class ProviderCursor(SQLModel):
-    account_id: str = Field(primary_key=True)
-    stream_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "provider_cursor"
+
+    account_id: str
+    stream_id: str
     cursor: str = Field(repr=False)
     page_op_id: str
     updated_at: int
     received_id: int | None = None  # the received page whose cursor this is
 
 
-class ProviderCursorTable(ProviderCursor, table=True):
-    __tablename__ = "provider_cursor"
-
-
 class ReceivedPage(SQLModel):
-    id: int | None = Field(default=None, primary_key=True)
+    __tablename__: ClassVar[str] = "received_page"
+
+    id: int | None = None
     account_id: str
     stream_id: str
     page_op_id: str
@@ -173,12 +180,10 @@ class ReceivedPage(SQLModel):
     outcome: str | None = None  # 'ingested' or why the page can never be ingested
 
 
-class ReceivedPageTable(ReceivedPage, table=True):
-    __tablename__ = "received_page"
-
-
 class DamagedSession(SQLModel):
-    session_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "damaged_session"
+
+    session_id: str
     customer_id: int
     replaced_by: str  # the session the customer continued in
     kept_path: str
@@ -186,34 +191,30 @@ class DamagedSession(SQLModel):
     detected_at: int
 
 
-class DamagedSessionTable(DamagedSession, table=True):
-    __tablename__ = "damaged_session"
-
-
 class SessionHeader(SQLModel):
+    __tablename__: ClassVar[str] = "agent_session"
+
     """An agent session's header (seed 002 5.1): written when it begins, never changed."""
 
-    id: str = Field(primary_key=True)
+    id: str
     customer_id: int
     created_at: int
     model: str | None = None
-    origin: SessionOrigin = Field(sa_type=AutoString)
-    reason: RotationReason | None = Field(default=None, sa_type=AutoString)
+    origin: SessionOrigin
+    reason: RotationReason | None = None
     parent: str | None = None
     inherited: int = 0
 
 
-class SessionHeaderTable(SessionHeader, table=True):
-    __tablename__ = "agent_session"
-
-
 class AdmissionBatch(SQLModel):
-    id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "admission_batch"
+
+    id: str
     customer_id: int
     handling_epoch: int
     route_id: str
     route_generation: int
-    state: BatchState = Field(default=BatchState.CLAIMED, sa_type=AutoString)
+    state: BatchState = BatchState.CLAIMED
     message_count: int
     created_at: int
     updated_at: int
@@ -221,22 +222,18 @@ class AdmissionBatch(SQLModel):
     model_ms: int = 0  # their wall time, waiting for a model slot included
 
 
-class AdmissionBatchTable(AdmissionBatch, table=True):
-    __tablename__ = "admission_batch"
-
-
 class OutboundIntent(SQLModel):
     """A message to send, as a turn's tool or an operator asks for it: validated, then
     registered (runtime.outbox.requests.register_outbound). Its row adds what became of it."""
 
     model_config = {"extra": "forbid"}  # SQLModel's own ConfigDict type
-    request_id: str = Field(primary_key=True, min_length=1, max_length=128)
+    request_id: str = Field(min_length=1, max_length=128)
     customer_id: int
     account_id: str
     conversation_id: str
     recipient_id: str | None = None
-    origin: Literal["auto", "manual"] = Field(sa_type=AutoString)
-    content_type: Literal["text", "image", "file"] = Field(default="text", sa_type=AutoString)
+    origin: Literal["auto", "manual"]
+    content_type: Literal["text", "image", "file"] = "text"
     body: str = Field(min_length=1, max_length=20_000)  # the text, or a media message's file name
     media_sha256: str | None = None
     follows: str | None = None  # the earlier part of the same reply: sent only after it was sent
@@ -251,7 +248,9 @@ class OutboundIntent(SQLModel):
 
 
 class OutboxRequest(OutboundIntent):
-    state: OutboxState = Field(default=OutboxState.PENDING, sa_type=AutoString)
+    __tablename__: ClassVar[str] = "outbox_request"
+
+    state: OutboxState = OutboxState.PENDING
     platform_message_id: str | None = None
     error_code: str | None = None
     created_at: int
@@ -259,14 +258,12 @@ class OutboxRequest(OutboundIntent):
     receipt_queries: int = 0
 
 
-class OutboxRequestTable(OutboxRequest, table=True):
-    __tablename__ = "outbox_request"
-
-
 class OutboxAttempt(SQLModel):
-    request_id: str = Field(primary_key=True)
-    attempt_no: int = Field(primary_key=True)
-    state: AttemptState = Field(default=AttemptState.STARTED, sa_type=AutoString)
+    __tablename__: ClassVar[str] = "outbox_attempt"
+
+    request_id: str
+    attempt_no: int
+    state: AttemptState = AttemptState.STARTED
     owner: str
     started_at: int
     finished_at: int | None = None
@@ -275,34 +272,28 @@ class OutboxAttempt(SQLModel):
     shard_token: int | None = None  # the fencing token of the shard lease it was begun under
 
 
-class OutboxAttemptTable(OutboxAttempt, table=True):
-    __tablename__ = "outbox_attempt"
-
-
 class Operation(SQLModel):
-    id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "operation"
+
+    id: str
     kind: str
     result: str  # JSON of what the operation returned
     created_at: int
 
 
-class OperationTable(Operation, table=True):
-    __tablename__ = "operation"
-
-
 class Lease(SQLModel):
-    name: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "lease"
+
+    name: str
     owner: str
     expires_at: int
     token: int = 0
 
 
-class LeaseTable(Lease, table=True):
-    __tablename__ = "lease"
-
-
 class Media(SQLModel):
-    sha256: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "media"
+
+    sha256: str
     kind: str  # image | file
     mime: str
     file_name: str
@@ -311,24 +302,20 @@ class Media(SQLModel):
     created_at: int
 
 
-class MediaTable(Media, table=True):
-    __tablename__ = "media"
-
-
 class ReaderWatermark(SQLModel):
-    customer_id: int = Field(primary_key=True)
-    reader: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "reader_watermark"
+
+    customer_id: int
+    reader: str
     watermark: int  # the newest inbound message id this reader has seen
     updated_at: int
 
 
-class ReaderWatermarkTable(ReaderWatermark, table=True):
-    __tablename__ = "reader_watermark"
-
-
 class BuyerRead(SQLModel):
-    account_id: str = Field(primary_key=True)
-    platform_message_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "buyer_read"
+
+    account_id: str
+    platform_message_id: str
     request_id: str
     customer_id: int
     reader_id: str
@@ -337,12 +324,10 @@ class BuyerRead(SQLModel):
     delivered_at: int | None = None  # when the bound session got its im/message-read event
 
 
-class BuyerReadTable(BuyerRead, table=True):
-    __tablename__ = "buyer_read"
-
-
 class CheckpointState(SQLModel):
-    account_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "checkpoint_state"
+
+    account_id: str
     generation: int = 1  # the local lease generation reports are made under
     rejected_generation: int | None = None  # the sink refused this generation: no reports until resumed
     last_attempt_at: int | None = None
@@ -351,124 +336,104 @@ class CheckpointState(SQLModel):
     failure_class: str | None = None  # the current failure class; None while reports succeed
 
 
-class CheckpointStateTable(CheckpointState, table=True):
-    __tablename__ = "checkpoint_state"
-
-
 class InputPause(SQLModel):
-    scope: str = Field(primary_key=True)  # "*" (the whole host) or an account id
+    __tablename__: ClassVar[str] = "input_pause"
+
+    scope: str  # "*" (the whole host) or an account id
     paused_at: int
 
 
-class InputPauseTable(InputPause, table=True):
-    __tablename__ = "input_pause"
-
-
 class HeldPage(SQLModel):
-    account_id: str = Field(primary_key=True)
-    stream_id: str = Field(primary_key=True)
-    page_op_id: str = Field(primary_key=True)
+    __tablename__: ClassVar[str] = "held_page"
+
+    account_id: str
+    stream_id: str
+    page_op_id: str
     page: str = Field(repr=False)  # the page's JSON, published again on resume
     held_at: int
 
 
-class HeldPageTable(HeldPage, table=True):
-    __tablename__ = "held_page"
-
-
 class Credential(SQLModel):
+    __tablename__: ClassVar[str] = "credential"
+
     """A platform account's secrets as JSON; transports validate it into their own model."""
 
-    account_id: str = Field(primary_key=True)
+    account_id: str
     secret: str = Field(repr=False)
     updated_at: int
 
 
-class CredentialTable(Credential, table=True):
-    __tablename__ = "credential"
-
-
 class ReadCheck(SQLModel):
+    __tablename__: ClassVar[str] = "read_check"
+
     """A sent 1:1 message whose read status the platform is still to be asked about."""
 
-    request_id: str = Field(primary_key=True)
+    request_id: str
     due_at: int
     checks_left: int
 
 
-class ReadCheckTable(ReadCheck, table=True):
-    __tablename__ = "read_check"
-
-
 class ShardFence(SQLModel):
+    __tablename__: ClassVar[str] = "shard_fence"
+
     """The shard lease's current grant, as this store knows it: writes of any other holder stop."""
 
-    id: int = Field(default=1, primary_key=True)
+    id: int = 1
     token: int
     owner: str
     granted_at: int
 
 
-class ShardFenceTable(ShardFence, table=True):
-    __tablename__ = "shard_fence"
-
-
 class ShardGrant(SQLModel):
+    __tablename__: ClassVar[str] = "shard_grant"
+
     """Every grant of the shard lease that reached this store, in token order."""
 
-    token: int = Field(primary_key=True)
+    token: int
     owner: str
     granted_at: int
 
 
-class ShardGrantTable(ShardGrant, table=True):
-    __tablename__ = "shard_grant"
-
-
 class CustomerIdHigh(SQLModel):
+    __tablename__: ClassVar[str] = "customer_id_high"
+
     """The highest customer id given in an id range: new customers continue above it."""
 
-    base: int = Field(primary_key=True)
+    base: int
     last: int
 
 
-class CustomerIdHighTable(CustomerIdHigh, table=True):
-    __tablename__ = "customer_id_high"
-
-
 class AccountPlacement(SQLModel):
+    __tablename__: ClassVar[str] = "account_placement"
+
     """This shard's copy of the account directory's entry (worker.coordination holds the
     directory itself)."""
 
-    account_id: str = Field(primary_key=True)
+    account_id: str
     shard: str
     generation: int
-    state: PlacementState = Field(sa_type=AutoString)
+    state: PlacementState
     updated_at: int
 
 
-class AccountPlacementTable(AccountPlacement, table=True):
-    __tablename__ = "account_placement"
-
-
 class PlacementImport(SQLModel):
+    __tablename__: ClassVar[str] = "placement_import"
+
     """An account slice imported under a move's op id: a replay returns `result`."""
 
-    op_id: str = Field(primary_key=True)
+    op_id: str
     account_id: str
     result: str  # JSON of the ImportResult
     files_done: bool = False  # session logs and memory written after the rows
     imported_at: int
 
 
-class PlacementImportTable(PlacementImport, table=True):
-    __tablename__ = "placement_import"
-
-
 class Erasure(SQLModel):
+    __tablename__: ClassVar[str] = "erasure"
+
     """The tombstone an erased buyer leaves (runtime.customers.erasure): who, when and how much, never what."""
 
-    erased_customer: int = Field(primary_key=True)
+    erased_customer: int
     account_id: str
     conversation_key: str  # sha256 of the conversation id
     conversation_type: str
@@ -478,5 +443,35 @@ class Erasure(SQLModel):
     counts: str  # JSON of runtime.customers.erasure.ErasureCounts
 
 
-class ErasureTable(Erasure, table=True):
-    __tablename__ = "erasure"
+# Every table's row model: tests/unit/test_store.py holds them to the migrated schema.
+ROWS: tuple[type[SQLModel], ...] = (
+    Account,
+    Route,
+    Customer,
+    InboundMessageRow,
+    PageReceipt,
+    GroupReceipt,
+    ProviderCursor,
+    ReceivedPage,
+    DamagedSession,
+    SessionHeader,
+    AdmissionBatch,
+    OutboxRequest,
+    OutboxAttempt,
+    Operation,
+    Lease,
+    Media,
+    ReaderWatermark,
+    BuyerRead,
+    CheckpointState,
+    InputPause,
+    HeldPage,
+    Credential,
+    ReadCheck,
+    ShardFence,
+    ShardGrant,
+    CustomerIdHigh,
+    AccountPlacement,
+    PlacementImport,
+    Erasure,
+)

@@ -8,12 +8,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlmodel import SQLModel
 
-import runtime.store.tables  # noqa: F401  (registers the mappings)
 from config import DeliverySettings
 from runtime.errors import KefuError
 from runtime.store import LATEST_VERSION, DeliveryStore
+from runtime.store.tables import ROWS
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "delivery-v1.sqlite"
 
@@ -39,13 +38,13 @@ def test_delete_journal_and_exclusive_locking(tmp_path):
     store.close()
 
 
-def test_new_file_is_at_latest_version_and_matches_the_mappings(tmp_path):
+def test_new_file_is_at_latest_version_and_every_row_models_table_has_its_columns(tmp_path):
     store = DeliveryStore(tmp_path / "d.sqlite")
     assert store.user_version() == LATEST_VERSION
     with store.read() as conn:
-        for table in SQLModel.metadata.sorted_tables:
-            columns = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
-            assert columns == set(table.columns.keys()), table.name
+        for model in ROWS:
+            columns = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({model.__tablename__})")}
+            assert columns == set(model.model_fields), model.__tablename__
 
 
 def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
