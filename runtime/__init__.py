@@ -11,6 +11,8 @@ The front door:
 Everything else in runtime is the steps' own business: import it only to extend them.
 """
 
+import sys
+from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING
 
@@ -78,13 +80,22 @@ _SURFACE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name not in _SURFACE:
-        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    module = import_module(_SURFACE[name])
-    value = module if module.__name__ == f"runtime.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
+def lazy_surface(package: str, surface: dict[str, str]) -> Callable[[str], object]:
+    """A package's `__getattr__` that loads each name of `surface` (name -> the module it lives
+    in, or the module itself) on first use and keeps it, so importing the package loads none."""
+
+    def load(name: str) -> object:
+        if name not in surface:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = import_module(surface[name])
+        value = module if module.__name__ == f"{package}.{name}" else getattr(module, name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return load
+
+
+__getattr__ = lazy_surface(__name__, _SURFACE)
 
 
 __all__ = [

@@ -33,7 +33,7 @@ from transports.simulator import SimulatedPlatform
 from transports.simulator.script import Script, ScriptClock, ScriptedConversation, Step
 from transports.simulator.transport import message_ids
 from worker.process import WorkerProcess
-from worker.sample_shop import SAMPLE_SHOP as SAMPLE_SHOP  # the simulation's default shop
+from worker.sample_shop import SAMPLE_SHOP
 
 POLL_S = 0.05
 

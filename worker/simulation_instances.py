@@ -35,7 +35,8 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance
 from transports.simulator.transport import message_ids
-from worker.simulation import POLL_S, SAMPLE_SHOP, ensure_sample_shop, wait_handled
+from worker.sample_shop import SAMPLE_ROUTE
+from worker.simulation import POLL_S, ensure_sample_shop, wait_handled
 
 IM_SIM_STOP = ToolSpec(
     name="im_sim_stop",
@@ -86,7 +87,7 @@ def new_instance(
     direct route; the sample shop is made on first use of its route."""
     if persona is not None and not persona.strip():
         raise SimulationError("KEFU_SIMULATION_INVALID", "the persona is empty", "write who the model plays")
-    if route_id == f"{SAMPLE_SHOP}-direct":
+    if route_id == SAMPLE_ROUTE:
         ensure_sample_shop(store)
     account_id = route_account(store, route_id)
     if persona is None:

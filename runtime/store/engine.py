@@ -19,7 +19,6 @@ from config import DeliverySettings
 from config.retries import STORE_MIGRATION_BUSY, STORE_WRITE_BUSY
 from runtime.errors import KefuError
 from runtime.store import fence
-from runtime.store.clock import now_ms as now_ms  # the store's clock, read by every stage
 from runtime.store.connection import Connection, as_sqlalchemy_error
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrations import LATEST_VERSION, MIGRATIONS

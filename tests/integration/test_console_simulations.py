@@ -23,7 +23,8 @@ from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, SimInstance
 from worker.celery_app import make_app
 from worker.process import WorkerProcess
-from worker.simulation import SAMPLE_SHOP, ensure_sample_shop
+from worker.sample_shop import SAMPLE_SHOP
+from worker.simulation import ensure_sample_shop
 
 QUESTION = "请问什么时候发货？"
 ANSWER = "现货商品在付款后48小时内发货，预售商品以页面标注的时间为准。"  # the sample FAQ's

@@ -170,11 +170,11 @@ def test_a_simulation_never_touches_a_real_account_and_groups_report_no_reads(st
 
 
 def test_an_empty_persona_is_refused_rather_than_making_a_manual_instance(store, tmp_path: Path) -> None:
-    from worker.simulation import SAMPLE_SHOP
+    from worker.sample_shop import SAMPLE_ROUTE
     from worker.simulation_instances import SimulationError, new_instance
 
     platform = SimulatedPlatform(tmp_path / "platform.sqlite")
     with pytest.raises(SimulationError, match="KEFU_SIMULATION_INVALID"):
-        new_instance(store, platform, f"{SAMPLE_SHOP}-direct", "小美", " \n")
+        new_instance(store, platform, SAMPLE_ROUTE, "小美", " \n")
     assert platform.instances() == []
-    assert new_instance(store, platform, f"{SAMPLE_SHOP}-direct", "小美").kind == "manual"
+    assert new_instance(store, platform, SAMPLE_ROUTE, "小美").kind == "manual"

@@ -29,7 +29,7 @@ from runtime.customers.outside_text import visible
 from runtime.errors import KefuError
 from worker.console import actions, pages
 from worker.console.auth import SignInThrottle, session_secret
-from worker.console.context import Console, MemoryReader
+from worker.console.context import Console, MemoryReader, console_of
 from worker.console.headers import SecurityHeaders
 from worker.console.metrics import registry_for
 from worker.console.simulations import simulation_routes
@@ -134,8 +134,8 @@ async def _refused(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     if error.status_code == 401:
         return RedirectResponse("/login", status_code=303)
-    templates = request.app.state.console.templates
-    return HTMLResponse(templates.get_template("error.html").render(detail=error.detail), error.status_code)
+    page = console_of(request).templates.get_template("error.html").render(detail=error.detail)
+    return HTMLResponse(page, error.status_code)
 
 
 def _problem(error: Exception) -> str:

@@ -26,11 +26,10 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import SimInstance
 from worker.console.auth import signed_in
-from worker.simulation import SAMPLE_SHOP
+from worker.sample_shop import SAMPLE_ROUTE
 from worker.simulation_instances import instance_or_fail, new_instance, operator_dm, say_as_buyer, stop
 
 STOP_TIMEOUT_S = 10.0  # what a form post may wait; a conversation still busy stays `stopping`: stop again
-DEFAULT_ROUTE = f"{SAMPLE_SHOP}-direct"
 DEFAULT_BUYER = "模拟顾客"  # the CLI's default buyer name
 BUYER_NAME_MAX = 64
 TEXT_MAX = 4000  # a message's limit elsewhere in the console
@@ -79,12 +78,12 @@ def simulation_routes(
             return RedirectResponse("/login", status_code=303)
         rows = [_row(store, instance) for instance in reversed(ledger.instances())]  # the newest first
         return page(
-            request, "simulations.html", operator, rows=rows, default_route=DEFAULT_ROUTE, default_buyer=DEFAULT_BUYER
+            request, "simulations.html", operator, rows=rows, default_route=SAMPLE_ROUTE, default_buyer=DEFAULT_BUYER
         )
 
     async def create(request: Request) -> Response:
         operator, form = await act(request, Role.OPERATOR)
-        route = _field(form, "route") or DEFAULT_ROUTE
+        route = _field(form, "route") or SAMPLE_ROUTE
         buyer_name = _field(form, "buyer_name") or DEFAULT_BUYER
         if len(buyer_name) > BUYER_NAME_MAX:
             raise KefuError("KEFU_INVALID_INPUT", f"a buyer name is at most {BUYER_NAME_MAX} characters")
