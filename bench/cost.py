@@ -143,7 +143,7 @@ def measure(folder: Path, messages: int) -> tuple[Counts, float, int, float]:
     }
     counts = Counts()
     runtime.store.trace(counts.statement)
-    memory.store._connection().set_trace_callback(counts.memory_statement)  # this thread's connection
+    memory.store._connection().dbapi.set_trace_callback(counts.memory_statement)  # this thread's connection
     real = os.fsync, os.fdatasync
 
     def counted_sync(sync: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -162,7 +162,7 @@ def measure(folder: Path, messages: int) -> tuple[Counts, float, int, float]:
     finally:
         os.fsync, os.fdatasync = real
         runtime.store.trace(None)
-        memory.store._connection().set_trace_callback(None)
+        memory.store._connection().dbapi.set_trace_callback(None)
     wall = time.perf_counter() - began
     replies = len(platform.received(ACCOUNT)) - 20
     return counts, wall, replies, replay(counts.ran, stores, folder)

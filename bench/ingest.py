@@ -81,7 +81,7 @@ def run_kefu(pages: list[dict], folder: Path, guarded: bool = False) -> float:
         ingest_page(store, parse_page(page))
     elapsed = time.perf_counter() - began
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == sum(
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == sum(
             len(g["messages"]) for p in pages for g in p["groups"]
         )
     store.close()

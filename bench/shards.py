@@ -234,7 +234,7 @@ class Shard:
 
     def grants(self) -> list[tuple[int, str, int]]:
         with self.store.read() as conn:
-            rows = conn.exec_driver_sql("SELECT token, owner, granted_at FROM shard_grant ORDER BY token")
+            rows = conn.execute("SELECT token, owner, granted_at FROM shard_grant ORDER BY token")
             return [(int(token), str(owner), int(at)) for token, owner, at in rows]
 
 
@@ -319,7 +319,7 @@ def move(root: Path, broker: str, history: int, per_buyer: int, say: Console) ->
         wait_until(lambda: _answered(source.store, platform, account, history), 600, "the history", 0.5)
         built_s = time.monotonic() - began  # from the source worker's start
         with source.store.read() as conn:
-            turns = int(conn.exec_driver_sql("SELECT count(*) FROM admission_batch").scalar_one())
+            turns = int(conn.execute("SELECT count(*) FROM admission_batch").scalar_one())
         say.print(f"[dim]move: history answered in {built_s:.1f} s ({turns} turns); kefu accounts move …[/dim]")
         began = time.monotonic()
         run = kefu(["accounts", "move", account, "--to", "dst", "--op-id", "bench-move"], source.env("mover"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from runtime.inbound import ingest
 from runtime.inbound.pages import ConversationGroup, InboundPage
-from runtime.store import DeliveryStore, immediate
+from runtime.store import DeliveryStore, immediate, queries
 
 
 def commit_groups(store: DeliveryStore, page: InboundPage, groups: list[ConversationGroup]) -> None:
@@ -15,4 +15,4 @@ def commit_groups(store: DeliveryStore, page: InboundPage, groups: list[Conversa
         for group in groups:
             with immediate(db):
                 _, rows = ingest._upsert_group(db, page, group, "live", store.customer_id_base, {})
-                db.executemany(ingest._INSERT_MESSAGE, rows)
+                db.executemany(queries.inbound_message.INSERT, rows)

@@ -14,8 +14,7 @@ from pydantic import BaseModel
 from runtime.agent.session_log import CorruptSessionLog, SessionLog
 from runtime.agent.sessions import damaged_folder, damaged_sessions
 from runtime.outbox.report import requests_by_message
-from runtime.store import DeliveryStore
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, queries
 from transports.simulator import SimulatedPlatform
 from transports.simulator.transport import platform_message_id
 
@@ -93,21 +92,15 @@ def ledger_audit(store: DeliveryStore, platform: SimulatedPlatform, account_id: 
         inbound = {
             (conversation_id, message_id): (state, batch_id)
             for conversation_id, message_id, state, batch_id in conn.execute(
-                sql(
-                    "SELECT conversation_id, platform_message_id, state, batch_id FROM inbound_message"
-                    " WHERE account_id = :a AND sender_role IN ('external', 'human-native')"
-                ),
-                {"a": account_id},
+                queries.inbound_message.BUYER_MESSAGE_STATES, {"a": account_id}
             )
         }
         requests = {
             request_id: (batch_id, state)
-            for request_id, batch_id, state in conn.execute(
-                sql("SELECT request_id, batch_id, state FROM outbox_request WHERE account_id = :a"), {"a": account_id}
-            )
+            for request_id, batch_id, state in conn.execute(queries.outbox_request.STATES_OF_ACCOUNT, {"a": account_id})
         }
         batch_state: dict[str, str] = {
-            batch_id: state for batch_id, state in conn.execute(sql("SELECT id, state FROM admission_batch"))
+            batch_id: state for batch_id, state in conn.execute(queries.admission_batch.ALL_STATES)
         }
     sent_by_batch: dict[str, list[str]] = {}
     unknown_batches: set[str] = set()

@@ -22,7 +22,6 @@ Keys in Redis:
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +35,9 @@ import redis
 from config import Settings
 from runtime.placement.shards import Placement
 from runtime.ports import Coordination
+from runtime.store.connection import Connection, connect
+from runtime.store.engine import immediate
+from runtime.store.migrate import Migration, migrate
 
 
 def _now_ms() -> int:
@@ -208,18 +210,29 @@ class RedisCoordinator:
 
 # --- one machine: a SQLite file -----------------------------------------------------------
 
-_LOCAL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS lease (shard TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS token (shard TEXT PRIMARY KEY, last INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS standby (shard TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,
-    PRIMARY KEY (shard, owner));
-CREATE TABLE IF NOT EXISTS member (shard TEXT NOT NULL, owner TEXT NOT NULL, member TEXT NOT NULL,
-    expires_at INTEGER NOT NULL, PRIMARY KEY (shard, owner, member));
-CREATE TABLE IF NOT EXISTS directory (account_id TEXT PRIMARY KEY, entry TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS journal (op_id TEXT PRIMARY KEY, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS blob (key TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at INTEGER);
-"""
+# The file's schema (runtime.store.migrate). Version 1 is what the file held before it had
+# versions (user_version 0, its tables made at every open): IF NOT EXISTS, so such a file
+# takes the stamp and nothing else.
+LOCAL_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "shard leases, the account directory and the move journal",
+        (
+            "CREATE TABLE IF NOT EXISTS lease (shard TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,"
+            " expires_at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS token (shard TEXT PRIMARY KEY, last INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS standby (shard TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,"
+            " PRIMARY KEY (shard, owner))",
+            "CREATE TABLE IF NOT EXISTS member (shard TEXT NOT NULL, owner TEXT NOT NULL, member TEXT NOT NULL,"
+            " expires_at INTEGER NOT NULL, PRIMARY KEY (shard, owner, member))",
+            "CREATE TABLE IF NOT EXISTS directory (account_id TEXT PRIMARY KEY, entry TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS journal (op_id TEXT PRIMARY KEY, record TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS blob (key TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at INTEGER)",
+            "CREATE TABLE IF NOT EXISTS open_move (op_id TEXT PRIMARY KEY)",  # the index of open moves
+        ),
+    ),
+)
+_BUSY_TIMEOUT_S = 10.0
 
 
 class LocalCoordinator:
@@ -230,28 +243,22 @@ class LocalCoordinator:
         self._path = path
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, timeout=10)
+        conn = connect(path, _BUSY_TIMEOUT_S)
         try:
-            db.executescript(_LOCAL_SCHEMA)
-            db.executescript(_LOCAL_MOVES_SCHEMA)
+            migrate(conn, LOCAL_MIGRATIONS, f"{path} (the shards' coordination file)")
         finally:
-            db.close()
+            conn.close()
 
     @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
+    def _db(self) -> Iterator[Connection]:
         """A connection per operation: never one open across a worker's forks."""
         with self._lock:
-            db = sqlite3.connect(self._path, timeout=10, isolation_level=None)
+            conn = connect(self._path, _BUSY_TIMEOUT_S)
             try:
-                db.execute("BEGIN IMMEDIATE")
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+                with immediate(conn):
+                    yield conn
             finally:
-                db.close()
+                conn.close()
 
     def grant(self, shard: str, owner: str, ttl_ms: int, member: str = "", floor: int = 0) -> Grant | None:
         now = _now_ms()
@@ -270,7 +277,7 @@ class LocalCoordinator:
                 " ON CONFLICT (shard) DO UPDATE SET last = max(last, excluded.last - 1) + 1",
                 (shard, floor),
             )
-            token = int(db.execute("SELECT last FROM token WHERE shard = ?", (shard,)).fetchone()[0])
+            token = int(db.execute("SELECT last FROM token WHERE shard = ?", (shard,)).scalar_one())
             db.execute(
                 "INSERT OR REPLACE INTO lease (shard, owner, token, expires_at) VALUES (?, ?, ?, ?)",
                 (shard, owner, token, now + ttl_ms),
@@ -389,7 +396,6 @@ redis.call('SET', KEYS[1], ARGV[1])
 if ARGV[3] == '1' then redis.call('SADD', KEYS[2], ARGV[4]) else redis.call('SREM', KEYS[2], ARGV[4]) end
 return 1
 """
-_LOCAL_MOVES_SCHEMA = "CREATE TABLE IF NOT EXISTS open_move (op_id TEXT PRIMARY KEY);"
 
 
 def coordinator_for(settings: Settings) -> Coordinator:

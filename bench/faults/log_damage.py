@@ -25,7 +25,6 @@ from bench.faults.traffic import LINGER_S, STALL_S, conclude
 from bench.faults.workload import Publisher, Workload, buyer_id
 from runtime.agent.session_log import CorruptSessionLog, SessionLog, read_frames
 from runtime.agent.sessions import session_path
-from runtime.store.sql import sql
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import BuyerMessage
 from transports.simulator.transport import platform_message_id
@@ -51,7 +50,7 @@ def _customer(rig: Rig, victim: int) -> tuple[int, str | None]:
     conversation = SimulatedPlatform.conversation_for(buyer_id(victim))
     with rig.store.read() as conn:
         row = conn.execute(
-            sql("SELECT id, session_id FROM customer WHERE account_id = :a AND conversation_id = :c"),
+            "SELECT id, session_id FROM customer WHERE account_id = :a AND conversation_id = :c",
             {"a": ACCOUNT, "c": conversation},
         ).one()
     return int(row[0]), row[1]
@@ -61,7 +60,7 @@ def _idle(rig: Rig, customer_id: int) -> bool:
     """No input waiting, no open batch, no send in flight: nothing writes its session log."""
     with rig.store.read() as conn:
         return not conn.execute(
-            sql(
+            (
                 "SELECT 1 FROM inbound_message WHERE customer_id = :c AND state IN ('pending', 'claimed')"
                 " UNION ALL SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
                 " UNION ALL SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
@@ -76,7 +75,7 @@ def _answered(rig: Rig, message: BuyerMessage) -> bool:
         requests = [
             row[0]
             for row in conn.execute(
-                sql(
+                (
                     "SELECT o.request_id FROM inbound_message m JOIN outbox_request o"
                     " ON o.customer_id = m.customer_id AND o.batch_id = m.batch_id"
                     " WHERE m.account_id = :a AND m.conversation_id = :c AND m.platform_message_id = :p"
@@ -126,7 +125,7 @@ def _kept_copy(rig: Rig, damage: Damage) -> Path | None:
     """The damaged file kept aside for this session, if any."""
     with rig.store.read() as conn:
         row = conn.execute(
-            sql("SELECT kept_path FROM damaged_session WHERE session_id = :s"), {"s": damage.session_id}
+            "SELECT kept_path FROM damaged_session WHERE session_id = :s", {"s": damage.session_id}
         ).first()
     if row is not None:
         return Path(row[0])

@@ -28,7 +28,6 @@ from bench.faults.traffic import MODEL_DELAY_S as SLOW_TURNS_DELAY_S
 from bench.faults.traffic import STALL_S, SlowModel, setup_text
 from bench.faults.workload import Workload
 from runtime.placement.moves import FINAL_STEPS, load_move
-from runtime.store.sql import sql
 from worker.coordination import RedisCoordinator
 
 TURN_TASK = "kefu.agent.run_turn"
@@ -173,6 +172,6 @@ def _paused(rig: Rig, account: str) -> list[str]:
     found = []
     for shard in rig.shards:
         with shard.store.read() as conn:
-            if conn.execute(sql("SELECT 1 FROM input_pause WHERE scope = :a"), {"a": account}).first():
+            if conn.execute("SELECT 1 FROM input_pause WHERE scope = :a", {"a": account}).first():
                 found.append(shard.name)
     return found

@@ -40,7 +40,7 @@ EXITS_PER_PROCESS = 2  # after one host restart and one wipe: more is an exit lo
 
 def store_fence(store: DeliveryStore) -> int:
     with store.read() as conn:
-        token = conn.exec_driver_sql("SELECT token FROM shard_fence WHERE id = 1").scalar()
+        token = conn.execute("SELECT token FROM shard_fence WHERE id = 1").scalar()
     return int(token or 0)
 
 

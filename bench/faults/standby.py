@@ -157,7 +157,7 @@ def message_waits(rig: Rig) -> list[float]:
 def _claimed_at(rig: Rig) -> tuple[str, float] | None:
     """The newest grant that claimed the store: its owner and when (wall clock, s)."""
     with rig.store.read() as conn:
-        row = conn.exec_driver_sql("SELECT owner, granted_at FROM shard_grant ORDER BY token DESC LIMIT 1").first()
+        row = conn.execute("SELECT owner, granted_at FROM shard_grant ORDER BY token DESC LIMIT 1").first()
     return None if row is None else (str(row[0]), int(row[1]) / 1000)
 
 

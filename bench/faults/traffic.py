@@ -19,7 +19,6 @@ from bench.faults.report import RunReport, merged_audit, merged_scan, settle
 from bench.faults.rig import Member, Rig, RigConfig, Say
 from bench.faults.workload import Publisher, Workload
 from runtime.agent.session_log import CorruptSessionLog, SessionLog
-from runtime.store.sql import sql
 from worker.audit import scan_session_logs
 
 INGEST_TASK = "kefu.ingest.page"
@@ -208,7 +207,7 @@ def _listener_text(rig: Rig) -> str:
     for shard in rig.shards:
         with shard.store.read() as conn:
             state, error = conn.execute(
-                sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": shard.account}
+                "SELECT listener_state, last_error FROM account WHERE id = :a", {"a": shard.account}
             ).one()
         shown = state + (f" ({error})" if error else "")
         states.append(shown if len(rig.shards) == 1 else f"{shard.name}: {shown}")

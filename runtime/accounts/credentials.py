@@ -8,9 +8,8 @@ import json
 from typing import Any
 
 from runtime.errors import KefuError
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 
 class CredentialsMissing(KefuError):
@@ -25,19 +24,14 @@ class CredentialsMissing(KefuError):
 def save_credentials(conn: Connection, account_id: str, secret: dict[str, Any]) -> None:
     """Inside the caller's transaction, so an account and its credentials commit together."""
     conn.execute(
-        sql(
-            "INSERT INTO credential (account_id, secret, updated_at) VALUES (:a, :s, :at)"
-            " ON CONFLICT (account_id) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at"
-        ),
+        queries.credential.SAVE,
         {"a": account_id, "s": json.dumps(secret, ensure_ascii=False), "at": now_ms()},
     )
 
 
 def stored_secret(conn: Connection, account_id: str) -> str | None:
     """The credentials as stored (JSON text): what a move hands to the account's new shard."""
-    secret: str | None = conn.execute(
-        sql("SELECT secret FROM credential WHERE account_id = :a"), {"a": account_id}
-    ).scalar_one_or_none()
+    secret: str | None = conn.execute(queries.credential.SECRET, {"a": account_id}).scalar_one_or_none()
     return secret
 
 

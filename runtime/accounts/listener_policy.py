@@ -26,8 +26,8 @@ from typing import Literal
 
 from config import ListenerSettings
 from config.retries import listener_reconnect
+from runtime.store import queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 ListenerState = Literal["stopped", "starting", "running", "reconnecting", "failed"]
 
@@ -92,9 +92,7 @@ class ListenerPolicy:
 
 def committed_since(conn: Connection, account_id: str, since_ms: int) -> bool:
     """Whether a page of the account committed its cursor at or after `since_ms`."""
-    latest = conn.execute(
-        sql("SELECT max(updated_at) FROM provider_cursor WHERE account_id = :a"), {"a": account_id}
-    ).scalar_one()
+    latest = conn.execute(queries.provider_cursor.LAST_COMMITTED_AT, {"a": account_id}).scalar_one()
     return latest is not None and latest >= since_ms
 
 
@@ -103,9 +101,6 @@ def record_listener_state(conn: Connection, account_id: str, policy: ListenerPol
     credentials also mark the account's authorization `failed`: the account stops listening
     and sending until an operator gives it working credentials."""
     conn.execute(
-        sql(
-            "UPDATE account SET listener_state = :s, last_error = :e,"
-            " authorization = CASE WHEN :refused THEN 'failed' ELSE authorization END WHERE id = :a"
-        ),
+        queries.account.RECORD_LISTENER_STATE,
         {"s": policy.state, "e": policy.last_error, "refused": policy.authorization_failed, "a": account_id},
     )

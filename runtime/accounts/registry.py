@@ -9,9 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.accounts.credentials import save_credentials
 from runtime.errors import AccountUnknown, KefuError
 from runtime.placement.operations import run_once
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.tables import Account, insert_row
 
 
@@ -30,11 +29,7 @@ def identity_clash(conn: Connection, spec: AccountSpec) -> None:
     """Raise KEFU_ACCOUNT_EXISTS if the id or the platform identity is already configured. A
     deleted account's id is free for the same platform identity: adding it again restores it."""
     clash = conn.execute(
-        sql(
-            "SELECT id FROM account WHERE (id = :id AND NOT (deleted_at IS NOT NULL AND platform = :platform"
-            " AND substr(identity, 1, length(:identity) + :n) = :identity || :deleted))"
-            " OR (platform = :platform AND identity = :identity)"
-        ),
+        queries.account.IDENTITY_CLASH,
         {"id": spec.id, "platform": spec.platform, "identity": spec.identity, "deleted": _DELETED, "n": len(_DELETED)},
     ).first()
     if clash is not None:
@@ -52,14 +47,7 @@ def insert_account(conn: Connection, spec: AccountSpec) -> Account:
     identity_clash(conn, spec)
     deleted = load_account(conn, spec.id)
     if deleted is not None:
-        conn.execute(
-            sql(
-                "UPDATE account SET identity = :identity, workspace = :workspace, deleted_at = NULL,"
-                " connection_intent = 'connected', authorization = 'ready', last_error = NULL,"
-                " revision = revision + 1 WHERE id = :id"
-            ),
-            spec.model_dump(),
-        )
+        conn.execute(queries.account.RESTORE, spec.model_dump())
         restored = load_account(conn, spec.id)
         assert restored is not None
         return restored
@@ -74,7 +62,7 @@ def create_account(store: DeliveryStore, spec: AccountSpec) -> Account:
 
 
 def load_account(conn: Connection, account_id: str) -> Account | None:
-    row = conn.execute(sql("SELECT * FROM account WHERE id = :id"), {"id": account_id}).mappings().first()
+    row = conn.execute(queries.account.BY_ID, {"id": account_id}).mappings().first()
     return Account.model_validate(dict(row)) if row else None
 
 
@@ -100,12 +88,12 @@ def account_at(conn: Connection, account_id: str, expected_revision: int) -> Acc
 
 def list_accounts(store: DeliveryStore) -> list[Account]:
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT * FROM account WHERE deleted_at IS NULL ORDER BY id")).mappings()
+        rows = conn.execute(queries.account.LIVE).mappings()
         return [Account.model_validate(dict(row)) for row in rows]
 
 
 def account_ids(conn: Connection) -> list[str]:
-    return list(conn.execute(sql("SELECT id FROM account WHERE deleted_at IS NULL ORDER BY id")).scalars())
+    return list(conn.execute(queries.account.LIVE_IDS).scalars())
 
 
 def account_is_live(account: Account) -> bool:
@@ -115,15 +103,7 @@ def account_is_live(account: Account) -> bool:
 def listening_accounts(conn: Connection) -> list[Account]:
     """Accounts that should have a listener now (SPEC 3.1): connected, authorised, with at
     least one enabled route to deliver to, and not in a move (SPEC 3.12)."""
-    rows = conn.execute(
-        sql(
-            "SELECT * FROM account a WHERE a.connection_intent = 'connected' AND a.authorization = 'ready'"
-            " AND EXISTS (SELECT 1 FROM route r WHERE r.account_id = a.id AND r.enabled)"
-            # an account on its way to or from another shard listens nowhere until it arrives
-            " AND NOT EXISTS (SELECT 1 FROM account_placement p WHERE p.account_id = a.id AND p.state != 'active')"
-            " ORDER BY a.id"
-        )
-    ).mappings()
+    rows = conn.execute(queries.account.LISTENING).mappings()
     return [Account.model_validate(dict(row)) for row in rows]
 
 
@@ -137,11 +117,7 @@ def set_connection_intent(store: DeliveryStore, account_id: str, intent: Literal
         if account.connection_intent == intent and not retry_authorization:
             return account.revision
         conn.execute(
-            sql(
-                "UPDATE account SET connection_intent = :i, revision = revision + 1,"
-                " authorization = CASE WHEN :retry THEN 'ready' ELSE authorization END WHERE id = :a"
-            ),
-            {"i": intent, "retry": retry_authorization, "a": account_id},
+            queries.account.SET_CONNECTION_INTENT, {"i": intent, "retry": retry_authorization, "a": account_id}
         )
         return account.revision + 1
 
@@ -155,15 +131,9 @@ def delete_account(store: DeliveryStore, account_id: str, expected_revision: int
         def delete() -> dict[str, Any]:
             account = account_at(conn, account_id, expected_revision)
             at = now_ms()
-            conn.execute(
-                sql(
-                    "UPDATE account SET deleted_at = :at, connection_intent = 'disconnected',"
-                    " identity = identity || :deleted || :at, revision = revision + 1 WHERE id = :a"
-                ),
-                {"at": at, "a": account_id, "deleted": _DELETED},
-            )
-            conn.execute(sql("DELETE FROM route WHERE account_id = :a"), {"a": account_id})
-            conn.execute(sql("DELETE FROM credential WHERE account_id = :a"), {"a": account_id})
+            conn.execute(queries.account.MARK_DELETED, {"at": at, "a": account_id, "deleted": _DELETED})
+            conn.execute(queries.route.DELETE_OF_ACCOUNT, {"a": account_id})
+            conn.execute(queries.credential.DELETE_OF_ACCOUNT, {"a": account_id})
             return {"revision": account.revision + 1}
 
         revision: int = run_once(conn, op_id, "account.delete", delete)["revision"]
@@ -183,13 +153,7 @@ def renew_account(
         def renew() -> dict[str, Any]:
             account = account_at(conn, account_id, expected_revision)
             save_credentials(conn, account_id, credentials)
-            conn.execute(
-                sql(
-                    "UPDATE account SET revision = revision + 1, authorization = 'ready', last_error = NULL"
-                    " WHERE id = :a"
-                ),
-                {"a": account_id},
-            )
+            conn.execute(queries.account.RENEW, {"a": account_id})
             return {"revision": account.revision + 1}
 
         revision: int = run_once(conn, op_id, "account.renew", renew)["revision"]

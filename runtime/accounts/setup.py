@@ -19,8 +19,7 @@ from runtime.accounts.credentials import save_credentials
 from runtime.accounts.registry import AccountSpec, identity_clash, insert_account
 from runtime.errors import KefuError
 from runtime.placement.operations import run_once
-from runtime.store import DeliveryStore
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, queries
 from runtime.store.tables import Account
 
 
@@ -90,7 +89,7 @@ class AccountSetups:
 def replayed_account(store: DeliveryStore, op_id: str) -> Account | None:
     """The account an earlier confirm under this operation id saved, if any."""
     with store.read() as conn:
-        row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).mappings().first()
+        row = conn.execute(queries.operation.BY_ID, {"id": op_id}).mappings().first()
     if row is None:
         return None
     if row["kind"] != "account.create":

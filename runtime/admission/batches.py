@@ -15,12 +15,10 @@ from pydantic import TypeAdapter
 from runtime.accounts.registry import account_is_live, load_account
 from runtime.admission.routes import resolve_route
 from runtime.agent.rendering import RenderableMessage
-from runtime.inbound.classification import AGENT_INPUT_ROLES
 from runtime.inbound.input_pause import is_paused
-from runtime.outbox.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
-from runtime.store import DeliveryStore, now_ms
+from runtime.outbox.read_receipts import reads_from_json
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import QuestionState
 from runtime.store.tables import Account, AdmissionBatch, BuyerRead, Customer, Route, SessionHeader
 
@@ -65,31 +63,15 @@ class AdmissionDecision:
 
 
 def load_customer(conn: Connection, customer_id: int) -> Customer | None:
-    row = conn.execute(sql("SELECT * FROM customer WHERE id = :id"), {"id": customer_id}).mappings().first()
+    row = conn.execute(queries.customer.BY_ID, {"id": customer_id}).mappings().first()
     return Customer.model_validate(dict(row)) if row else None
 
 
 def open_batch(conn: Connection, customer_id: int) -> AdmissionBatch | None:
-    row = (
-        conn.execute(
-            sql(
-                "SELECT * FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
-                " ORDER BY created_at LIMIT 1"
-            ),
-            {"c": customer_id},
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(queries.admission_batch.OPEN, {"c": customer_id}).mappings().first()
     return AdmissionBatch.model_validate(dict(row)) if row else None
 
 
-# The open batch's lines, in id order (a subquery's order, which SQLite's aggregate keeps).
-_BATCH_LINES_JSON = (
-    "(SELECT json_group_array(json_object('id', m.id, 'sender_role', m.sender_role, 'sender_name', m.sender_name,"
-    " 'content_type', m.content_type, 'body', m.body, 'received_at', m.received_at, 'occurred_at', m.occurred_at))"
-    " FROM (SELECT * FROM inbound_message WHERE batch_id = b.id ORDER BY id) m)"
-)
 _LINES = TypeAdapter(list[RenderableMessage])
 
 
@@ -97,14 +79,10 @@ def _columns(alias: str, model: type[Customer | AdmissionBatch | Account | Sessi
     return ", ".join(f"{alias}.{name}" for name in model.model_fields)
 
 
-_TURN_ROWS = sql(
-    f"SELECT {_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)},"
-    f" {_columns('s', SessionHeader)}, {UNDELIVERED_READS_JSON}, {_BATCH_LINES_JSON},"
-    " EXISTS (SELECT 1 FROM pending_question q WHERE q.customer_id = c.id AND q.state IN (:asked, :offered))"
-    " FROM customer c"
-    " LEFT JOIN admission_batch b ON b.customer_id = c.id AND b.state IN ('claimed', 'committed')"
-    " LEFT JOIN account a ON a.id = c.account_id LEFT JOIN agent_session s ON s.id = c.session_id"
-    " WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
+# A turn's one read: each row's columns, in the order `turn_rows` splits them.
+_TURN_ROWS = queries.customer.turn_rows(
+    f"{_columns('c', Customer)}, {_columns('b', AdmissionBatch)}, {_columns('a', Account)},"
+    f" {_columns('s', SessionHeader)}"
 )
 
 
@@ -134,24 +112,9 @@ def turn_rows(conn: Connection, customer_id: int) -> TurnRows | None:
     return TurnRows(customer, batch, account, session, reads, lines, questions)  # type: ignore[arg-type]
 
 
-def _nothing_to_admit(customer: str) -> str:
-    """For a known customer not paused (any other answer comes from the full evaluation), SQL
-    of the customer id `customer`."""
-    return (
-        f"(EXISTS (SELECT 1 FROM customer cu WHERE cu.id = {customer} AND NOT cu.handling_paused)"
-        f" AND NOT EXISTS (SELECT 1 FROM admission_batch ob WHERE ob.customer_id = {customer}"
-        "  AND ob.state IN ('claimed', 'committed'))"
-        f" AND NOT EXISTS (SELECT 1 FROM inbound_message im WHERE im.customer_id = {customer}"
-        f"  AND im.state = 'pending' AND im.sender_role IN {AGENT_INPUT_ROLES}))"
-    )
-
-
-_NOTHING_TO_ADMIT = sql("SELECT " + _nothing_to_admit(":c"))
-
-
 def nothing_to_admit(conn: Connection, customer_id: int) -> bool:
     """No open batch and no buyer input waiting: admission would have nothing to decide."""
-    return bool(conn.execute(_NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one())
+    return bool(conn.execute(queries.customer.NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one())
 
 
 def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
@@ -165,16 +128,6 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
             return AdmissionDecision("nothing-pending")
     with store.write() as conn:
         return decide(conn, customer_id, batch_size)
-
-
-_PENDING = sql(
-    f"SELECT id, platform_message_id, sender_role IN {AGENT_INPUT_ROLES}, mention, received_at"
-    " FROM inbound_message WHERE customer_id = :c AND state = 'pending' ORDER BY id LIMIT :n"
-)
-_LIVE = sql(
-    "SELECT count(*), max(mention IS 1), min(received_at) FROM inbound_message"
-    f" WHERE customer_id = :c AND state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES}"
-)
 
 
 def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | None = None) -> AdmissionDecision:
@@ -203,7 +156,7 @@ def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | N
     if route.agent_preset is not None:
         # No preset registry exists yet: a recorded preset cannot load, and never falls back.
         return AdmissionDecision("preset-unavailable")
-    pending = conn.execute(_PENDING, {"c": customer_id, "n": batch_size}).all()
+    pending = conn.execute(queries.inbound_message.PENDING, {"c": customer_id, "n": batch_size}).all()
     if len(pending) < batch_size:  # all of it: the figures of the buyer input waiting come with it
         buyers = [row for row in pending if row[2]]
         live = (
@@ -212,18 +165,14 @@ def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | N
             min((r[4] for r in buyers), default=None),
         )
     else:  # more waits than a batch takes: count it all
-        live = conn.execute(_LIVE, {"c": customer_id}).one()
+        live = conn.execute(queries.inbound_message.LIVE_INPUT, {"c": customer_id}).one()
     if not pending or live[0] == 0:
         return AdmissionDecision("nothing-pending")
     if customer.conversation_type == "group" and not _group_trigger_met(conn, customer_id, route, live):
         return AdmissionDecision("trigger-not-met")
     batch_id = batch_id_of(customer_id, pending[0][1])
     conn.execute(
-        sql(
-            "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, state,"
-            " message_count, created_at, updated_at) VALUES (:id, :c, :epoch, :route, :generation, 'claimed',"
-            " :count, :at, :at)"
-        ),
+        queries.admission_batch.CLAIM,
         {
             "id": batch_id,
             "c": customer_id,
@@ -235,10 +184,7 @@ def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | N
         },
     )
     conn.execute(
-        sql(
-            "UPDATE inbound_message SET state = 'claimed', batch_id = :b"
-            " WHERE customer_id = :c AND state = 'pending' AND id BETWEEN :lo AND :hi"
-        ),
+        queries.inbound_message.CLAIM,
         {"b": batch_id, "c": customer_id, "lo": pending[0][0], "hi": pending[-1][0]},
     )
     return AdmissionDecision("admitted", batch_id)
@@ -252,9 +198,7 @@ def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: t
     if route.trigger_every_n and count >= route.trigger_every_n:
         return True
     if route.trigger_interval_s:
-        last = conn.execute(
-            sql("SELECT max(created_at) FROM admission_batch WHERE customer_id = :c"), {"c": customer_id}
-        ).scalar_one()
+        last = conn.execute(queries.admission_batch.LAST_CREATED, {"c": customer_id}).scalar_one()
         since: int = last if last is not None else oldest
         return now_ms() - since >= route.trigger_interval_s * 1000
     return False
@@ -263,61 +207,23 @@ def _group_trigger_met(conn: Connection, customer_id: int, route: Route, live: t
 def commit_batch(conn: Connection, batch_id: str) -> None:
     """The session log holds the batch durably: its messages are committed."""
     at = now_ms()
-    conn.execute(
-        sql("UPDATE admission_batch SET state = 'committed', updated_at = :at WHERE id = :b AND state = 'claimed'"),
-        {"b": batch_id, "at": at},
-    )
-    conn.execute(
-        sql("UPDATE inbound_message SET state = 'committed' WHERE batch_id = :b AND state = 'claimed'"), {"b": batch_id}
-    )
+    conn.execute(queries.admission_batch.COMMIT, {"b": batch_id, "at": at})
+    conn.execute(queries.inbound_message.COMMIT, {"b": batch_id})
 
 
 def revoke_batch(conn: Connection, batch_id: str) -> None:
     """Handling was paused after admission: the batch is dropped, its unclaimed input suppressed."""
-    conn.execute(
-        sql("UPDATE admission_batch SET state = 'revoked', updated_at = :at WHERE id = :b"),
-        {"b": batch_id, "at": now_ms()},
-    )
-    conn.execute(
-        sql("UPDATE inbound_message SET state = 'suppressed' WHERE batch_id = :b AND state = 'claimed'"),
-        {"b": batch_id},
-    )
-
-
-_FINISH = sql(
-    "UPDATE admission_batch SET state = 'done', updated_at = :at, model_calls = :c, model_ms = :ms WHERE id = :b"
-    f" RETURNING NOT {_nothing_to_admit('admission_batch.customer_id')}"
-)
+    conn.execute(queries.admission_batch.REVOKE, {"b": batch_id, "at": now_ms()})
+    conn.execute(queries.inbound_message.SUPPRESS_CLAIMED, {"b": batch_id})
 
 
 def finish_batch(conn: Connection, batch_id: str, model_calls: int = 0, model_ms: int = 0) -> bool:
     """Done; with the model calls its turn's last run made and their time (runtime.operators.status).
     True when admission has something to decide for the customer now (`nothing_to_admit`, read
     in the same statement): input that came during the turn."""
-    found = conn.execute(_FINISH, {"b": batch_id, "at": now_ms(), "c": model_calls, "ms": model_ms}).first()
+    params = {"b": batch_id, "at": now_ms(), "c": model_calls, "ms": model_ms}
+    found = conn.execute(queries.admission_batch.FINISH, params).first()
     return found is not None and bool(found[0])
-
-
-# Buyer input no batch has claimed yet: what admission is for.
-_WAITING = (
-    f"SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES}"
-)
-
-
-# One customer at a time in the pending index, from the one after :after up to :until (a skip
-# scan: a few index probes per customer, however many of its lines wait), each kept when a line
-# of its waited past the grace (its oldest usually did). What a pass costs grows with the
-# customers it hands out, never with the lines waiting behind them.
-_OVERDUE = sql(
-    "WITH RECURSIVE next(customer_id) AS ("
-    " SELECT (SELECT min(customer_id) FROM inbound_message WHERE state = 'pending' AND customer_id > :after)"
-    " UNION ALL"
-    " SELECT (SELECT min(customer_id) FROM inbound_message WHERE state = 'pending' AND customer_id > n.customer_id)"
-    " FROM next n WHERE n.customer_id <= :until)"
-    " SELECT customer_id FROM next n WHERE customer_id <= :until AND EXISTS (SELECT 1 FROM inbound_message m"
-    f" WHERE m.customer_id = n.customer_id AND m.state = 'pending' AND m.sender_role IN {AGENT_INPUT_ROLES}"
-    " AND m.received_at < :t) LIMIT :n"
-)
 
 
 def customers_waiting(conn: Connection, received_before: int, limit: int, after: int = 0) -> list[int]:
@@ -325,9 +231,10 @@ def customers_waiting(conn: Connection, received_before: int, limit: int, after:
     Up to `limit` of them, in customer order from the one after `after` round to it, so that
     customers whose input waits on (kept back by an input pause) never crowd the others out."""
     found: list[int] = []
+    query = queries.inbound_message.OVERDUE_CUSTOMERS
     for start, until in ((after, 2**63 - 1), (0, after)):
         params = {"after": start, "until": until, "t": received_before, "n": limit - len(found)}
-        found += [int(c) for c in conn.execute(_OVERDUE, params).scalars()]
+        found += [int(c) for c in conn.execute(query, params).scalars()]
         if len(found) >= limit or not after:
             break
     return found
@@ -335,32 +242,24 @@ def customers_waiting(conn: Connection, received_before: int, limit: int, after:
 
 def customers_waiting_in(conn: Connection, account_id: str | None) -> list[int]:
     """Customers of an account (None: all) with input waiting, e.g. kept back by an input pause."""
-    query = sql(_WAITING + " AND (:a IS NULL OR account_id = :a) ORDER BY customer_id")
+    query = queries.inbound_message.WAITING_CUSTOMERS
     return [int(c) for c in conn.execute(query, {"a": account_id}).scalars()]
 
 
 def batches_left_open(conn: Connection, updated_before: int, limit: int) -> list[int]:
     """Customers whose admitted batch has not moved for a grace: its turn was lost (reconciler)."""
-    query = sql(
-        "SELECT customer_id FROM admission_batch WHERE state IN ('claimed', 'committed') AND updated_at < :t LIMIT :n"
-    )
-    return [int(c) for c in conn.execute(query, {"t": updated_before, "n": limit}).scalars()]
+    return [
+        int(c) for c in conn.execute(queries.admission_batch.LEFT_OPEN, {"t": updated_before, "n": limit}).scalars()
+    ]
 
 
 def stranded_batches(conn: Connection, now: int, limit: int) -> list[int]:
     """Customers whose open batch's turn lost its holder: the customer's writer lease lapsed
     (expired unrenewed, or its process was seen gone: runtime.store.leases) rather than being given
     back. Their turn is run again at once, with no grace: nothing else is on its way."""
-    query = sql(
-        "SELECT b.customer_id FROM admission_batch b JOIN lease l ON l.name = 'customer:' || b.customer_id"
-        " WHERE b.state IN ('claimed', 'committed') AND l.expires_at > 0 AND l.expires_at < :now LIMIT :n"
-    )
-    return [int(c) for c in conn.execute(query, {"now": now, "n": limit}).scalars()]
+    return [int(c) for c in conn.execute(queries.admission_batch.STRANDED, {"now": now, "n": limit}).scalars()]
 
 
 def suppress_waiting(conn: Connection, customer_id: int) -> None:
     """Handling was paused: the customer's waiting input is kept, never admitted."""
-    conn.execute(
-        sql("UPDATE inbound_message SET state = 'suppressed' WHERE customer_id = :c AND state = 'pending'"),
-        {"c": customer_id},
-    )
+    conn.execute(queries.inbound_message.SUPPRESS_PENDING, {"c": customer_id})

@@ -13,9 +13,8 @@ from pydantic import BaseModel
 from runtime.admission.batches import suppress_waiting
 from runtime.errors import CustomerUnknown
 from runtime.outbox.requests import revoke_unsent_auto
-from runtime.store import DeliveryStore
+from runtime.store import DeliveryStore, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 
 class HandlingState(BaseModel):
@@ -26,9 +25,7 @@ class HandlingState(BaseModel):
 
 
 def _state(conn: Connection, customer_id: int) -> HandlingState:
-    row = conn.execute(
-        sql("SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"), {"c": customer_id}
-    ).first()
+    row = conn.execute(queries.customer.HANDLING, {"c": customer_id}).first()
     if row is None:
         raise CustomerUnknown(customer_id)
     return HandlingState(customer_id=customer_id, paused=bool(row[0]), epoch=row[1], reason=row[2])
@@ -57,13 +54,7 @@ def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff:
         state = _state(conn, customer_id)
         if state.paused:
             return state
-        conn.execute(
-            sql(
-                "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
-                " handling_reason = :r, handed_off = :h WHERE id = :c"
-            ),
-            {"c": customer_id, "r": reason, "h": handoff},
-        )
+        conn.execute(queries.customer.PAUSE_HANDLING, {"c": customer_id, "r": reason, "h": handoff})
         suppress_waiting(conn, customer_id)
         revoke_unsent_auto(conn, customer_id, "KEFU_HANDLING_PAUSED")
         return _state(conn, customer_id)
@@ -72,7 +63,5 @@ def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff:
 def resume_handling(store: DeliveryStore, customer_id: int) -> HandlingState:
     """Resume automatic handling for new input. Idempotent."""
     with store.write() as conn:
-        conn.execute(
-            sql("UPDATE customer SET handling_paused = 0, handling_reason = NULL WHERE id = :c"), {"c": customer_id}
-        )
+        conn.execute(queries.customer.RESUME_HANDLING, {"c": customer_id})
         return _state(conn, customer_id)

@@ -15,9 +15,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from runtime.accounts.registry import require_account
 from runtime.errors import KefuError
 from runtime.placement.operations import run_once
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.tables import Route, insert_row, update_row
 
 
@@ -82,7 +81,7 @@ def _check(spec: RouteSpec, batch_size: int) -> None:
 
 
 def _load_route(conn: Connection, route_id: str) -> Route | None:
-    row = conn.execute(sql("SELECT * FROM route WHERE id = :id"), {"id": route_id}).mappings().first()
+    row = conn.execute(queries.route.BY_ID, {"id": route_id}).mappings().first()
     return Route.model_validate(dict(row)) if row else None
 
 
@@ -157,9 +156,7 @@ def current_revision(store: DeliveryStore, route_id: str) -> int:
 
 def list_routes(store: DeliveryStore, account_id: str | None = None) -> list[Route]:
     with store.read() as conn:
-        rows = conn.execute(
-            sql("SELECT * FROM route WHERE :a IS NULL OR account_id = :a ORDER BY account_id, id"), {"a": account_id}
-        ).mappings()
+        rows = conn.execute(queries.route.OF_ACCOUNT, {"a": account_id}).mappings()
         return [Route.model_validate(dict(row)) for row in rows]
 
 
@@ -170,7 +167,7 @@ def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op
 
         def delete() -> dict[str, Any]:
             _expect_revision(conn, route_id, expected_revision)
-            conn.execute(sql("DELETE FROM route WHERE id = :r"), {"r": route_id})
+            conn.execute(queries.route.DELETE, {"r": route_id})
             return {"deleted": route_id}
 
         run_once(conn, op_id, "route.delete", delete)
@@ -179,14 +176,7 @@ def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op
 def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:
     """The route that governs a conversation: a specific route beats `all`, even when disabled."""
     row = (
-        conn.execute(
-            sql(
-                "SELECT * FROM route WHERE account_id = :a AND conversation_type = :t"
-                " AND (target = 'all' OR conversation_id = :c)"
-                " ORDER BY target = 'specific' DESC, created_at LIMIT 1"
-            ),
-            {"a": account_id, "t": conversation_type, "c": conversation_id},
-        )
+        conn.execute(queries.route.GOVERNING, {"a": account_id, "t": conversation_type, "c": conversation_id})
         .mappings()
         .first()
     )

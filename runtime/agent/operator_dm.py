@@ -21,8 +21,7 @@ from runtime.agent.session_log import AssistantMessage, CorruptSessionLog, Sessi
 from runtime.agent.sessions import session_path
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.outbox.manual import check_request_id
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.states import BatchState, MessageState
 
 
@@ -49,13 +48,6 @@ def platform_message_id(request_id: str) -> str:
     return f"{OPERATOR_DM}:{request_id}"
 
 
-_INSERT = sql(
-    "INSERT INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id, sender_id,"
-    " sender_role, content_type, body, occurred_at, received_at, mention, origin, state)"
-    " VALUES (:c, :a, :conv, :m, 'operator', :role, 'text', :body, :at, :at, 1, 'live', 'pending') RETURNING id"
-)
-
-
 def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> OperatorDm:
     """Store the message for admission (the caller then asks for it: `Admit(customer_id)`).
     Refused for a real buyer's conversation, and while a human handles the conversation: the
@@ -66,10 +58,7 @@ def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> Oper
         if customer is None:
             raise CustomerUnknown(request.customer_id)
         found = conn.execute(
-            sql(
-                "SELECT id, body FROM inbound_message"
-                " WHERE account_id = :a AND conversation_id = :conv AND platform_message_id = :m"
-            ),
+            queries.inbound_message.BODY_BY_PLATFORM_ID,
             {"a": customer.account_id, "conv": customer.conversation_id, "m": message_id},
         ).first()
         if found is not None:
@@ -83,7 +72,7 @@ def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> Oper
             return OperatorDm(
                 message_id=found_id, customer_id=request.customer_id, request_id=request.request_id, created=False
             )
-        simulated = conn.execute(sql("SELECT simulated FROM account WHERE id = :a"), {"a": customer.account_id})
+        simulated = conn.execute(queries.account.SIMULATED, {"a": customer.account_id})
         if not simulated.scalar():  # a real buyer's conversation is no place to brief the agent
             raise KefuError(
                 "KEFU_SIMULATION_REAL_ACCOUNT",
@@ -105,7 +94,7 @@ def accept_operator_dm(store: DeliveryStore, request: OperatorDmRequest) -> Oper
             "body": request.text,
             "at": now_ms(),
         }
-        new_id = conn.execute(_INSERT, params).scalar_one()
+        new_id = conn.execute(queries.inbound_message.RECORD_OPERATOR_DM, params).scalar_one()
     return OperatorDm(message_id=new_id, customer_id=request.customer_id, request_id=request.request_id, created=True)
 
 
@@ -119,14 +108,7 @@ def answer_of(store: DeliveryStore, sessions_dir: Path, dm: OperatorDm) -> DmAns
     """What the agent answered, once the turn that took the message has ended; None before.
     Read from the customer's session log: the answer is never an IM line or a send."""
     with store.read() as conn:
-        row = conn.execute(
-            sql(
-                "SELECT m.state, b.id, b.state, c.session_id FROM inbound_message m"
-                " LEFT JOIN admission_batch b ON b.id = m.batch_id JOIN customer c ON c.id = m.customer_id"
-                " WHERE m.id = :m"
-            ),
-            {"m": dm.message_id},
-        ).first()
+        row = conn.execute(queries.inbound_message.ANSWERING_BATCH, {"m": dm.message_id}).first()
     if row is not None and row[0] == MessageState.SUPPRESSED:  # a human took over before it was admitted
         return DmAnswer(batch_id=row[1] or "", outcome="revoked", texts=[])
     if row is None or row[2] not in (BatchState.DONE, BatchState.REVOKED):

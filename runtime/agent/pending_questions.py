@@ -17,15 +17,14 @@ from pydantic import BaseModel
 
 from runtime.agent.rendering import shop_time
 from runtime.agent.script_clock import ConversationClock
-from runtime.store import now_ms
+from runtime.store import now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import OutboxState, QuestionState
 
 # A question whose reply was revoked (a human took over first), refused or failed never reached
 # the buyer: there is nothing to be reminded of.
-_NEVER_SENT = ", ".join(
-    f"'{state}'" for state in (OutboxState.FAILED, OutboxState.REVOKED, OutboxState.ROUTE_CHANGED, OutboxState.SKIPPED)
+_OFFERABLE = queries.pending_question.offerable(
+    (OutboxState.FAILED, OutboxState.REVOKED, OutboxState.ROUTE_CHANGED, OutboxState.SKIPPED)
 )
 
 
@@ -42,14 +41,11 @@ def ask(conn: Connection, request_id: str, customer_id: int, question: str) -> N
     """Inside the reply's registration: keep the question; an earlier one nobody saw yet is
     superseded (the latest question is the one the buyer will answer)."""
     conn.execute(
-        sql("UPDATE pending_question SET state = :s WHERE customer_id = :c AND state = :p"),
+        queries.pending_question.SUPERSEDE,
         {"s": QuestionState.SUPERSEDED, "c": customer_id, "p": QuestionState.PENDING},
     )
     conn.execute(
-        sql(
-            "INSERT OR IGNORE INTO pending_question (request_id, customer_id, question, asked_at, state)"
-            " VALUES (:r, :c, :q, :t, :p)"
-        ),
+        queries.pending_question.RECORD,
         {"r": request_id, "c": customer_id, "q": question, "t": now_ms(), "p": QuestionState.PENDING},
     )
 
@@ -58,24 +54,14 @@ def offer(conn: Connection, customer_id: int, batch_id: str) -> PendingQuestion 
     """Inside the turn's first write: the question this batch's turn is offered, if any (marked
     offered to it, so a retry of the batch gets it again and a later batch does not). Never the
     batch that asked it: its follow-up after a crash is not the buyer's answer."""
-    row = (
-        conn.execute(
-            sql(
-                "SELECT q.* FROM pending_question q JOIN outbox_request r USING (request_id) WHERE q.customer_id = :c"
-                " AND (q.state = :p OR (q.state = :o AND q.offered_batch = :b)) AND r.batch_id IS NOT :b"
-                f" AND r.state NOT IN ({_NEVER_SENT}) ORDER BY q.asked_at DESC LIMIT 1"
-            ),
-            {"c": customer_id, "p": QuestionState.PENDING, "o": QuestionState.OFFERED, "b": batch_id},
-        )
-        .mappings()
-        .first()
-    )
+    params = {"c": customer_id, "p": QuestionState.PENDING, "o": QuestionState.OFFERED, "b": batch_id}
+    row = conn.execute(_OFFERABLE, params).mappings().first()
     if row is None:
         return None
     question = PendingQuestion.model_validate(dict(row))
     if question.state == QuestionState.PENDING:
         conn.execute(
-            sql("UPDATE pending_question SET state = :o, offered_batch = :b WHERE request_id = :r"),
+            queries.pending_question.MARK_OFFERED,
             {"o": QuestionState.OFFERED, "b": batch_id, "r": question.request_id},
         )
     return question

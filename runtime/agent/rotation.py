@@ -40,9 +40,8 @@ from runtime.agent.sessions import (
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.memory.engine import MemoryEngine, SessionMemory, archive_rest
 from runtime.memory.heuristic import score_backlog
-from runtime.store import Connection, DeliveryStore, leases, now_ms
+from runtime.store import Connection, DeliveryStore, leases, now_ms, queries
 from runtime.store.leases import Fence, fenced
-from runtime.store.sql import sql
 from runtime.store.states import BatchState, RotationReason, SessionOrigin
 from runtime.store.tables import SessionHeader
 
@@ -152,7 +151,7 @@ def _refuse_cut_into_open_batch(store: DeliveryStore, session_id: str, prefix: l
     if not isinstance(turn, TurnStart):
         return
     with store.read() as conn:
-        state = conn.execute(sql("SELECT state FROM admission_batch WHERE id = :b"), {"b": turn.batch_id}).scalar()
+        state = conn.execute(queries.admission_batch.STATE, {"b": turn.batch_id}).scalar()
     if state in (BatchState.CLAIMED, BatchState.COMMITTED):
         raise KefuError(
             "KEFU_SESSION_BOUNDARY",

@@ -27,8 +27,7 @@ from runtime.admission.batches import load_customer
 from runtime.agent.repair import repair
 from runtime.agent.session_log import CorruptSessionLog, SessionLog, TurnEnd, TurnStart, own_from
 from runtime.agent.sessions import damaged_folder, open_session
-from runtime.store import DeliveryStore, leases
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, leases, queries
 from runtime.store.states import BatchState
 
 RoundStatus = Literal["pending", "complete", "error", "interrupted"]
@@ -151,7 +150,7 @@ def salvage(store: DeliveryStore, sessions_dir: Path, found: list[Round], lease_
         with store.read() as conn:
             customer = load_customer(conn, r.customer_id)
             open_batch = conn.execute(
-                sql("SELECT 1 FROM admission_batch WHERE id = :b AND state IN (:claimed, :committed)"),
+                queries.admission_batch.IS_OPEN,
                 {"b": r.batch_id, "claimed": BatchState.CLAIMED, "committed": BatchState.COMMITTED},
             ).first()
         outcome: SalvageOutcome

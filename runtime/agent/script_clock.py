@@ -15,9 +15,9 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.store import queries
 from runtime.store.connection import Connection
 from runtime.store.lru import Lru
-from runtime.store.sql import sql
 
 _SAME_OFFSET_MS = 1000  # offsets this close are one clock: the script clock runs with real time
 
@@ -44,12 +44,6 @@ class ConversationClock:
 
 REAL_TIME = ConversationClock()
 
-_MESSAGE_TIMES = sql(
-    "SELECT received_at, occurred_at, id FROM inbound_message"
-    " WHERE customer_id = :c AND sender_role = 'external' AND id > :after"
-    " AND EXISTS (SELECT 1 FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c AND a.simulated)"
-    " ORDER BY received_at, id"
-)
 KEPT = 4096  # conversations whose clock a process keeps
 
 
@@ -73,10 +67,10 @@ def conversation_clock(conn: Connection, customer_id: int) -> ConversationClock:
     path = getattr(conn.dbapi, "kefu_path", None)
     key = (path, customer_id) if path is not None else None
     read = (_read.pop(key) if key is not None else None) or _Read()
-    rows = conn.execute(_MESSAGE_TIMES, {"c": customer_id, "after": read.last[1]}).all()
+    rows = conn.execute(queries.inbound_message.SCRIPT_TIMES, {"c": customer_id, "after": read.last[1]}).all()
     if rows and (rows[0][0], rows[0][2]) < read.last:
         read = _Read()
-        rows = conn.execute(_MESSAGE_TIMES, {"c": customer_id, "after": 0}).all()
+        rows = conn.execute(queries.inbound_message.SCRIPT_TIMES, {"c": customer_id, "after": 0}).all()
     anchors = read.anchors
     for received_at, occurred_at, _ in rows:
         offset = occurred_at - received_at

@@ -20,10 +20,9 @@ from typing import NamedTuple
 
 from runtime.agent.session_log import CorruptSessionLog, SessionLog
 from runtime.errors import CustomerUnknown
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 from runtime.store.leases import Fence, before_file_write, fenced
-from runtime.store.sql import sql
 from runtime.store.states import RotationReason, SessionOrigin
 from runtime.store.tables import DamagedSession, SessionHeader
 
@@ -57,9 +56,7 @@ def _ensure_session_id(
 ) -> KnownSession:
     """The customer's session, begun now if they have none (their first)."""
     with fenced(store, fence) as conn:
-        session_id: str | None = conn.execute(
-            sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}
-        ).scalar_one()
+        session_id: str | None = conn.execute(queries.customer.SESSION_ID, {"c": customer_id}).scalar_one()
         if session_id is not None:
             return KnownSession(session_id, False, session_header(conn, session_id))
         header = begin_first_session(conn, customer_id, model)
@@ -80,37 +77,28 @@ def begin_session(conn: Connection, header: SessionHeader, replacing: str | None
     customer's current one, if `replacing` is still their current one (None: they have none).
     False, and nothing written, if another job changed the customer's session meanwhile."""
     switched = conn.execute(
-        sql("UPDATE customer SET session_id = :new WHERE id = :c AND session_id IS :old"),
-        {"new": header.id, "c": header.customer_id, "old": replacing},
+        queries.customer.SWITCH_SESSION, {"new": header.id, "c": header.customer_id, "old": replacing}
     ).rowcount
     if switched:
-        conn.execute(
-            sql(
-                "INSERT OR REPLACE INTO agent_session (id, customer_id, created_at, model, origin, reason, parent,"
-                " inherited) VALUES (:id, :customer_id, :created_at, :model, :origin, :reason, :parent, :inherited)"
-            ),
-            header.model_dump(),
-        )
+        conn.execute(queries.agent_session.RECORD, header.model_dump())
     return bool(switched)
 
 
 def session_header(conn: Connection, session_id: str) -> SessionHeader | None:
-    row = conn.execute(sql("SELECT * FROM agent_session WHERE id = :s"), {"s": session_id}).mappings().first()
+    row = conn.execute(queries.agent_session.BY_ID, {"s": session_id}).mappings().first()
     return SessionHeader.model_validate(dict(row)) if row else None
 
 
 def customer_sessions(conn: Connection, customer_id: int) -> list[SessionHeader]:
     """The customer's sessions, oldest first (the current one is customer.session_id)."""
-    rows = conn.execute(
-        sql("SELECT * FROM agent_session WHERE customer_id = :c ORDER BY created_at, id"), {"c": customer_id}
-    ).mappings()
+    rows = conn.execute(queries.agent_session.OF_CUSTOMER, {"c": customer_id}).mappings()
     return [SessionHeader.model_validate(dict(row)) for row in rows]
 
 
 def next_session_id(conn: Connection, customer_id: int) -> str:
     """A session id the customer never had: one past the highest number of their sessions."""
     numbers = [_number(h.id) for h in customer_sessions(conn, customer_id)]
-    current = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+    current = conn.execute(queries.customer.SESSION_ID, {"c": customer_id}).scalar()
     if current is not None:
         numbers.append(_number(current))
     return f"s{customer_id}-{max(numbers, default=0) + 1}"
@@ -158,7 +146,7 @@ def open_session(
 
 def _replaced_session(store: DeliveryStore, session_id: str) -> DamagedSession | None:
     with store.read() as conn:
-        row = conn.execute(sql("SELECT * FROM damaged_session WHERE replaced_by = :s"), {"s": session_id})
+        row = conn.execute(queries.damaged_session.REPLACED_BY, {"s": session_id})
         found = row.mappings().first()
     return DamagedSession.model_validate(dict(found)) if found else None
 
@@ -197,13 +185,7 @@ def _retire_damaged(
             reason=RotationReason.DAMAGED,
             parent=session_id,
         )
-        conn.execute(
-            sql(
-                "INSERT OR IGNORE INTO damaged_session (session_id, customer_id, replaced_by, kept_path, problem,"
-                " detected_at) VALUES (:session_id, :customer_id, :replaced_by, :kept_path, :problem, :detected_at)"
-            ),
-            record.model_dump(),
-        )
+        conn.execute(queries.damaged_session.RECORD, record.model_dump())
         begin_session(conn, header, session_id)
     path.unlink(missing_ok=True)
     log.error(
@@ -225,7 +207,7 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def damaged_sessions(conn: Connection) -> list[DamagedSession]:
-    rows = conn.execute(sql("SELECT * FROM damaged_session ORDER BY detected_at")).mappings()
+    rows = conn.execute(queries.damaged_session.ALL).mappings()
     return [DamagedSession.model_validate(dict(row)) for row in rows]
 
 
@@ -239,7 +221,7 @@ class SessionRow(SessionHeader):
 def list_sessions(store: DeliveryStore, sessions_dir: Path, customer_id: int) -> list[SessionRow]:
     """The customer's sessions, oldest first, with which is current and each log's size."""
     with store.read() as conn:
-        current = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).first()
+        current = conn.execute(queries.customer.SESSION_ID, {"c": customer_id}).first()
         headers = customer_sessions(conn, customer_id)
     if current is None:
         raise CustomerUnknown(customer_id)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,10 +40,9 @@ from runtime.inbound.media import STORED_SHA256
 from runtime.inbound.pages import ConversationGroup, InboundPage
 from runtime.memory.engine import scope_of
 from runtime.memory.store import MemoryStore
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 from runtime.store.leases import Fence, LeaseBusy, new_owner
-from runtime.store.sql import sql
 from runtime.store.tables import Erasure
 
 
@@ -84,17 +82,15 @@ def conversation_key(conversation_id: str) -> str:
     return hashlib.sha256(conversation_id.encode()).hexdigest()
 
 
-_THROUGH = "SELECT max(through_ms) FROM erasure WHERE account_id = ? AND conversation_key = ?"
-_ANY_ERASED = "SELECT 1 FROM erasure WHERE account_id = ? LIMIT 1"
 # For a statement that reads the account's row anyway (the usual page costs no lookup of its own).
-ANY_ERASED_COLUMN = "EXISTS (SELECT 1 FROM erasure WHERE account_id = :a) AS any_erased"
+ANY_ERASED_COLUMN = queries.erasure.ANY_ERASED_COLUMN
 
 
-def unerased(db: sqlite3.Connection, account_id: str, group: ConversationGroup) -> ConversationGroup | None:
+def unerased(db: Connection, account_id: str, group: ConversationGroup) -> ConversationGroup | None:
     """Inside ingest's transaction: the group without the messages of an erased conversation
     (a redelivery), None if nothing is left. Messages newer than the erasure are the buyer's new
     conversation and are kept: this never drops input the erasure did not cover."""
-    through = db.execute(_THROUGH, (account_id, conversation_key(group.conversation_id))).fetchone()[0]
+    through = db.execute(queries.erasure.THROUGH, (account_id, conversation_key(group.conversation_id))).scalar()
     if through is None:
         return group
     kept = [m for m in group.messages if _ms(m.occurred_at) > through]
@@ -103,12 +99,12 @@ def unerased(db: sqlite3.Connection, account_id: str, group: ConversationGroup) 
     return group.model_copy(update={"messages": kept}) if kept else None
 
 
-def any_erased(db: sqlite3.Connection, account_id: str) -> bool:
+def any_erased(db: Connection, account_id: str) -> bool:
     """Anybody of the account was ever erased."""
-    return db.execute(_ANY_ERASED, (account_id,)).fetchone() is not None
+    return db.execute(queries.erasure.ANY_ERASED, (account_id,)).fetchone() is not None
 
 
-def without_erased(db: sqlite3.Connection, page: InboundPage, erased: bool | None = None) -> InboundPage:
+def without_erased(db: Connection, page: InboundPage, erased: bool | None = None) -> InboundPage:
     """The page without an erased conversation's redelivered messages: what a receiver records
     and ingest stores, so kefu never keeps them again (the page itself, if nothing is erased).
     One indexed lookup for a page of an account nobody was erased from (the usual case), none
@@ -125,48 +121,40 @@ def _ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
-_OF_REQUESTS = "request_id IN (SELECT request_id FROM outbox_request WHERE customer_id = :c)"
 # Children first (foreign keys): what erasing deletes, by table.
 _DELETES = (
-    f"DELETE FROM read_check WHERE {_OF_REQUESTS}",
-    f"DELETE FROM outbox_attempt WHERE {_OF_REQUESTS}",
-    "DELETE FROM buyer_read WHERE customer_id = :c",
-    f"DELETE FROM alert WHERE customer_id = :c OR {_OF_REQUESTS}",
-    "DELETE FROM outbox_request WHERE customer_id = :c",
-    "DELETE FROM reader_watermark WHERE customer_id = :c",
-    "DELETE FROM inbound_message WHERE customer_id = :c",
-    "DELETE FROM admission_batch WHERE customer_id = :c",
-    "DELETE FROM damaged_session WHERE customer_id = :c",
-    "DELETE FROM agent_session WHERE customer_id = :c",
-    "DELETE FROM pending_question WHERE customer_id = :c",
-    "DELETE FROM group_receipt WHERE account_id = :a AND conversation_id = :conv",
-    "UPDATE operator_action SET detail = NULL WHERE customer_id = :c",
-    "DELETE FROM lease WHERE name = 'customer:' || :c",
-    "DELETE FROM customer WHERE id = :c",
-)
-_COUNTS = sql(
-    "SELECT (SELECT count(*) FROM inbound_message WHERE customer_id = :c),"
-    " (SELECT count(*) FROM outbox_request WHERE customer_id = :c),"
-    " (SELECT count(*) FROM admission_batch WHERE customer_id = :c),"
-    f" (SELECT count(*) FROM alert WHERE customer_id = :c OR {_OF_REQUESTS}),"
-    " (SELECT coalesce(max(occurred_at), 0) FROM inbound_message WHERE customer_id = :c)"
+    queries.read_check.DELETE_OF_CUSTOMER,
+    queries.outbox_attempt.DELETE_OF_CUSTOMER,
+    queries.buyer_read.DELETE_OF_CUSTOMER,
+    queries.alert.DELETE_OF_CUSTOMER,
+    queries.outbox_request.DELETE_OF_CUSTOMER,
+    queries.reader_watermark.DELETE_OF_CUSTOMER,
+    queries.inbound_message.DELETE_OF_CUSTOMER,
+    queries.admission_batch.DELETE_OF_CUSTOMER,
+    queries.damaged_session.DELETE_OF_CUSTOMER,
+    queries.agent_session.DELETE_OF_CUSTOMER,
+    queries.pending_question.DELETE_OF_CUSTOMER,
+    queries.group_receipt.DELETE_OF_CONVERSATION,
+    queries.operator_action.CLEAR_DETAIL_OF_CUSTOMER,
+    queries.lease.DELETE_OF_CUSTOMER,
+    queries.customer.DELETE,
 )
 # The media only this customer's messages use: files its replies sent, images its buyer sent.
-_MEDIA = sql(
-    "SELECT sha256 FROM (SELECT media_sha256 AS sha256 FROM outbox_request WHERE customer_id = :c"
-    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE customer_id = :c AND content_type = 'image')"
-    " WHERE sha256 IS NOT NULL"
-    " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.media_sha256 = sha256 AND o.customer_id != :c)"
-    f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {STORED_SHA256} = sha256"
-    "  AND customer_id != :c)"
+_MEDIA = queries.outbox_request.customer_only_media(STORED_SHA256)
+# The kept pages that carry the conversation (received for replay, held by an input pause): how
+# to count them, read them (their key columns, then the page) and rewrite one by its key.
+_PAGES = (
+    (
+        queries.received_page.COUNT_CARRYING_CONVERSATION,
+        queries.received_page.CARRYING_CONVERSATION,
+        queries.received_page.SET_PAGE,
+    ),
+    (
+        queries.held_page.COUNT_CARRYING_CONVERSATION,
+        queries.held_page.CARRYING_CONVERSATION,
+        queries.held_page.SET_PAGE,
+    ),
 )
-_IN_PAGE = (
-    " AND EXISTS (SELECT 1 FROM json_each(page, '$.groups') WHERE json_extract(value, '$.conversation_id') = :conv)"
-)
-_PAGES = {  # the kept pages that carry the conversation, by table: their key columns
-    "received_page": "id",
-    "held_page": "account_id, stream_id, page_op_id",
-}
 
 
 def plan_erasure(
@@ -209,13 +197,13 @@ def erase_customer(
     returns its tombstone."""
     counts = _file_counts(memory, sessions_dir, images_dir, customer_id)
     with store.write(durable=True) as conn:
-        secure = _secure_delete(conn.dbapi)
+        secure = _secure_delete(conn)
         try:
             tombstone = _tombstone(conn, customer_id) or _erase_rows(
                 store, conn, customer_id, operator, counts, lease_s
             )
         finally:
-            conn.dbapi.execute(f"PRAGMA secure_delete = {secure}")
+            conn.execute(f"PRAGMA secure_delete = {secure}")
     if memory is not None:
         memory.erase_scope(scope_of(customer_id))
     drop_files(memory, sessions_dir, images_dir, [customer_id])
@@ -230,15 +218,15 @@ def erase_customer(
     return report.model_copy(update={"wal_pending": not checkpointed})
 
 
-def _checkpoint(db: sqlite3.Connection) -> bool:
+def _checkpoint(db: Connection) -> bool:
     """Copy the write-ahead log into the database file and empty it: whether that finished
     (`wal_checkpoint(TRUNCATE)` answers busy while a reader still uses the log), after a few
     brief tries."""
-    timeout = int(db.execute("PRAGMA busy_timeout").fetchone()[0])
+    timeout = int(db.execute("PRAGMA busy_timeout").scalar_one())
     db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
     try:
         for _ in range(CHECKPOINT_TRIES):
-            busy, pages, copied = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            busy, pages, copied = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").one()
             if not busy and pages == copied:
                 return True
     finally:
@@ -257,19 +245,17 @@ def _erase_rows(
         lease.check(conn)
     except LeaseBusy:
         raise _busy(customer_id, "the agent or the memory engine is working on the conversation") from None
-    if conn.execute(
-        sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND state = 'sending'"), {"c": customer_id}
-    ).first():
+    if conn.execute(queries.outbox_request.SENDING_OF_CUSTOMER, {"c": customer_id}).first():
         raise _busy(customer_id, "a reply to the buyer is being sent; its outcome comes first")
     counts, through = _row_counts(conn, found)
     counts = counts.model_copy(update=files.model_dump(include={"session_files", "memory_folders", "memory_images"}))
     params = {"c": customer_id, "a": found["account_id"], "conv": found["conversation_id"]}
     media = list(conn.execute(_MEDIA, params).scalars())
     for statement in _DELETES:
-        conn.execute(sql(statement), params)
+        conn.execute(statement, params)
     for sha256 in media:
-        conn.execute(sql("DELETE FROM media WHERE sha256 = :s"), {"s": sha256})
-    cut, latest = _cut_pages(conn.dbapi, found["account_id"], found["conversation_id"])
+        conn.execute(queries.media.DELETE, {"s": sha256})
+    cut, latest = _cut_pages(conn, found["account_id"], found["conversation_id"])
     tombstone = Erasure(
         erased_customer=customer_id,
         account_id=found["account_id"],
@@ -284,14 +270,7 @@ def _erase_rows(
         operator=operator,
         counts=counts.model_copy(update={"pages": cut}).model_dump_json(),
     )
-    conn.execute(
-        sql(
-            "INSERT INTO erasure (erased_customer, account_id, conversation_key, conversation_type, through_ms,"
-            " erased_at, operator, counts) VALUES (:erased_customer, :account_id, :conversation_key,"
-            " :conversation_type, :through_ms, :erased_at, :operator, :counts)"
-        ),
-        tombstone.model_dump(),
-    )
+    conn.execute(queries.erasure.RECORD, tombstone.model_dump())
     return tombstone
 
 
@@ -302,45 +281,31 @@ def _busy(customer_id: int, why: str) -> KefuError:
 
 
 def _customer(conn: Connection, customer_id: int) -> dict[str, Any] | None:
-    row = (
-        conn.execute(
-            sql(
-                "SELECT id, account_id, conversation_id, conversation_type, last_activity_at FROM customer"
-                " WHERE id = :c"
-            ),
-            {"c": customer_id},
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(queries.customer.CONVERSATION_BY_ID, {"c": customer_id}).mappings().first()
     return dict(row) if row is not None else None
 
 
 def _tombstone(conn: Connection, customer_id: int) -> Erasure | None:
-    row = conn.execute(sql("SELECT * FROM erasure WHERE erased_customer = :c"), {"c": customer_id}).mappings().first()
+    row = conn.execute(queries.erasure.TOMBSTONE, {"c": customer_id}).mappings().first()
     return Erasure.model_validate(dict(row)) if row is not None else None
 
 
 def _row_counts(conn: Connection, customer: dict[str, Any]) -> tuple[ErasureCounts, int]:
     """The customer's rows, and the platform time of its newest stored message."""
     params = {"c": customer["id"], "a": customer["account_id"], "conv": customer["conversation_id"]}
-    messages, replies, batches, alerts, through = conn.execute(_COUNTS, params).one()
+    messages, replies, batches, alerts, through = conn.execute(queries.inbound_message.CUSTOMER_COUNTS, params).one()
     media = len(list(conn.execute(_MEDIA, params).scalars()))
-    pages = sum(
-        conn.execute(sql(f"SELECT count(*) FROM {table} WHERE account_id = :a{_IN_PAGE}"), params).scalar_one()
-        for table in _PAGES
-    )
+    pages = sum(conn.execute(count, params).scalar_one() for count, _, _ in _PAGES)
     counts = ErasureCounts(messages=messages, replies=replies, batches=batches, alerts=alerts, pages=pages, media=media)
     return counts, int(through)
 
 
-def _cut_pages(db: sqlite3.Connection, account_id: str, conversation_id: str) -> tuple[int, int]:
+def _cut_pages(db: Connection, account_id: str, conversation_id: str) -> tuple[int, int]:
     """Cut the conversation's group out of every kept page (received for replay, or held by an
     input pause): how many pages, and the platform time of the newest message cut."""
     cut, latest = 0, 0
-    for table, key in _PAGES.items():
-        query = f"SELECT {key}, page FROM {table} WHERE account_id = :a{_IN_PAGE}"
-        for *ids, text in db.execute(query, {"a": account_id, "conv": conversation_id}).fetchall():
+    for _, carrying, set_page in _PAGES:
+        for *ids, text in db.execute(carrying, {"a": account_id, "conv": conversation_id}).fetchall():
             page = json.loads(text)
             groups = page["groups"]
             for group in groups:
@@ -348,11 +313,7 @@ def _cut_pages(db: sqlite3.Connection, account_id: str, conversation_id: str) ->
                     times = (_ms(datetime.fromisoformat(m["occurred_at"])) for m in group["messages"])
                     latest = max(latest, *times)
             page["groups"] = [g for g in groups if g["conversation_id"] != conversation_id]
-            where = " AND ".join(f"{column.strip()} = ?" for column in key.split(","))
-            db.execute(
-                f"UPDATE {table} SET page = ? WHERE {where}",
-                (json.dumps(page, ensure_ascii=False, separators=(",", ":")), *ids),
-            )
+            db.execute(set_page, (json.dumps(page, ensure_ascii=False, separators=(",", ":")), *ids))
             cut += 1
     return cut, latest
 
@@ -386,8 +347,8 @@ def _report(tombstone: Erasure, counts: ErasureCounts, dry_run: bool) -> Erasure
     )
 
 
-def _secure_delete(db: sqlite3.Connection) -> int:
+def _secure_delete(db: Connection) -> int:
     """Turn on overwriting of deleted content for this connection: the previous setting."""
-    previous = int(db.execute("PRAGMA secure_delete").fetchone()[0])
+    previous = int(db.execute("PRAGMA secure_delete").scalar_one())
     db.execute("PRAGMA secure_delete = ON")
     return previous

@@ -24,38 +24,24 @@ from pydantic import BaseModel
 
 from config import RetentionSettings
 from runtime.agent.sessions import damaged_folder, session_path
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.states import SETTLED
 
 CHUNK = 1000  # rows per transaction
 DAY_MS = 86_400_000
-_SETTLED = "(" + ", ".join(f"'{state.value}'" for state in sorted(SETTLED)) + ")"
-_OLD_REPLIES = (
-    f"SELECT request_id FROM outbox_request r WHERE state IN {_SETTLED} AND updated_at < :cutoff"
-    " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.retry_of = r.request_id OR o.follows = r.request_id)"
-    " LIMIT :n"
+_OLD_REPLIES = queries.outbox_request.prunable(tuple(state.value for state in sorted(SETTLED)))
+# What hangs on a chunk of replies (`:ids`), children first; then the replies themselves.
+_OF_REPLIES = (
+    queries.read_check.DELETE_OF_REQUESTS,
+    queries.outbox_attempt.DELETE_OF_REQUESTS,
+    queries.buyer_read.DELETE_OF_REQUESTS,
+    queries.pending_question.DELETE_OF_REQUESTS,
+    queries.outbox_request.DELETE_LISTED,
 )
-_OF_CHUNK = "request_id IN (SELECT value FROM json_each(:ids))"
 _DELIVERY = (
     # Input no batch waits on: pruned first, so a batch is finished and empty when its turn comes.
-    (
-        "messages",
-        "DELETE FROM inbound_message WHERE id IN (SELECT id FROM inbound_message m WHERE received_at < :cutoff"
-        " AND state NOT IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM admission_batch b"
-        "  WHERE b.id = m.batch_id AND b.state IN ('claimed', 'committed')) LIMIT :n)",
-    ),
-    (
-        "batches",
-        "DELETE FROM admission_batch WHERE id IN (SELECT id FROM admission_batch b WHERE updated_at < :cutoff"
-        " AND state IN ('done', 'revoked') AND NOT EXISTS (SELECT 1 FROM inbound_message m WHERE m.batch_id = b.id)"
-        " AND NOT EXISTS (SELECT 1 FROM outbox_request r WHERE r.batch_id = b.id AND r.customer_id = b.customer_id)"
-        " LIMIT :n)",
-    ),
-)
-_MEDIA = (
-    "DELETE FROM media WHERE sha256 IN (SELECT sha256 FROM media m WHERE created_at < :cutoff AND NOT EXISTS"
-    " (SELECT 1 FROM outbox_request r WHERE r.media_sha256 = m.sha256) LIMIT :n)"
+    ("messages", queries.inbound_message.PRUNE),
+    ("batches", queries.admission_batch.PRUNE),
 )
 
 
@@ -84,7 +70,7 @@ def prune(
         for kind, statement in _DELIVERY:
             setattr(pruned, kind, _in_chunks(store, statement, cutoff))
     if policy.media_days is not None:
-        pruned.media = _in_chunks(store, _MEDIA, now - policy.media_days * DAY_MS)
+        pruned.media = _in_chunks(store, queries.media.PRUNE, now - policy.media_days * DAY_MS)
     if policy.sessions_days is not None:
         pruned.sessions = _retired_sessions(store, sessions_dir, now - policy.sessions_days * DAY_MS)
     if policy.memory_images_days is not None and memory_images_dir is not None:
@@ -107,7 +93,7 @@ def _in_chunks(store: DeliveryStore, statement: str, cutoff: int) -> int:
     total = 0
     while True:
         with store.write() as conn:
-            deleted = conn.execute(sql(statement), {"cutoff": cutoff, "n": CHUNK}).rowcount
+            deleted = conn.execute(statement, {"cutoff": cutoff, "n": CHUNK}).rowcount
         total += deleted
         if deleted < CHUNK:
             return total
@@ -118,11 +104,10 @@ def _replies(store: DeliveryStore, cutoff: int) -> int:
     total = 0
     while True:
         with store.write() as conn:
-            ids = list(conn.execute(sql(_OLD_REPLIES), {"cutoff": cutoff, "n": CHUNK}).scalars())
+            ids = list(conn.execute(_OLD_REPLIES, {"cutoff": cutoff, "n": CHUNK}).scalars())
             chunk = {"ids": json.dumps(ids)}
-            for table in ("read_check", "outbox_attempt", "buyer_read", "pending_question"):
-                conn.execute(sql(f"DELETE FROM {table} WHERE {_OF_CHUNK}"), chunk)
-            conn.execute(sql(f"DELETE FROM outbox_request WHERE {_OF_CHUNK}"), chunk)
+            for statement in _OF_REPLIES:
+                conn.execute(statement, chunk)
         total += len(ids)
         if len(ids) < CHUNK:
             return total
@@ -137,7 +122,7 @@ def _retired_sessions(store: DeliveryStore, sessions_dir: Path, cutoff: int) -> 
             continue
         path.unlink(missing_ok=True)
         with store.write() as conn:
-            conn.execute(sql("DELETE FROM damaged_session WHERE kept_path = :p"), {"p": str(path)})
+            conn.execute(queries.damaged_session.DELETE_KEPT, {"p": str(path)})
         removed += 1
     return removed + _ended_sessions(store, sessions_dir, cutoff)
 
@@ -147,15 +132,7 @@ def _ended_sessions(store: DeliveryStore, sessions_dir: Path, cutoff: int) -> in
     the cutoff. Their headers stay: a session that existed is still named, its log is gone. A
     customer's current session is never pruned (nothing ends it but a new one)."""
     with store.read() as conn:
-        ended = list(
-            conn.execute(
-                sql(
-                    "SELECT s.id FROM agent_session s JOIN customer c ON c.id = s.customer_id"
-                    " WHERE c.session_id IS NOT s.id AND s.created_at < :cutoff"
-                ),
-                {"cutoff": cutoff},
-            ).scalars()
-        )
+        ended = list(conn.execute(queries.agent_session.ENDED_BEFORE, {"cutoff": cutoff}).scalars())
     removed = 0
     for session_id in ended:
         path = session_path(sessions_dir, session_id)

@@ -3,7 +3,6 @@ reader's watermark only moves forward, so two consoles acking out of order lose 
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import weakref
 from pathlib import Path
@@ -13,9 +12,8 @@ from pydantic import BaseModel
 
 from runtime.customers.outside_text import search_text
 from runtime.errors import CustomerUnknown, KefuError
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.connection import Connection
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, now_ms, queries
+from runtime.store.connection import Connection, connect
 
 Source = Literal["real", "simulation"]
 SOURCES: tuple[Source, ...] = ("real", "simulation")
@@ -33,13 +31,6 @@ def parse_source(value: str) -> Source:
     )
 
 
-def of_source(account_column: str) -> str:
-    """A WHERE term keeping one source's rows: a row is simulated when its account is (an
-    account unknown here counts as real, as alerts do). Bind `:sim` with `source_param`; None
-    keeps both. Every report that keeps the two apart says it this one way."""
-    return f"(:sim IS NULL OR ({account_column} IN (SELECT id FROM account WHERE simulated = 1)) = :sim)"
-
-
 def source_param(source: Source | None) -> bool | None:
     """The `:sim` of an `of_source` term."""
     return None if source is None else source == "simulation"
@@ -48,8 +39,7 @@ def source_param(source: Source | None) -> bool | None:
 def simulated_customer_ids(conn: Connection) -> set[int]:
     """Customers of simulated accounts: what keeps stores that know no accounts (memory, session
     logs) apart by source."""
-    query = sql(f"SELECT c.id FROM customer c WHERE {of_source('c.account_id')}")
-    return {int(c) for c in conn.execute(query, {"sim": True}).scalars()}
+    return {int(c) for c in conn.execute(queries.customer.SIMULATED_IDS).scalars()}
 
 
 class CustomerSummary(BaseModel):
@@ -69,16 +59,6 @@ class CustomerSummary(BaseModel):
     def cursor(self) -> str:
         """Pass as `before` for the next page (newest activity first)."""
         return f"{self.last_activity_at}.{self.id}"
-
-
-# What a message said, as a search sees it: text, a file's name, what a voice message was heard
-# to say; never the JSON kefu keeps about media (a digest, a platform reference).
-SAID = (
-    "CASE WHEN m.content_type IN ('text', 'markdown') THEN m.body"
-    " WHEN NOT json_valid(m.body) THEN (CASE WHEN m.content_type = 'file' THEN m.body END)"
-    " WHEN m.content_type = 'file' THEN json_extract(m.body, '$.name')"
-    " WHEN m.content_type = 'voice' THEN json_extract(m.body, '$.recognition') END"
-)
 
 
 def _literal(search: str) -> str:
@@ -109,26 +89,7 @@ def list_customers(
         search = None
     with store.read() as conn:
         found = conn.execute(
-            sql(
-                # The page's rows first (newest activity first), then their names and newest lines.
-                "SELECT c.*,"
-                " (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
-                "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
-                " (SELECT CASE WHEN m.content_type IN ('text', 'markdown') THEN substr(m.body, 1, 80)"
-                "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
-                "  AND m.sender_role NOT IN ('ai', 'operator-dm') ORDER BY m.id DESC LIMIT 1) AS preview"
-                " FROM (SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title,"
-                "  c.last_activity_at, c.handling_paused, c.handling_reason"
-                "  FROM customer c JOIN account a ON a.id = c.account_id"
-                "  WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
-                "  AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
-                "  AND (:paused IS NULL OR c.handling_paused = :paused)"
-                "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
-                "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
-                f"    AND (m.sender_name LIKE :q ESCAPE '!' OR ({SAID}) LIKE :q ESCAPE '!')))"
-                "  ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n) c"
-                " ORDER BY c.last_activity_at DESC, c.id DESC"
-            ),
+            queries.customer.LIST_PAGE,
             {
                 "sim": source == "simulation",
                 "a": account_id,
@@ -147,10 +108,7 @@ def list_customers(
 def customer_of(store: DeliveryStore, account_id: str, conversation_id: str) -> int | None:
     """The customer of a conversation, once its first message is stored."""
     with store.read() as conn:
-        found = conn.execute(
-            sql("SELECT id FROM customer WHERE account_id = :a AND conversation_id = :c"),
-            {"a": account_id, "c": conversation_id},
-        ).scalar()
+        found = conn.execute(queries.customer.BY_CONVERSATION, (account_id, conversation_id)).scalar()
     return int(found) if found is not None else None
 
 
@@ -158,10 +116,7 @@ def display_name(store: DeliveryStore, customer_id: int) -> str | None:
     """A conversation's name for people: a group's title, else the buyer's newest display name."""
     with store.read() as conn:
         name: str | None = conn.execute(
-            sql(
-                "SELECT coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
-                " AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1)) FROM customer c WHERE c.id = :c"
-            ),
+            queries.customer.DISPLAY_NAME,
             {"c": customer_id},
         ).scalar()
     return name
@@ -179,14 +134,6 @@ def _parse_cursor(before: str | None) -> tuple[int | None, int | None]:
         ) from None
 
 
-_UNREAD = (
-    "SELECT c.id, (SELECT count(*) FROM inbound_message m"
-    " WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
-    " coalesce((SELECT watermark FROM reader_watermark w WHERE w.customer_id = c.id AND w.reader = ?), 0))"
-    " FROM customer c WHERE c.id IN ({ids})"
-)
-
-
 class UnreadCounts:
     """Unread counts per (reader, customer), reused within one delivery change sequence.
 
@@ -198,7 +145,7 @@ class UnreadCounts:
     """
 
     def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        self._db = connect(path, timeout_s=10)
         self._lock = threading.Lock()
         self._sequence: int | None = None
         self._counts: dict[tuple[str, int], int] = {}
@@ -206,13 +153,13 @@ class UnreadCounts:
 
     def get(self, reader: str, customer_ids: list[int]) -> dict[int, int]:
         with self._lock:
-            sequence = self._db.execute("PRAGMA data_version").fetchone()[0]
+            sequence = self._db.execute("PRAGMA data_version").scalar()
             if sequence != self._sequence:
                 self._counts.clear()
                 self._sequence = sequence
             missing = [c for c in customer_ids if (reader, c) not in self._counts]
             if missing:
-                query = _UNREAD.format(ids=", ".join("?" * len(missing)))
+                query = queries.customer.unread(len(missing))
                 for customer_id, count in self._db.execute(query, [reader, *missing]):
                     self._counts[(reader, customer_id)] = count
                 self.computed += len(missing)
@@ -241,10 +188,7 @@ def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, water
     semantics: an older watermark never moves it back. Returns the stored watermark."""
     with store.write() as conn:
         known, newest = conn.execute(
-            sql(
-                "SELECT (SELECT 1 FROM customer WHERE id = :c),"
-                " coalesce((SELECT max(id) FROM inbound_message WHERE customer_id = :c), 0)"
-            ),
+            queries.customer.KNOWN_AND_NEWEST_MESSAGE,
             {"c": customer_id},
         ).one()
         if known is None:
@@ -257,11 +201,7 @@ def ack_customer_read(store: DeliveryStore, customer_id: int, reader: str, water
                 "pass an id no newer than that, or omit it to mark everything read",
             )
         stored: int = conn.execute(
-            sql(
-                "INSERT INTO reader_watermark (customer_id, reader, watermark, updated_at) VALUES (:c, :r, :w, :at)"
-                " ON CONFLICT (customer_id, reader) DO UPDATE SET watermark = max(watermark, excluded.watermark),"
-                " updated_at = excluded.updated_at RETURNING watermark"
-            ),
+            queries.reader_watermark.ADVANCE,
             {"c": customer_id, "r": reader, "w": target, "at": now_ms()},
         ).scalar_one()
         return stored

@@ -24,26 +24,11 @@ from runtime.agent.session_log import AssistantMessage, CorruptSessionLog, Sessi
 from runtime.agent.sessions import customer_sessions, session_path
 from runtime.errors import KefuError
 from runtime.inbound.media import image_body
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.states import SessionOrigin
 from runtime.store.tables import SessionHeader
 
 Speaker = Literal["buyer", "native-operator", "operator-dm", "assistant", "console-operator", "agent-note"]
-
-_LINES = sql(
-    "SELECT * FROM ("
-    " SELECT printf('m%019d', id) AS key, received_at AS at, sender_role AS role, sender_name AS name,"
-    "  content_type, body, NULL AS request_id, NULL AS state, NULL AS error_code, 0 AS read, NULL AS operator,"
-    "  occurred_at"
-    " FROM inbound_message WHERE customer_id = :c AND sender_role NOT IN ('ai', 'human-console')"
-    " UNION ALL"
-    " SELECT printf('r%019d', r.rowid), r.created_at, r.origin, NULL, r.content_type, r.body, r.request_id, r.state,"
-    "  r.error_code, EXISTS (SELECT 1 FROM buyer_read b WHERE b.account_id = r.account_id"
-    "   AND b.platform_message_id = r.platform_message_id), r.operator, NULL"
-    " FROM outbox_request r WHERE r.customer_id = :c"
-    ") WHERE :at IS NULL OR at < :at OR (at = :at AND key < :key) ORDER BY at DESC, key DESC LIMIT :n"
-)
 
 
 class TranscriptLine(BaseModel):
@@ -99,7 +84,13 @@ def transcript(
     session log."""
     at, key = _parse_cursor(before) if before is not None else (None, None)
     with store.read() as conn:
-        rows = conn.execute(_LINES, {"c": customer_id, "n": limit + 1, "at": at, "key": key}).mappings().all()
+        rows = (
+            conn.execute(
+                queries.inbound_message.TRANSCRIPT_LINES, {"c": customer_id, "n": limit + 1, "at": at, "key": key}
+            )
+            .mappings()
+            .all()
+        )
         sessions = customer_sessions(conn, customer_id)
         clock = conversation_clock(conn, customer_id)
     more = len(rows) > limit
@@ -215,16 +206,5 @@ def _buyer_image(body: str) -> tuple[str, str | None]:
 def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, ...]:
     """Changes whenever the transcript or the customer's handling does: the live view's trigger."""
     with store.read() as conn:
-        row = conn.execute(
-            sql(
-                "SELECT (SELECT max(id) FROM inbound_message WHERE customer_id = :c),"
-                " (SELECT max(updated_at) FROM outbox_request WHERE customer_id = :c),"
-                " (SELECT max(updated_at) FROM admission_batch WHERE customer_id = :c),"  # a turn that only spoke
-                " (SELECT count(*) FROM inbound_message WHERE customer_id = :c AND content_type = 'image'"
-                "  AND json_extract(body, '$.media') IS NOT NULL),"  # an image fetched
-                " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
-                " handling_paused, handling_reason FROM customer WHERE id = :c"
-            ),
-            {"c": customer_id},
-        ).first()
+        row = conn.execute(queries.inbound_message.TRANSCRIPT_VERSION, {"c": customer_id}).first()
     return tuple(row) if row is not None else ()

@@ -16,13 +16,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from runtime.accounts.registry import account_ids, require_account
-from runtime.customers.summaries import Source, of_source, source_param
-from runtime.inbound.classification import AGENT_INPUT_ROLES
+from runtime.customers.summaries import Source, source_param
 from runtime.inbound.inbox import received_not_ingested
 from runtime.inbound.input_pause import count_in_flight, is_paused
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.tables import CheckpointState
 
 Reception = Literal["running", "draining", "paused", "stopped"]
@@ -64,44 +62,20 @@ def _reception(conn: Connection, account_id: str) -> Reception:
     running listener (history sync alone is not `running`)."""
     if is_paused(conn, account_id):
         return "draining" if count_in_flight(conn, account_id) else "paused"
-    listener = conn.execute(sql("SELECT listener_state FROM account WHERE id = :a"), {"a": account_id}).scalar()
+    listener = conn.execute(queries.account.LISTENER_STATE, {"a": account_id}).scalar()
     return "running" if listener == "running" else "stopped"
 
 
 def compute_report(conn: Connection, account_id: str, generation: int) -> CheckpointReport:
     params = {"a": account_id}
     pending = PendingCounts(
-        input=conn.execute(
-            sql(
-                # Through the open-state indexes (V14): the account's own index would read all it stored.
-                "SELECT (SELECT count(*) FROM inbound_message INDEXED BY inbound_claimed"
-                "  WHERE account_id = :a AND state = 'claimed')"
-                " + (SELECT count(*) FROM inbound_message INDEXED BY inbound_pending"
-                f"  WHERE account_id = :a AND state = 'pending' AND sender_role IN {AGENT_INPUT_ROLES})"
-            ),
-            params,
-        ).scalar_one()
+        input=conn.execute(queries.inbound_message.PENDING_INPUT_COUNT, params).scalar_one()
         + received_not_ingested(conn, account_id),
-        outbox=conn.execute(
-            sql(
-                "SELECT count(*) FROM outbox_request INDEXED BY outbox_open_by_customer"
-                " WHERE account_id = :a AND state IN ('pending', 'sending')"
-            ),
-            params,
-        ).scalar_one(),
-        turns=conn.execute(
-            sql(  # CROSS JOIN: open batches first, then their customers (not all of the account's customers)
-                "SELECT count(*) FROM admission_batch b CROSS JOIN customer c ON c.id = b.customer_id"
-                " WHERE c.account_id = :a AND b.state IN ('claimed', 'committed')"
-            ),
-            params,
-        ).scalar_one(),
+        outbox=conn.execute(queries.outbox_request.OPEN_COUNT, params).scalar_one(),
+        turns=conn.execute(queries.admission_batch.OPEN_COUNT, params).scalar_one(),
     )
     cursors: dict[str, str] = {
-        stream_id: cursor
-        for stream_id, cursor in conn.execute(
-            sql("SELECT stream_id, cursor FROM provider_cursor WHERE account_id = :a"), params
-        )
+        stream_id: cursor for stream_id, cursor in conn.execute(queries.provider_cursor.OF_ACCOUNT, params)
     }
     return CheckpointReport(
         account_id=account_id,
@@ -115,8 +89,8 @@ def compute_report(conn: Connection, account_id: str, generation: int) -> Checkp
 
 
 def _state(conn: Connection, account_id: str) -> CheckpointState:
-    conn.execute(sql("INSERT OR IGNORE INTO checkpoint_state (account_id) VALUES (:a)"), {"a": account_id})
-    row = conn.execute(sql("SELECT * FROM checkpoint_state WHERE account_id = :a"), {"a": account_id}).mappings()
+    conn.execute(queries.checkpoint_state.ENSURE, {"a": account_id})
+    row = conn.execute(queries.checkpoint_state.BY_ACCOUNT, {"a": account_id}).mappings()
     return CheckpointState.model_validate(dict(row.one()))
 
 
@@ -129,10 +103,7 @@ def due_report(store: DeliveryStore, account_id: str, interval_ms: int, now: int
             return None  # the sink refused this generation: wait for resume_checkpoint
         if state.last_attempt_at is not None and now - state.last_attempt_at < interval_ms:
             return None
-        conn.execute(
-            sql("UPDATE checkpoint_state SET last_attempt_at = :now WHERE account_id = :a"),
-            {"now": now, "a": account_id},
-        )
+        conn.execute(queries.checkpoint_state.CLAIM_ATTEMPT, {"now": now, "a": account_id})
         return compute_report(conn, account_id, state.generation)
 
 
@@ -146,31 +117,19 @@ def record_outcome(store: DeliveryStore, report: CheckpointReport, outcome: Sink
             return None  # a late answer about an older generation changes nothing
         if outcome.result == "accepted":
             conn.execute(
-                sql(
-                    "UPDATE checkpoint_state SET last_report = :r, last_reported_at = :at, failure_class = NULL"
-                    " WHERE account_id = :a"
-                ),
+                queries.checkpoint_state.RECORD_ACCEPTED,
                 {"r": report.model_dump_json(), "at": report.computed_at, "a": account},
             )
             return f"checkpoint {account}: reporting again" if state.failure_class else None
         if outcome.result == "rejected":
-            conn.execute(
-                sql(
-                    "UPDATE checkpoint_state SET rejected_generation = generation, failure_class = :f"
-                    " WHERE account_id = :a"
-                ),
-                {"f": "rejected", "a": account},
-            )
+            conn.execute(queries.checkpoint_state.RECORD_REJECTED, {"f": "rejected", "a": account})
             return (
                 f"checkpoint {account}: KEFU_CHECKPOINT_LEASE_REJECTED generation {report.generation} "
                 f"(status {outcome.status}); reporting stopped until `kefu checkpoint --resume {account}`"
             )
         if outcome.failure_class == state.failure_class:
             return None
-        conn.execute(
-            sql("UPDATE checkpoint_state SET failure_class = :f WHERE account_id = :a"),
-            {"f": outcome.failure_class, "a": account},
-        )
+        conn.execute(queries.checkpoint_state.RECORD_FAILURE, {"f": outcome.failure_class, "a": account})
         return (
             f"checkpoint {account}: {outcome.code} status {outcome.status} ({outcome.reason}); "
             "local facts kept, retrying every interval"
@@ -182,13 +141,7 @@ def resume_checkpoint(store: DeliveryStore, account_id: str) -> int:
     with store.write() as conn:
         require_account(conn, account_id)
         state = _state(conn, account_id)
-        conn.execute(
-            sql(
-                "UPDATE checkpoint_state SET generation = :g, failure_class = NULL, last_attempt_at = NULL"
-                " WHERE account_id = :a"
-            ),
-            {"g": state.generation + 1, "a": account_id},
-        )
+        conn.execute(queries.checkpoint_state.NEW_GENERATION, {"g": state.generation + 1, "a": account_id})
         return state.generation + 1
 
 
@@ -213,15 +166,12 @@ def checkpoint_views(
             require_account(conn, account_id)
         accounts = [account_id] if account_id is not None else account_ids(conn)
         if source is not None:
-            query = sql(f"SELECT id FROM account WHERE {of_source('id')}")
-            kept = set(conn.execute(query, {"sim": source_param(source)}).scalars())
+            kept = set(conn.execute(queries.account.IDS_OF_SOURCE, {"sim": source_param(source)}).scalars())
             accounts = [account for account in accounts if account in kept]
         views = []
         for account in accounts:
             state = _state(conn, account)
-            listener = conn.execute(
-                sql("SELECT listener_state, last_error FROM account WHERE id = :a"), {"a": account}
-            ).one()
+            listener = conn.execute(queries.account.LISTENER, {"a": account}).one()
             views.append(
                 CheckpointView(
                     report=compute_report(conn, account, state.generation),

@@ -16,21 +16,17 @@ backwards and never past a page that was not committed.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from runtime.customers.erasure import any_erased, without_erased
 from runtime.inbound.pages import InboundPage
-from runtime.store import DeliveryStore, immediate, now_ms
+from runtime.store import DeliveryStore, immediate, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 INGESTED = "ingested"
 KEEP_INGESTED_MS = 3_600_000  # ingested records are forgotten after this (their page receipt stays)
 REPUBLISH_LIMIT = 500  # per reconciler pass
 MAX_DOUBLINGS = 5  # the longest wait before publishing again: 32 graces
-
-_KEY = "account_id = ? AND stream_id = ? AND page_op_id = ?"
 
 
 class Unchecked:
@@ -38,13 +34,6 @@ class Unchecked:
 
 
 UNCHECKED = Unchecked()
-
-
-_RECORD = (
-    "INSERT OR IGNORE INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at)"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?5"
-    " WHERE NOT EXISTS (SELECT 1 FROM page_receipt WHERE account_id = ?1 AND stream_id = ?2 AND page_op_id = ?3)"
-)
 
 
 def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str | None | Unchecked = UNCHECKED) -> bool:
@@ -57,71 +46,46 @@ def record_received(store: DeliveryStore, page: InboundPage, fetched_after: str 
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.raw() as db, immediate(db, durable=True):  # the receiver ACKs the platform after this
         if not isinstance(fetched_after, Unchecked):
-            row = db.execute(
-                "SELECT cursor FROM provider_cursor WHERE account_id = ? AND stream_id = ?", key[:2]
-            ).fetchone()
+            row = db.execute(queries.provider_cursor.CURSOR, key[:2]).fetchone()
             if (row[0] if row else None) != fetched_after:
                 return False
         # Unless it was committed before (its record may be forgotten since); the usual page, of
         # an account nobody was erased from, in this one statement.
-        inserted = db.execute(_RECORD + " AND NOT EXISTS (SELECT 1 FROM erasure WHERE account_id = ?1)",
-                              (*key, page.model_dump_json(), at)).rowcount  # fmt: skip
+        inserted = db.execute(queries.received_page.RECORD_UNLESS_ERASED, (*key, page.model_dump_json(), at)).rowcount
         if not inserted and any_erased(db, page.account_id):  # an erased buyer's redelivered words are never kept
-            inserted = db.execute(_RECORD, (*key, without_erased(db, page, True).model_dump_json(), at)).rowcount
+            inserted = db.execute(
+                queries.received_page.RECORD, (*key, without_erased(db, page, True).model_dump_json(), at)
+            ).rowcount
         if inserted:
             return True
-        return bool(  # still pending: published again (a committed page's record is marked ingested)
-            db.execute(
-                f"UPDATE received_page SET published_at = ?, publishes = publishes + 1 WHERE {_KEY}"
-                " AND ingested_at IS NULL",
-                (at, *key),
-            ).rowcount
-        )
+        # Still pending: published again (a committed page's record is marked ingested)
+        return bool(db.execute(queries.received_page.REPUBLISH_PENDING, (at, *key)).rowcount)
 
 
-def mark_ingested(db: sqlite3.Connection, page: InboundPage) -> None:
+def mark_ingested(db: Connection, page: InboundPage) -> None:
     """Inside the caller's transaction: the page is done. A page that never went through a
     receiver is recorded here, so its place in the receive order exists."""
     at, key = now_ms(), (page.account_id, page.stream_id, page.page_op_id)
-    done = db.execute(  # the usual case, a received page: its record is there, and no JSON is made
-        "UPDATE received_page SET outcome = CASE WHEN ingested_at IS NULL THEN ? ELSE outcome END,"
-        f" ingested_at = coalesce(ingested_at, ?) WHERE {_KEY}",
-        (INGESTED, at, *key),
-    )
+    # The usual case, a received page: its record is there, and no JSON is made
+    done = db.execute(queries.received_page.MARK_INGESTED, (INGESTED, at, *key))
     if done.rowcount:
         return
-    db.execute(
-        "INSERT INTO received_page (account_id, stream_id, page_op_id, page, received_at, published_at,"
-        " ingested_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (*key, page.model_dump_json(), at, at, at, INGESTED),
-    )
+    db.execute(queries.received_page.RECORD_INGESTED, (*key, page.model_dump_json(), at, at, at, INGESTED))
 
 
 def refuse_page(store: DeliveryStore, account_id: str, stream_id: str, page_op_id: str, code: str) -> None:
     """A recorded page can never be ingested (it does not validate, its account is gone): it
     is done, so it is neither published again nor holding its stream's cursor back."""
     with store.raw() as db, immediate(db):
-        db.execute(
-            f"UPDATE received_page SET ingested_at = ?, outcome = ? WHERE {_KEY} AND ingested_at IS NULL",
-            (now_ms(), code, account_id, stream_id, page_op_id),
-        )
+        db.execute(queries.received_page.REFUSE, (now_ms(), code, account_id, stream_id, page_op_id))
 
 
-def advance_cursor(db: sqlite3.Connection, page: InboundPage) -> None:
+def advance_cursor(db: Connection, page: InboundPage) -> None:
     """Inside the transaction that ingested `page`: move its stream's committed cursor up to the
     newest ingested page that no pending page precedes, never backwards (one statement). That
     is most often `page` itself, whose cursor is at hand: only another page's is read from its JSON."""
     db.execute(
-        "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at, received_id)"
-        " SELECT * FROM (SELECT ?1, ?2, CASE page_op_id WHEN ?4 THEN ?5 ELSE json_extract(page, '$.cursor') END,"
-        "  page_op_id, ?6, id FROM received_page WHERE account_id = ?1 AND stream_id = ?2 AND outcome = ?3"
-        "  AND id < coalesce((SELECT min(id) FROM received_page"
-        "   WHERE account_id = ?1 AND stream_id = ?2 AND ingested_at IS NULL), 9223372036854775807)"
-        "  ORDER BY id DESC LIMIT 1) WHERE true"
-        " ON CONFLICT (account_id, stream_id) DO UPDATE SET"
-        " cursor = excluded.cursor, page_op_id = excluded.page_op_id, updated_at = excluded.updated_at,"
-        " received_id = excluded.received_id"
-        " WHERE provider_cursor.received_id IS NULL OR provider_cursor.received_id < excluded.received_id",
+        queries.provider_cursor.ADVANCE,
         (page.account_id, page.stream_id, INGESTED, page.page_op_id, page.cursor, now_ms()),
     )
 
@@ -134,39 +98,21 @@ def overdue_pages(store: DeliveryStore, grace_ms: int) -> list[dict[str, Any]]:
     at = now_ms()
     params = {"at": at, "grace": grace_ms, "doublings": MAX_DOUBLINGS, "n": REPUBLISH_LIMIT}
     with store.read() as conn:
-        if conn.execute(_OVERDUE_PAGES, params).first() is None:
+        if conn.execute(queries.received_page.OVERDUE, params).first() is None:
             return []
     with store.write() as conn:
-        rows = conn.execute(_OVERDUE_PAGES, params).all()
+        rows = conn.execute(queries.received_page.OVERDUE, params).all()
         conn.execute(
-            sql(
-                "UPDATE received_page SET published_at = :at, publishes = publishes + 1"
-                " WHERE id IN (SELECT value FROM json_each(:ids))"
-            ),
+            queries.received_page.MARK_REPUBLISHED,
             {"at": at, "ids": json.dumps([row[0] for row in rows])},
         )
     return [json.loads(row[1]) for row in rows]
 
 
-_OVERDUE_PAGES = sql(
-    "SELECT id, page FROM received_page r WHERE ingested_at IS NULL"
-    " AND published_at <= :at - :grace * (1 << min(publishes - 1, :doublings))"
-    " AND NOT EXISTS (SELECT 1 FROM input_pause WHERE scope IN ('*', r.account_id))"
-    " ORDER BY id LIMIT :n"
-)
-
-
 def received_not_ingested(conn: Connection, account_id: str) -> int:
     """Messages of the account's pages that were received and are not ingested yet: input a
     checkpoint counts as pending, like stored input not yet answered."""
-    messages: int = conn.execute(
-        sql(
-            "SELECT coalesce(sum((SELECT sum(json_array_length(g.value, '$.messages'))"
-            " FROM json_each(r.page, '$.groups') g)), 0)"
-            " FROM received_page r INDEXED BY received_page_pending WHERE account_id = :a AND ingested_at IS NULL"
-        ),
-        {"a": account_id},
-    ).scalar_one()
+    messages: int = conn.execute(queries.received_page.PENDING_MESSAGE_COUNT, {"a": account_id}).scalar_one()
     return messages
 
 
@@ -175,19 +121,14 @@ def prune_ingested(store: DeliveryStore, keep_ms: int = KEEP_INGESTED_MS) -> int
     for first without the write lock: a pass of the reconciler usually finds none."""
     before = {"t": now_ms() - keep_ms}
     with store.read() as conn:
-        if conn.execute(sql("SELECT 1 FROM received_page WHERE ingested_at < :t LIMIT 1"), before).first() is None:
+        if conn.execute(queries.received_page.ANY_INGESTED_BEFORE, before).first() is None:
             return 0
     with store.write() as conn:
-        return conn.execute(sql("DELETE FROM received_page WHERE ingested_at < :t"), before).rowcount
+        return conn.execute(queries.received_page.PRUNE_INGESTED, before).rowcount
 
 
 def accounts_to_catch_up(conn: Connection) -> list[tuple[str, str]]:
     """(account, platform) of connected accounts to fetch missed pages for. Accounts with
     received pages not yet ingested wait: their cursor moves once those are in."""
-    rows = conn.execute(
-        sql(
-            "SELECT id, platform FROM account a WHERE connection_intent = 'connected' AND deleted_at IS NULL"
-            " AND NOT EXISTS (SELECT 1 FROM received_page r WHERE r.account_id = a.id AND r.ingested_at IS NULL)"
-        )
-    )
+    rows = conn.execute(queries.account.TO_CATCH_UP)
     return [(row[0], row[1]) for row in rows]

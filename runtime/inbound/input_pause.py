@@ -10,7 +10,6 @@ the held pages for publishing again; a held page leaves the table once it is ing
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,13 +20,11 @@ from runtime.errors import KefuError
 from runtime.inbound.inbox import record_received
 from runtime.inbound.pages import InboundPage
 from runtime.placement.shards import local_placement
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import PlacementState
 
 HOST = "*"
-_PAUSED = "SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"  # host or this account
 
 
 class InputPaused(Exception):
@@ -45,18 +42,12 @@ def _scope(account_id: str | None) -> str:
 
 
 def is_paused(conn: Connection, account_id: str) -> bool:
-    return conn.execute(sql(_PAUSED), {"a": account_id}).first() is not None
-
-
-# Read with the page's account (runtime.inbound.ingest): a transaction's statement fewer per page.
-PAUSED_OR_HELD_COLUMNS = (
-    f"EXISTS ({_PAUSED}) AS input_paused, EXISTS (SELECT 1 FROM held_page"
-    " WHERE account_id = :a AND stream_id = :s AND page_op_id = :p) AS page_held"
-)
+    return conn.execute(queries.input_pause.FOR_ACCOUNT, {"a": account_id}).first() is not None
 
 
 def held_unless_paused(account_id: str, input_paused: bool, page_held: bool) -> bool:
-    """For ingestion's transaction, from PAUSED_OR_HELD_COLUMNS: raises InputPaused while input
+    """For ingestion's transaction, from the columns the page's account is read with
+    (runtime.store.queries.input_pause.PAUSED_OR_HELD_COLUMNS): raises InputPaused while input
     is paused; else whether the page was held by an earlier pause (its ingestion releases it)."""
     if input_paused:
         raise InputPaused(account_id)
@@ -70,9 +61,7 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
     with store.write() as conn:
         if account_id is not None:
             require_account(conn, account_id)
-        other = conn.execute(
-            sql("SELECT scope FROM input_pause WHERE scope != :s AND (:s = '*' OR scope = '*') LIMIT 1"), {"s": scope}
-        ).scalar_one_or_none()
+        other = conn.execute(queries.input_pause.CONFLICTING, {"s": scope}).scalar_one_or_none()
         if other is not None:
             held_by = "the host" if other == HOST else f"account {other!r}"
             raise KefuError(
@@ -80,22 +69,15 @@ def pause_input(store: DeliveryStore, account_id: str | None = None) -> PauseSta
                 f"input is already paused for {held_by}; a host pause and an account pause do not mix",
                 "resume that pause first",
             )
-        conn.execute(
-            sql("INSERT OR IGNORE INTO input_pause (scope, paused_at) VALUES (:s, :at)"), {"s": scope, "at": now_ms()}
-        )
-        paused_at = conn.execute(sql("SELECT paused_at FROM input_pause WHERE scope = :s"), {"s": scope}).scalar_one()
+        conn.execute(queries.input_pause.PAUSE, {"s": scope, "at": now_ms()})
+        paused_at = conn.execute(queries.input_pause.PAUSED_AT, {"s": scope}).scalar_one()
     return PauseState(scope=scope, paused_at=paused_at)
 
 
 def input_pauses(store: DeliveryStore) -> list[PauseState]:
     """The pauses in force: the host's ("*") or accounts' (never both)."""
     with store.read() as conn:
-        rows = conn.execute(
-            sql(
-                "SELECT scope, paused_at, EXISTS (SELECT 1 FROM account_placement WHERE account_id = scope"
-                " AND state != 'active') AS by_move FROM input_pause ORDER BY scope"
-            )
-        ).mappings()
+        rows = conn.execute(queries.input_pause.IN_FORCE).mappings()
         return [PauseState.model_validate(dict(row)) for row in rows]
 
 
@@ -113,15 +95,13 @@ def resume_input(store: DeliveryStore, account_id: str | None = None) -> list[di
                 f"account {account_id!r} is {placement.state} (a move between shards); its input pause is the move's",
                 "let the move finish or roll it back (`kefu accounts move`); that resumes input",
             )
-        conn.execute(sql("DELETE FROM input_pause WHERE scope = :s"), {"s": _scope(account_id)})
+        conn.execute(queries.input_pause.LIFT, {"s": _scope(account_id)})
     return held_pages(store, account_id)
 
 
 def held_pages(store: DeliveryStore, account_id: str | None = None) -> list[dict[str, Any]]:
     with store.read() as conn:
-        rows = conn.execute(
-            sql("SELECT page FROM held_page WHERE :a IS NULL OR account_id = :a ORDER BY held_at"), {"a": account_id}
-        ).scalars()
+        rows = conn.execute(queries.held_page.PAGES, {"a": account_id}).scalars()
         return [json.loads(page) for page in rows]
 
 
@@ -135,12 +115,9 @@ def hold_page(store: DeliveryStore, page: InboundPage) -> bool:
     with store.write() as conn:
         if not is_paused(conn, page.account_id):
             return False
-        page = without_erased(conn.dbapi, page)
+        page = without_erased(conn, page)
         conn.execute(
-            sql(
-                "INSERT OR IGNORE INTO held_page (account_id, stream_id, page_op_id, page, held_at)"
-                " VALUES (:a, :s, :p, :page, :at)"
-            ),
+            queries.held_page.HOLD,
             {
                 "a": page.account_id,
                 "s": page.stream_id,
@@ -152,12 +129,9 @@ def hold_page(store: DeliveryStore, page: InboundPage) -> bool:
     return True
 
 
-def release_held(db: sqlite3.Connection, page: InboundPage) -> None:
+def release_held(db: Connection, page: InboundPage) -> None:
     """The page is ingested: it is no longer held (runs in the cursor's transaction)."""
-    db.execute(
-        "DELETE FROM held_page WHERE account_id = ? AND stream_id = ? AND page_op_id = ?",
-        (page.account_id, page.stream_id, page.page_op_id),
-    )
+    db.execute(queries.held_page.RELEASE, (page.account_id, page.stream_id, page.page_op_id))
 
 
 def in_flight(store: DeliveryStore, account_id: str | None = None) -> int:
@@ -167,17 +141,5 @@ def in_flight(store: DeliveryStore, account_id: str | None = None) -> int:
 
 
 def count_in_flight(conn: Connection, account_id: str | None) -> int:
-    count: int = conn.execute(
-        sql(
-            "SELECT (SELECT count(DISTINCT g.page_op_id) FROM group_receipt g"
-            "  WHERE (:a IS NULL OR g.account_id = :a)"
-            "  AND NOT EXISTS (SELECT 1 FROM page_receipt p WHERE p.account_id = g.account_id"
-            "   AND p.stream_id = g.stream_id AND p.page_op_id = g.page_op_id)"
-            "  AND NOT EXISTS (SELECT 1 FROM held_page h WHERE h.account_id = g.account_id"
-            "   AND h.stream_id = g.stream_id AND h.page_op_id = g.page_op_id))"
-            " + (SELECT count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
-            "  WHERE (:a IS NULL OR c.account_id = :a) AND b.state IN ('claimed', 'committed'))"
-        ),
-        {"a": account_id},
-    ).scalar_one()
+    count: int = conn.execute(queries.group_receipt.IN_FLIGHT, {"a": account_id}).scalar_one()
     return count

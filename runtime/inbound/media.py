@@ -29,9 +29,8 @@ from runtime.errors import KefuError
 from runtime.inbound.pages import InboundPage, MarkdownContent, TextContent
 from runtime.outbox.media import sniff, stage_media
 from runtime.ports import ChatMessage, MediaDownloads, MediaFetchFailure, MediaTooLarge
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 MAX_ATTEMPTS = 3  # transient fetch failures before an image is given up as `failed`
 # After a transient failure the reconciler leaves the image alone until its `retry_at`
@@ -45,10 +44,8 @@ EXPIRED_CODE = "KEFU_MEDIA_EXPIRED"
 # The image types OpenAI-compatible vision APIs take as image content (OpenAI, Qwen, vLLM …): a
 # buyer's BMP is fetched and stored like the others but never sent to the model as an image.
 VISION_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-# SQL over inbound_message: an image not fetched yet (the partial index of V19 serves it), and a
-# stored image's copy (its expression index).
-PENDING = "content_type = 'image' AND json_extract(body, '$.media') IS NULL"
-STORED_SHA256 = "json_extract(body, '$.sha256')"
+# SQL over inbound_message: a stored image's copy (its expression index).
+STORED_SHA256 = queries.media.STORED_SHA256
 
 MediaState = Literal["pending", "stored", "refused", "failed"]
 
@@ -78,12 +75,8 @@ def pending_images(conn: Connection, limit: int, received_before: int, now: int)
     """Images not fetched yet that came in before then (their own fetch is overdue), oldest
     first; not one whose backoff after a transient failure runs past `now` (its `retry_at`), nor
     one too old to fetch (`expire_images` gives those up)."""
-    query = (
-        f"SELECT id FROM inbound_message WHERE {PENDING} AND received_at < :t AND received_at >= :old"
-        " AND coalesce(json_extract(body, '$.retry_at'), 0) <= :now ORDER BY id LIMIT :n"
-    )
     params = {"t": received_before, "old": now - MAX_PENDING_AGE_MS, "now": now, "n": limit}
-    return list(conn.execute(sql(query), params).scalars())
+    return list(conn.execute(queries.inbound_message.IMAGES_TO_FETCH, params).scalars())
 
 
 def expire_images(store: DeliveryStore, now: int, limit: int) -> int:
@@ -92,18 +85,14 @@ def expire_images(store: DeliveryStore, now: int, limit: int) -> int:
     rest). No write when there are none, the usual case."""
     with store.read() as conn:
         old = conn.execute(
-            sql(f"SELECT id FROM inbound_message WHERE {PENDING} AND received_at < :old ORDER BY id LIMIT :n"),
+            queries.inbound_message.IMAGES_TOO_OLD,
             {"old": now - MAX_PENDING_AGE_MS, "n": limit},
         ).scalars()
         ids = json.dumps(list(old))
     if ids == "[]":
         return 0
-    update = (
-        "UPDATE inbound_message SET body = json_remove(json_set(body, '$.media', 'failed', '$.code', :code),"
-        f" '$.retry_at') WHERE id IN (SELECT value FROM json_each(:ids)) AND {PENDING}"
-    )
     with store.write() as conn:
-        return conn.execute(sql(update), {"ids": ids, "code": EXPIRED_CODE}).rowcount
+        return conn.execute(queries.inbound_message.EXPIRE_IMAGES, {"ids": ids, "code": EXPIRED_CODE}).rowcount
 
 
 def fetch_image(
@@ -113,10 +102,7 @@ def fetch_image(
     image with an outcome is not fetched again; two fetchers store the same content-addressed
     copy. Never holds the write lock across the download."""
     with store.read() as conn:
-        row = conn.execute(
-            sql("SELECT account_id, body, received_at FROM inbound_message WHERE id = :m AND content_type = 'image'"),
-            {"m": message_id},
-        ).first()
+        row = conn.execute(queries.inbound_message.IMAGE, {"m": message_id}).first()
     if row is None:
         return None
     account_id, body = row[0], image_body(row[1])
@@ -159,7 +145,7 @@ def _record(
 
 
 def _body_now(conn: Connection, message_id: int) -> ImageBody | None:
-    current = conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": message_id}).scalar()
+    current = conn.execute(queries.inbound_message.BODY, {"m": message_id}).scalar()
     return image_body(current) if current is not None else None
 
 
@@ -172,9 +158,7 @@ def _update(
     retry_at = now_ms() + round(IMAGE_RESCUE.wait_s(attempts) * 1000) if media is None else None
     new = body.model_copy(update={"media": media, "attempts": attempts, "retry_at": retry_at, **fields})
     stored = new.model_dump_json(exclude_none=True, exclude_defaults=True)
-    changed = conn.execute(
-        sql(f"UPDATE inbound_message SET body = :b WHERE id = :m AND {PENDING}"), {"b": stored, "m": message_id}
-    ).rowcount
+    changed = conn.execute(queries.inbound_message.RECORD_IMAGE_OUTCOME, {"b": stored, "m": message_id}).rowcount
     return new if changed else _body_now(conn, message_id)
 
 
@@ -198,10 +182,7 @@ def with_image_data(store: DeliveryStore, view: list[ChatMessage]) -> list[ChatM
     if not wanted:
         return view
     with store.read() as conn:
-        rows = conn.execute(
-            sql("SELECT sha256, data FROM media WHERE sha256 IN (SELECT value FROM json_each(:s))"),
-            {"s": json.dumps(sorted(wanted))},
-        ).all()
+        rows = conn.execute(queries.media.DATA, {"s": json.dumps(sorted(wanted))}).all()
     data = {sha256: bytes(blob) for sha256, blob in rows}
     return [
         message.model_copy(
@@ -224,10 +205,7 @@ def with_fetched_images(
         return lines
     fetch(pending)
     with store.read() as conn:
-        rows = conn.execute(
-            sql("SELECT id, body FROM inbound_message WHERE id IN (SELECT value FROM json_each(:ids))"),
-            {"ids": json.dumps(pending)},
-        ).all()
+        rows = conn.execute(queries.inbound_message.BODIES, {"ids": json.dumps(pending)}).all()
     bodies: dict[int, str] = {message_id: body for message_id, body in rows}
     return [line.model_copy(update={"body": bodies[line.id]}) if line.id in bodies else line for line in lines]
 
@@ -236,14 +214,7 @@ def buyer_image(store: DeliveryStore, customer_id: int, sha256: str) -> tuple[st
     """(mime, bytes) of an image this customer's buyer sent, for an operator to look at; None
     for any other copy (an operator of one conversation asks for one of its images only)."""
     with store.read() as conn:
-        row = conn.execute(
-            sql(
-                "SELECT m.mime, m.data FROM media m WHERE m.sha256 = :s AND m.kind = 'image' AND EXISTS"
-                f" (SELECT 1 FROM inbound_message WHERE customer_id = :c AND content_type = 'image'"
-                f" AND {STORED_SHA256} = :s)"
-            ),
-            {"s": sha256, "c": customer_id},
-        ).first()
+        row = conn.execute(queries.media.BUYER_IMAGE, {"s": sha256, "c": customer_id}).first()
     return (row[0], bytes(row[1])) if row is not None else None
 
 

@@ -67,7 +67,7 @@ def audit(path: Path, images_dir: Path, max_folders: int, stale_after_ms: int) -
             " GROUP BY f.scope ORDER BY f.scope",
             (before,),
         ).fetchall()
-        states = dict(db.execute("SELECT scope, state FROM recall_state").fetchall())
+        states: dict[str, str] = dict(db.execute("SELECT scope, state FROM recall_state").fetchall())
         ids = {row[0] for row in db.execute("SELECT id FROM folder")}
         named = {Path(row[0]).name for row in db.execute("SELECT path FROM folder_image")}
     scopes = [

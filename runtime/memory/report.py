@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from collections.abc import Collection
 from contextlib import closing
 from pathlib import Path
 
 from pydantic import BaseModel
+from sqlalchemy.exc import DatabaseError
 
-from runtime.memory.store import MemoryStoreUnreadable
+from runtime.memory.store import MemoryStoreUnreadable, sqlite_reason
+from runtime.store.connection import Connection, connect
 
 
 class ScopeReport(BaseModel):
@@ -45,8 +46,8 @@ def report(path: Path, only: Collection[int] | None = None, without: Collection[
                 " FROM folder GROUP BY scope ORDER BY scope"
             ).fetchall()
             counts = Counter((scope, type) for scope, type in db.execute("SELECT scope, type FROM telemetry"))
-    except sqlite3.DatabaseError as error:
-        raise MemoryStoreUnreadable(path, error) from None
+    except DatabaseError as error:
+        raise MemoryStoreUnreadable(path, sqlite_reason(error)) from None
     kept = [r for r in rows if _kept(customer_of(r[0]), only, without)]
     return [
         ScopeReport(
@@ -72,8 +73,8 @@ def _kept(customer: int | None, only: Collection[int] | None, without: Collectio
     return customer is None or customer not in without
 
 
-def read_only(path: Path) -> closing[sqlite3.Connection]:
+def read_only(path: Path) -> closing[Connection]:
     """A read-only connection of the report's, self-check's and audit's own."""
     if not Path(path).exists():
         raise FileNotFoundError(f"no memory store at {path}")
-    return closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
+    return closing(connect(path, 5.0, read_only=True))

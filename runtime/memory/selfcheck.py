@@ -1,8 +1,8 @@
 """`kefu memory selfcheck`: whether the memory store is whole, and where it needs a look.
 
-The self-check reads the file with a reader of its own (plain sqlite3, read-only, its own
-zstd and tokenizer calls), not through MemoryStore, so a bug in the store's code cannot hide
-the damage it made. FAIL is damage (the index against the folders, folder states and value
+The self-check reads the file with a reader of its own (a connection that writes nothing, its
+own SQL, zstd and tokenizer calls), not through MemoryStore, so a bug in the store's code cannot
+hide the damage it made. FAIL is damage (the index against the folders, folder states and value
 ranges, plans against their folders, recall states against the folders they name, image
 files) or a scorer that stopped (over 20% of a customer's folders waiting past its delay).
 WARN is what works but needs a look (source §7): a smaller scoring backlog, recall whose lane
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import marshal
-import sqlite3
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -23,12 +22,14 @@ from typing import Literal
 
 import zstandard
 from pydantic import BaseModel
+from sqlalchemy.exc import DatabaseError
 
 from runtime.agent.session_log import CorruptSessionLog, MemoryArchive, MemoryRecall, SessionLog
 from runtime.memory.report import read_only
-from runtime.memory.store import keyword_terms
+from runtime.memory.store import keyword_terms, sqlite_reason
 from runtime.memory.tokenize import tokens
 from runtime.store.clock import now_ms
+from runtime.store.connection import Connection
 
 SOURCES = {"pending", "llm", "heuristic"}
 STALE_PENDING_MS = 600_000  # KEFU_MEMORY__HEURISTIC_AFTER_S's default: the heuristic scores what waits longer
@@ -48,7 +49,7 @@ def _pairs(packed: bytes, width: int) -> list[tuple[int, ...]]:
     return sorted(tuple(values[i : i + width]) for i in range(0, len(values), width))
 
 
-def _postings_problems(db: sqlite3.Connection, decompress: Callable[[bytes], bytes]) -> list[str]:
+def _postings_problems(db: Connection, decompress: Callable[[bytes], bytes]) -> list[str]:
     """Each scope's stored postings against what its index entries and scores say."""
     problems = []
     for scope, data, keywords in db.execute("SELECT scope, data, keywords FROM scope_postings"):
@@ -80,9 +81,9 @@ def selfcheck(path: Path, sessions_dir: Path | None = None, stale_after_ms: int 
     folders older than `stale_after_ms` are ones the scorer should have taken already."""
     try:
         checks = _selfcheck(path)
-    except (sqlite3.DatabaseError, zstandard.ZstdError, UnicodeDecodeError, ValueError) as error:
-        return [Check(name="readable memory store", status="FAIL", detail=f"{type(error).__name__}: {error}")]
-    looks: list[tuple[str, Callable[[sqlite3.Connection], Check]]] = [
+    except (DatabaseError, zstandard.ZstdError, UnicodeDecodeError, ValueError) as error:
+        return [Check(name="readable memory store", status="FAIL", detail=_failure(error))]
+    looks: list[tuple[str, Callable[[Connection], Check]]] = [
         ("scoring backlog", lambda db: _pending_backlog(db, stale_after_ms)),
         ("recall fairness", _recall_fairness),
         ("score spread", _score_spread),
@@ -93,9 +94,14 @@ def selfcheck(path: Path, sessions_dir: Path | None = None, stale_after_ms: int 
         for name, look in looks:  # one that cannot finish fails alone; the others still report
             try:
                 checks.append(look(db))
-            except (sqlite3.DatabaseError, OSError, ValueError) as error:
-                checks.append(Check(name=name, status="FAIL", detail=f"{type(error).__name__}: {error}"))
+            except (DatabaseError, OSError, ValueError) as error:
+                checks.append(Check(name=name, status="FAIL", detail=_failure(error)))
     return checks
+
+
+def _failure(error: Exception) -> str:
+    reason = sqlite_reason(error)  # SQLite's own words, as "DatabaseError: file is not a database"
+    return f"{type(reason).__name__}: {reason}"
 
 
 def _selfcheck(path: Path) -> list[Check]:
@@ -170,7 +176,7 @@ def _verdict(name: str, warnings: list[str], info: str = "", failures: list[str]
     return Check(name=name, status=status, detail="; ".join(part for part in (shown, info) if part))
 
 
-def _pending_backlog(db: sqlite3.Connection, stale_after_ms: int) -> Check:
+def _pending_backlog(db: Connection, stale_after_ms: int) -> Check:
     """Pending folders the scorer left past its delay: more than 5% (and 20) warns, more than
     20% of a customer's 20 or more folders fails (the scorer is not running)."""
     before = now_ms() - stale_after_ms
@@ -188,7 +194,7 @@ def _pending_backlog(db: sqlite3.Connection, stale_after_ms: int) -> Check:
     return _verdict("scoring backlog", warnings, f"{total} stale pending in {len(rows)} customers", failures)
 
 
-def _recall_fairness(db: sqlite3.Connection) -> Check:
+def _recall_fairness(db: Connection) -> Check:
     """The lanes' counters from every recall state, and the picks per lane from telemetry."""
     counters: Counter[str] = Counter()
     for (state,) in db.execute("SELECT state FROM recall_state"):
@@ -207,7 +213,7 @@ def _recall_fairness(db: sqlite3.Connection) -> Check:
     return _verdict("recall fairness", warnings, info)
 
 
-def _score_spread(db: sqlite3.Connection) -> Check:
+def _score_spread(db: Connection) -> Check:
     """A model that gives every memory of a customer the same alpha or beta is not judging
     them: recall order and trust rules then say nothing (the heuristic's constant beta aside)."""
     rows = db.execute(
@@ -222,7 +228,7 @@ def _score_spread(db: sqlite3.Connection) -> Check:
     return _verdict("score spread", warnings)
 
 
-def _session_logs(db: sqlite3.Connection, sessions_dir: Path) -> Check:
+def _session_logs(db: Connection, sessions_dir: Path) -> Check:
     """Each session's archive events against the store's plans, and its recall block against
     the store's folders: a store restored from an older backup, or memory erased under a live
     session. A log that does not read is the agent's to quarantine; it warns here."""

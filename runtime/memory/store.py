@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import marshal
-import sqlite3
 import struct
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 
 import zstandard
 from pydantic import BaseModel
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from config.retries import MEMORY_STORE_LOCKED
 from runtime.errors import KefuError
@@ -32,82 +32,107 @@ from runtime.memory.categories import CATEGORY_WORDS
 from runtime.memory.folders import PlannedFolder
 from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
+from runtime.store.connection import Connection, Row, connect
+from runtime.store.migrate import Migration, latest, migrate
 
 HEURISTIC = "heuristic"  # the score source of runtime.memory.heuristic
-# 2: the tokenizer of stems, stopwords and dates (runtime.memory.tokenize); 3: postings' version;
-# 4: Chinese words (jieba) and Chinese dates in the tokenizer. A tokenizer change re-indexes on open.
-SCHEMA_VERSION = 4
-TOKENIZER_VERSION = 4  # the schema version of the tokenizer a store was indexed by
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS archive_plan (
-    plan_id TEXT PRIMARY KEY,
-    scope TEXT NOT NULL,
-    folder_count INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL,
-    session_id TEXT,  -- where the archived events came from, when they came from a session log
-    from_seq INTEGER,
-    to_seq INTEGER
-);
-CREATE TABLE IF NOT EXISTS folder (
-    id TEXT PRIMARY KEY,
-    scope TEXT NOT NULL,
-    plan_id TEXT NOT NULL REFERENCES archive_plan(plan_id),
-    seq INTEGER NOT NULL,
-    title TEXT NOT NULL,
-    chars INTEGER NOT NULL,
-    event_from INTEGER NOT NULL,
-    event_to INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    alpha REAL NOT NULL DEFAULT 0 CHECK (alpha BETWEEN 0 AND 1),
-    beta REAL NOT NULL DEFAULT 0 CHECK (beta BETWEEN -10 AND 10),
-    keywords TEXT NOT NULL DEFAULT '[]',
-    scored INTEGER NOT NULL DEFAULT 0,
-    score_source TEXT NOT NULL DEFAULT 'pending',
-    event TEXT,
-    reason TEXT,
-    review INTEGER NOT NULL DEFAULT 0,  -- trimmed from a recall block: its scores want a second look
-    extra_terms TEXT NOT NULL DEFAULT '[]',  -- tokens of the title and the event label
-    UNIQUE (plan_id, seq)
-);
-CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id);
-CREATE TABLE IF NOT EXISTS folder_text (  -- apart from the folder rows, so recall scans no text
-    folder_id TEXT PRIMARY KEY REFERENCES folder(id),
-    body BLOB NOT NULL  -- zstd of the archived text
-);
-CREATE TABLE IF NOT EXISTS index_entry (
-    folder_id TEXT PRIMARY KEY REFERENCES folder(id),
-    length INTEGER NOT NULL,  -- tokens in the folder's text
-    terms BLOB NOT NULL  -- zstd JSON {term: count}
-);
-CREATE TABLE IF NOT EXISTS scope_postings (
-    scope TEXT PRIMARY KEY,
-    data BLOB NOT NULL,  -- marshal {term: array('I') bytes of (folder rowid, count) pairs}, every folder
-    keywords BLOB,  -- marshal {model keyword: array('I') bytes of scored folder rowids}
-    extras BLOB,  -- marshal {title or event token: array('I') bytes of scored folder rowids}
-    version INTEGER  -- a digest of what recall's index is read from (_stamp_version): its cache's key
-);
-CREATE TABLE IF NOT EXISTS folder_image (
-    folder_id TEXT NOT NULL REFERENCES folder(id),
-    name TEXT NOT NULL,
-    path TEXT NOT NULL,  -- a content-addressed file under the memory images folder
-    sha256 TEXT NOT NULL,
-    mime TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    PRIMARY KEY (folder_id, name)
-);
-CREATE TABLE IF NOT EXISTS telemetry (
-    id INTEGER PRIMARY KEY,
-    scope TEXT NOT NULL,
-    type TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS recall_state (
-    scope TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    saved_at INTEGER NOT NULL
-);
-"""
+# Migration 1: the tables as of version 4, where a new file starts (migrations 2 to 4 then find
+# nothing to do; they bring up files of earlier versions). Frozen: a schema change is the next migration.
+TABLES = (
+    """CREATE TABLE IF NOT EXISTS archive_plan (
+        plan_id TEXT PRIMARY KEY,
+        scope TEXT NOT NULL,
+        folder_count INTEGER NOT NULL,
+        committed_at INTEGER NOT NULL,
+        session_id TEXT,  -- where the archived events came from, when they came from a session log
+        from_seq INTEGER,
+        to_seq INTEGER
+    )""",
+    """CREATE TABLE IF NOT EXISTS folder (
+        id TEXT PRIMARY KEY,
+        scope TEXT NOT NULL,
+        plan_id TEXT NOT NULL REFERENCES archive_plan(plan_id),
+        seq INTEGER NOT NULL,
+        title TEXT NOT NULL,
+        chars INTEGER NOT NULL,
+        event_from INTEGER NOT NULL,
+        event_to INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        alpha REAL NOT NULL DEFAULT 0 CHECK (alpha BETWEEN 0 AND 1),
+        beta REAL NOT NULL DEFAULT 0 CHECK (beta BETWEEN -10 AND 10),
+        keywords TEXT NOT NULL DEFAULT '[]',
+        scored INTEGER NOT NULL DEFAULT 0,
+        score_source TEXT NOT NULL DEFAULT 'pending',
+        event TEXT,
+        reason TEXT,
+        review INTEGER NOT NULL DEFAULT 0,  -- trimmed from a recall block: its scores want a second look
+        extra_terms TEXT NOT NULL DEFAULT '[]',  -- tokens of the title and the event label
+        UNIQUE (plan_id, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS folder_by_scope ON folder (scope, created_at, id)",
+    """CREATE TABLE IF NOT EXISTS folder_text (  -- apart from the folder rows, so recall scans no text
+        folder_id TEXT PRIMARY KEY REFERENCES folder(id),
+        body BLOB NOT NULL  -- zstd of the archived text
+    )""",
+    """CREATE TABLE IF NOT EXISTS index_entry (
+        folder_id TEXT PRIMARY KEY REFERENCES folder(id),
+        length INTEGER NOT NULL,  -- tokens in the folder's text
+        terms BLOB NOT NULL  -- zstd JSON {term: count}
+    )""",
+    """CREATE TABLE IF NOT EXISTS scope_postings (
+        scope TEXT PRIMARY KEY,
+        data BLOB NOT NULL,  -- marshal {term: array('I') bytes of (folder rowid, count) pairs}, every folder
+        keywords BLOB,  -- marshal {model keyword: array('I') bytes of scored folder rowids}
+        extras BLOB,  -- marshal {title or event token: array('I') bytes of scored folder rowids}
+        version INTEGER  -- a digest of what recall's index is read from (_stamp_version): its cache's key
+    )""",
+    """CREATE TABLE IF NOT EXISTS folder_image (
+        folder_id TEXT NOT NULL REFERENCES folder(id),
+        name TEXT NOT NULL,
+        path TEXT NOT NULL,  -- a content-addressed file under the memory images folder
+        sha256 TEXT NOT NULL,
+        mime TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        PRIMARY KEY (folder_id, name)
+    )""",
+    """CREATE TABLE IF NOT EXISTS telemetry (
+        id INTEGER PRIMARY KEY,
+        scope TEXT NOT NULL,
+        type TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        data TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS recall_state (
+        scope TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        saved_at INTEGER NOT NULL
+    )""",
+)
+
+
+def _add_postings_version(db: Connection) -> None:
+    """The postings' version column, stamped for every scope (a file that has it is left as it is)."""
+    if "version" not in {row[1] for row in db.execute("PRAGMA table_info(scope_postings)")}:
+        db.execute("ALTER TABLE scope_postings ADD COLUMN version INTEGER")
+        for (scope,) in db.execute("SELECT scope FROM scope_postings").fetchall():
+            _stamp_version(db, scope)
+
+
+def _reindex(db: Connection) -> None:
+    """Every folder indexed again by the current tokenizer (runtime.memory.tokenize)."""
+    _rebuild(db, None)
+
+
+# The memory store's schema (runtime.store.migrate: each migration in one transaction with its
+# user_version stamp; a file at the latest one is only read). A change of the tokenizer is a
+# migration too, whose step is `_reindex`: a file indexed by an older one is indexed again.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "archive plans, folders and their texts, the index, images, telemetry, recall states", TABLES),
+    Migration(2, "the tokenizer of stems, stopwords and dates (its re-index is migration 4's)"),
+    Migration(3, "the postings' version, the key of recall's cache", step=_add_postings_version),
+    Migration(4, "Chinese words (jieba) and Chinese dates in the tokenizer", step=_reindex),
+)
+SCHEMA_VERSION = latest(MIGRATIONS)
 
 
 class Folder(BaseModel):
@@ -128,6 +153,9 @@ class Folder(BaseModel):
     event: str | None = None
     reason: str | None = None
     review: bool = False
+
+
+FOLDER_COLUMNS = ", ".join(Folder.model_fields)  # what a Folder reads of a folder row: all but extra_terms
 
 
 class ArchiveSource(BaseModel):
@@ -192,15 +220,6 @@ class ScopeRows(BaseModel):
     recall_state: dict[str, Any] | None = None
 
 
-class MemoryStoreTooNew(KefuError):
-    def __init__(self, path: Path, version: int) -> None:
-        super().__init__(
-            "KEFU_SCHEMA_TOO_NEW",
-            f"{path} has memory schema version {version}; this kefu knows up to {SCHEMA_VERSION}",
-            "upgrade kefu or point KEFU_DATA_DIR elsewhere",
-        )
-
-
 class FolderCapReached(KefuError):
     """An archive would take one customer's memory past its folder cap."""
 
@@ -219,31 +238,42 @@ class MemoryStoreUnreadable(KefuError):
         )
 
 
+def sqlite_reason(error: Exception) -> Exception:
+    """SQLite's own error behind SQLAlchemy's wrapper of it (what an operator is shown)."""
+    if isinstance(error, DBAPIError) and isinstance(error.orig, Exception):
+        return error.orig
+    return error
+
+
 class MemoryStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         try:
-            db = self._connection()
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise MemoryStoreTooNew(self.path, version)
-            if version == 0:  # a new file: no write lock for every reader that opens it
-                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-            elif version < SCHEMA_VERSION:
-                self._upgrade()
-        except sqlite3.DatabaseError as error:
-            raise MemoryStoreUnreadable(self.path, error) from None
+            self._migrate()
+        except DatabaseError as error:
+            raise MemoryStoreUnreadable(self.path, sqlite_reason(error)) from None
 
-    def _connection(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
+    def _migrate(self, wait_s: float = 300.0) -> None:
+        """Bring the file to SCHEMA_VERSION (MIGRATIONS). Processes opening it while another one
+        migrates it wait for that one (a re-index can outlast the lock's busy timeout) instead of
+        failing, up to `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        for delay in MEMORY_STORE_LOCKED.waits_s():
+            try:
+                migrate(self._connection(), MIGRATIONS, f"{self.path} (a memory store)")
+                return
+            except OperationalError as error:
+                if "locked" not in str(sqlite_reason(error)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+
+    def _connection(self) -> Connection:
+        """This thread's connection (autocommit: writes are `_write()`'s transactions)."""
+        db: Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA foreign_keys = ON")
-            db.row_factory = sqlite3.Row
-            self._local.db = db
+            db = self._local.db = connect(self.path, 10.0, {"journal_mode": "WAL", "foreign_keys": "ON"})
         return db
 
     def close(self) -> None:
@@ -253,7 +283,7 @@ class MemoryStore:
             db.close()
             self._local.db = None
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[Connection]:
         return immediate(self._connection())
 
     def commit_archive(
@@ -272,7 +302,7 @@ class MemoryStore:
         with self._write() as db:
             if db.execute("SELECT 1 FROM archive_plan WHERE plan_id = ?", (plan_id,)).fetchone() is None:
                 if max_folders is not None:
-                    (held,) = db.execute("SELECT COUNT(*) FROM folder WHERE scope = ?", (scope,)).fetchone()
+                    held = db.execute("SELECT COUNT(*) FROM folder WHERE scope = ?", (scope,)).scalar_one()
                     if held + len(folders) > max_folders:
                         raise FolderCapReached(scope, held, len(folders), max_folders)
                 at = now_ms()
@@ -310,7 +340,7 @@ class MemoryStore:
                         "INSERT INTO folder_text (folder_id, body) VALUES (?, ?)",
                         (folder_id, compressor.compress(folder.text.encode())),
                     )
-                    terms = self._write_index_entry(db, folder_id, folder.text, compressor)
+                    terms = _write_index_entry(db, folder_id, folder.text, compressor)
                     assert inserted.lastrowid is not None  # set by every successful INSERT
                     new_terms.append((inserted.lastrowid, terms))
                     for image in (images or {}).get(folder.seq, []):
@@ -320,20 +350,10 @@ class MemoryStore:
                             (folder_id, image.name, image.path, image.sha256, image.mime, image.size),
                         )
                 _merge_postings(db, scope, new_terms)
-            rows = db.execute("SELECT * FROM folder WHERE plan_id = ? ORDER BY seq", (plan_id,)).fetchall()
+            rows = db.execute(
+                f"SELECT {FOLDER_COLUMNS} FROM folder WHERE plan_id = ? ORDER BY seq", (plan_id,)
+            ).fetchall()
         return [_folder(row) for row in rows]
-
-    @staticmethod
-    def _write_index_entry(
-        db: sqlite3.Connection, folder_id: str, text: str, compressor: zstandard.ZstdCompressor
-    ) -> Counter[str]:
-        terms = Counter(tokens(text))
-        db.execute(
-            "INSERT INTO index_entry (folder_id, length, terms) VALUES (?, ?, ?) ON CONFLICT (folder_id)"
-            " DO UPDATE SET length = excluded.length, terms = excluded.terms",
-            (folder_id, sum(terms.values()), compressor.compress(json.dumps(terms, ensure_ascii=False).encode())),
-        )
-        return terms
 
     def session_plans(self, session_id: str) -> list[ArchiveSource]:
         """The ranges of a session log already archived, oldest first."""
@@ -344,15 +364,16 @@ class MemoryStore:
         return [ArchiveSource(session_id=r[0], from_seq=r[1], to_seq=r[2]) for r in rows]
 
     def plan_size(self, plan_id: str) -> int:
-        row = self._connection().execute("SELECT folder_count FROM archive_plan WHERE plan_id = ?", (plan_id,))
-        count: int = row.fetchone()[0]
+        count: int = (
+            self._connection()
+            .execute("SELECT folder_count FROM archive_plan WHERE plan_id = ?", (plan_id,))
+            .scalar_one()
+        )
         return count
 
     def index_folders(self, scope: str) -> list[IndexedFolder]:
         """The scope's scored folders as recall reads them, in one query."""
-        cursor = self._connection().cursor()
-        cursor.row_factory = None  # plain tuples: thousands of rows
-        rows = cursor.execute(
+        rows = self._connection().execute(
             "SELECT f.rowid, f.id, f.alpha, f.beta, f.created_at, f.chars, f.title, f.event, f.event_from,"
             " f.event_to, e.length FROM folder f JOIN index_entry e ON e.folder_id = f.id"
             " WHERE f.scope = ? AND f.scored = 1",
@@ -370,60 +391,16 @@ class MemoryStore:
         )
         return tuple(marshal.loads(blob) if blob else {} for blob in row) if row else ({}, {}, {})
 
-    def _upgrade(self, wait_s: float = 300.0) -> None:
-        """An older file: the postings' version column added, a file indexed by an older
-        tokenizer indexed again, and the version stamped, in one transaction. Processes opening
-        it meanwhile wait for the one that does it (a rebuild can outlast the lock's busy
-        timeout) instead of failing."""
-        deadline = time.monotonic() + wait_s
-        for delay in MEMORY_STORE_LOCKED.waits_s():
-            try:
-                with self._write() as db:
-                    version = db.execute("PRAGMA user_version").fetchone()[0]
-                    if "version" not in {row[1] for row in db.execute("PRAGMA table_info(scope_postings)")}:
-                        db.execute("ALTER TABLE scope_postings ADD COLUMN version INTEGER")
-                        for (scope,) in db.execute("SELECT scope FROM scope_postings").fetchall():
-                            _stamp_version(db, scope)
-                    if version < TOKENIZER_VERSION:
-                        self._rebuild(db, None)
-                    if version < SCHEMA_VERSION:
-                        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                return
-            except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-
     def rebuild_index(self, scope: str | None = None) -> int:
         """Rewrite the index entries and postings of a scope (or of every scope) from the
         archived texts."""
         with self._write() as db:
-            return self._rebuild(db, scope)
+            return _rebuild(db, scope)
 
     def postings_version(self, scope: str) -> int | None:
         """Changes with every change of the scope's folders or postings (None: not known)."""
         row = self._connection().execute("SELECT version FROM scope_postings WHERE scope = ?", (scope,)).fetchone()
         return row[0] if row else None
-
-    def _rebuild(self, db: sqlite3.Connection, scope: str | None) -> int:
-        compressor = zstandard.ZstdCompressor(level=3)
-        decompress = zstandard.ZstdDecompressor().decompress
-        rows = db.execute(
-            "SELECT f.rowid, f.id, f.scope, t.body, f.title, f.event FROM folder f"
-            " JOIN folder_text t ON t.folder_id = f.id WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
-            (scope, scope),
-        ).fetchall()
-        db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
-        by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
-        for rowid, folder_id, folder_scope, body, title, event in rows:
-            extra = sorted(set(tokens(f"{title} {event or ''}")))
-            db.execute("UPDATE folder SET extra_terms = ? WHERE rowid = ?", (json.dumps(extra), rowid))
-            terms = self._write_index_entry(db, folder_id, decompress(body).decode(), compressor)
-            by_scope.setdefault(folder_scope, []).append((rowid, terms))
-        for folder_scope, entries in by_scope.items():
-            _merge_postings(db, folder_scope, entries)
-            _refresh_signals(db, folder_scope)
-        return len(rows)
 
     def images(self, scope: str) -> list[ArchivedImage]:
         """A scope's archived images, oldest first."""
@@ -432,7 +409,7 @@ class MemoryStore:
             " ORDER BY f.created_at, f.id, i.name",
             (scope,),
         )
-        return [ArchivedImage.model_validate(dict(row)) for row in rows]
+        return [ArchivedImage.model_validate(row) for row in rows.mappings()]
 
     def mark_review(self, folder_ids: list[str]) -> None:
         with self._write() as db:
@@ -469,13 +446,13 @@ class MemoryStore:
     def folders(self, scope: str) -> list[Folder]:
         rows = (
             self._connection()
-            .execute("SELECT * FROM folder WHERE scope = ? ORDER BY created_at, id", (scope,))
+            .execute(f"SELECT {FOLDER_COLUMNS} FROM folder WHERE scope = ? ORDER BY created_at, id", (scope,))
             .fetchall()
         )
         return [_folder(row) for row in rows]
 
     def folder(self, folder_id: str) -> Folder | None:
-        row = self._connection().execute("SELECT * FROM folder WHERE id = ?", (folder_id,)).fetchone()
+        row = self._connection().execute(f"SELECT {FOLDER_COLUMNS} FROM folder WHERE id = ?", (folder_id,)).fetchone()
         return _folder(row) if row else None
 
     def events(self, scope: str) -> list[str]:
@@ -506,7 +483,7 @@ class MemoryStore:
                     ),
                 )
                 if s.event_given:
-                    (title,) = db.execute("SELECT title FROM folder WHERE id = ?", (s.folder_id,)).fetchone()
+                    title = db.execute("SELECT title FROM folder WHERE id = ?", (s.folder_id,)).scalar_one()
                     extra = sorted(set(tokens(f"{title} {s.event or ''}")))
                     db.execute(
                         "UPDATE folder SET extra_terms = ? WHERE id = ?",
@@ -532,7 +509,7 @@ class MemoryStore:
         row = self._connection().execute("SELECT body FROM folder_text WHERE folder_id = ?", (folder_id,)).fetchone()
         if row is None:
             raise KeyError(folder_id)
-        return zstandard.ZstdDecompressor().decompress(row["body"]).decode()
+        return zstandard.ZstdDecompressor().decompress(row[0]).decode()
 
     # -- moving a scope between shards (runtime.placement.slices) -------------------------------------
     def export_scope(self, scope: str) -> ScopeRows:
@@ -541,24 +518,24 @@ class MemoryStore:
         db = self._connection()
         db.execute("BEGIN")
         try:
-            plans = db.execute("SELECT * FROM archive_plan WHERE scope = ? ORDER BY rowid", (scope,)).fetchall()
-            folders = db.execute("SELECT * FROM folder WHERE scope = ? ORDER BY rowid", (scope,)).fetchall()
+            plans = db.execute("SELECT * FROM archive_plan WHERE scope = ? ORDER BY rowid", (scope,)).mappings().all()
+            folders = db.execute("SELECT * FROM folder WHERE scope = ? ORDER BY rowid", (scope,)).mappings().all()
             texts = db.execute(
                 "SELECT t.folder_id, t.body FROM folder_text t JOIN folder f ON f.id = t.folder_id WHERE f.scope = ?",
                 (scope,),
             ).fetchall()
-            images = db.execute(
-                "SELECT i.* FROM folder_image i JOIN folder f ON f.id = i.folder_id WHERE f.scope = ?", (scope,)
-            ).fetchall()
-            state = db.execute("SELECT * FROM recall_state WHERE scope = ?", (scope,)).fetchone()
+            images = (
+                db.execute(
+                    "SELECT i.* FROM folder_image i JOIN folder f ON f.id = i.folder_id WHERE f.scope = ?", (scope,)
+                )
+                .mappings()
+                .all()
+            )
+            state = db.execute("SELECT * FROM recall_state WHERE scope = ?", (scope,)).mappings().first()
         finally:
             db.execute("COMMIT")
         return ScopeRows(
-            plans=[dict(r) for r in plans],
-            folders=[dict(r) for r in folders],
-            texts={r[0]: r[1] for r in texts},
-            images=[dict(r) for r in images],
-            recall_state=dict(state) if state else None,
+            plans=plans, folders=folders, texts={r[0]: r[1] for r in texts}, images=images, recall_state=state
         )
 
     def import_scope(self, scope: str, rows: ScopeRows) -> int:
@@ -598,7 +575,7 @@ class MemoryStore:
         """`delete_scope` for an erasure request: the deleted content is overwritten in the file,
         and the write-ahead log, which still holds it, is emptied."""
         db = self._connection()
-        previous = int(db.execute("PRAGMA secure_delete").fetchone()[0])
+        previous = int(db.execute("PRAGMA secure_delete").scalar_one())
         db.execute("PRAGMA secure_delete = ON")
         try:
             removed = self.delete_scope(scope)
@@ -608,7 +585,7 @@ class MemoryStore:
         return removed
 
     @staticmethod
-    def _delete_scope(db: sqlite3.Connection, scope: str) -> int:
+    def _delete_scope(db: Connection, scope: str) -> int:
         of_scope = "folder_id IN (SELECT id FROM folder WHERE scope = ?)"
         for table in ("folder_image", "index_entry", "folder_text"):
             db.execute(f"DELETE FROM {table} WHERE {of_scope}", (scope,))
@@ -618,7 +595,40 @@ class MemoryStore:
         return removed
 
 
-def _merge_postings(db: sqlite3.Connection, scope: str, entries: list[tuple[int, Counter[str]]]) -> None:
+def _write_index_entry(db: Connection, folder_id: str, text: str, compressor: zstandard.ZstdCompressor) -> Counter[str]:
+    terms = Counter(tokens(text))
+    db.execute(
+        "INSERT INTO index_entry (folder_id, length, terms) VALUES (?, ?, ?) ON CONFLICT (folder_id)"
+        " DO UPDATE SET length = excluded.length, terms = excluded.terms",
+        (folder_id, sum(terms.values()), compressor.compress(json.dumps(terms, ensure_ascii=False).encode())),
+    )
+    return terms
+
+
+def _rebuild(db: Connection, scope: str | None) -> int:
+    """Rewrite the index entries and postings of a scope (of every scope: None) from the
+    archived texts (inside the caller's transaction). Returns the folders."""
+    compressor = zstandard.ZstdCompressor(level=3)
+    decompress = zstandard.ZstdDecompressor().decompress
+    rows = db.execute(
+        "SELECT f.rowid, f.id, f.scope, t.body, f.title, f.event FROM folder f"
+        " JOIN folder_text t ON t.folder_id = f.id WHERE ? IS NULL OR f.scope = ? ORDER BY f.rowid",
+        (scope, scope),
+    ).fetchall()
+    db.execute("DELETE FROM scope_postings WHERE ? IS NULL OR scope = ?", (scope, scope))
+    by_scope: dict[str, list[tuple[int, Counter[str]]]] = {}
+    for rowid, folder_id, folder_scope, body, title, event in rows:
+        extra = sorted(set(tokens(f"{title} {event or ''}")))
+        db.execute("UPDATE folder SET extra_terms = ? WHERE rowid = ?", (json.dumps(extra), rowid))
+        terms = _write_index_entry(db, folder_id, decompress(body).decode(), compressor)
+        by_scope.setdefault(folder_scope, []).append((rowid, terms))
+    for folder_scope, entries in by_scope.items():
+        _merge_postings(db, folder_scope, entries)
+        _refresh_signals(db, folder_scope)
+    return len(rows)
+
+
+def _merge_postings(db: Connection, scope: str, entries: list[tuple[int, Counter[str]]]) -> None:
     """Add folders' term counts to the scope's postings snapshot (inside the caller's transaction)."""
     row = db.execute("SELECT data FROM scope_postings WHERE scope = ?", (scope,)).fetchone()
     postings: dict[str, bytes] = marshal.loads(row[0]) if row else {}
@@ -646,7 +656,7 @@ def keyword_terms(keywords: list[str], source: str) -> set[str]:
     return {token for word in keywords for token in tokens(word)}
 
 
-def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
+def _refresh_signals(db: Connection, scope: str) -> None:
     """Rewrite the scope's keyword and title/event postings from its scored folders (judging is
     rare and off the recall path; reading them back is one unmarshal)."""
     keywords: dict[str, array[int]] = {}
@@ -668,13 +678,13 @@ def _refresh_signals(db: sqlite3.Connection, scope: str) -> None:
     _stamp_version(db, scope)
 
 
-def _stamp_version(db: sqlite3.Connection, scope: str) -> None:
+def _stamp_version(db: Connection, scope: str) -> None:
     """Set the scope's postings version: a digest of its postings and of its scored folders'
     scores, what changes in the rows recall's index is read from (a folder's other fields are
     set once, when it is archived). A digest, not a counter, so the same rows, e.g. a scope
     imported again, have the same version."""
     digest = hashlib.blake2b(digest_size=8)
-    for blob in db.execute("SELECT data, keywords, extras FROM scope_postings WHERE scope = ?", (scope,)).fetchone():
+    for blob in db.execute("SELECT data, keywords, extras FROM scope_postings WHERE scope = ?", (scope,)).one():
         digest.update(len(blob or b"").to_bytes(8, "little") + (blob or b""))
     rows = db.execute("SELECT rowid, alpha, beta FROM folder WHERE scope = ? AND scored = 1 ORDER BY rowid", (scope,))
     for rowid, alpha, beta in rows:
@@ -683,8 +693,9 @@ def _stamp_version(db: sqlite3.Connection, scope: str) -> None:
     db.execute("UPDATE scope_postings SET version = ? WHERE scope = ?", (version, scope))
 
 
-def _folder(row: sqlite3.Row) -> Folder:
-    values = {k: row[k] for k in row.keys() if k != "extra_terms"}
+def _folder(row: Row) -> Folder:
+    """A folder of a row of FOLDER_COLUMNS."""
+    values = dict(zip(Folder.model_fields, row, strict=True))
     return Folder.model_validate(
         {
             **values,

@@ -20,8 +20,7 @@ from pydantic import BaseModel, Field
 
 from runtime.errors import KefuError
 from runtime.operators.roles import Role as Role  # the roles are named without loading the store (kefu --help)
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, now_ms, queries
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # ~50 ms a check: cheap for a login, dear for a guesser
@@ -73,11 +72,7 @@ def add_operator(store: DeliveryStore, name: str, role: Role, password: str) -> 
         )
     with store.write() as conn:
         conn.execute(
-            sql(
-                "INSERT INTO operator (name, role, password_hash, created_at) VALUES (:n, :r, :h, :at)"
-                " ON CONFLICT (name) DO UPDATE SET role = excluded.role, password_hash = excluded.password_hash,"
-                " disabled_at = NULL"
-            ),
+            queries.operator.UPSERT,
             {"n": name, "r": role.value, "h": hash_password(password), "at": now_ms()},
         )
     return Operator(name=name, role=role)
@@ -92,9 +87,7 @@ def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | N
     """The operator, if the password is theirs and they are not disabled. A wrong name costs
     the same hash as a wrong password, so a login does not tell which names exist."""
     with store.read() as conn:
-        row = conn.execute(
-            sql("SELECT role, password_hash FROM operator WHERE name = :n AND disabled_at IS NULL"), {"n": name}
-        ).first()
+        row = conn.execute(queries.operator.ENABLED_ROLE_AND_HASH, {"n": name}).first()
     if row is None:
         _matches(password, _unknown_hash())  # the same one scrypt run as for a known name
         return None
@@ -105,10 +98,7 @@ def authenticate(store: DeliveryStore, name: str, password: str) -> Operator | N
 def operator_named(store: DeliveryStore, name: str) -> Operator | None:
     """An enabled operator by name (a signed session names one: disabling them ends it)."""
     with store.read() as conn:
-        row = conn.execute(
-            sql("SELECT role, password_hash, signed_out_at FROM operator WHERE name = :n AND disabled_at IS NULL"),
-            {"n": name},
-        ).first()
+        row = conn.execute(queries.operator.ENABLED_BY_NAME, {"n": name}).first()
     if row is None:
         return None
     return Operator(name=name, role=Role(row[0]), credential=_credential(row[1]), signed_out_at=row[2])
@@ -118,25 +108,20 @@ def sign_out(store: DeliveryStore, name: str, at: int) -> None:
     """End every console session of the operator signed in before `at` (ms), wherever its
     cookie was copied to: a signed cookie alone cannot be taken back."""
     with store.write() as conn:
-        conn.execute(
-            sql("UPDATE operator SET signed_out_at = max(signed_out_at, :at) WHERE name = :n"), {"n": name, "at": at}
-        )
+        conn.execute(queries.operator.SIGN_OUT, {"n": name, "at": at})
 
 
 def disable_operator(store: DeliveryStore, name: str) -> bool:
     """The operator can no longer sign in, and their open sessions end at their next request
     (a session's role is read from here each time). False when no such enabled operator."""
     with store.write() as conn:
-        changed = conn.execute(
-            sql("UPDATE operator SET disabled_at = :at WHERE name = :n AND disabled_at IS NULL"),
-            {"n": name, "at": now_ms()},
-        ).rowcount
+        changed = conn.execute(queries.operator.DISABLE, {"n": name, "at": now_ms()}).rowcount
     return bool(changed)
 
 
 def list_operators(store: DeliveryStore) -> list[Operator]:
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT name, role FROM operator WHERE disabled_at IS NULL ORDER BY name")).all()
+        rows = conn.execute(queries.operator.ENABLED).all()
     return [Operator(name=name, role=Role(role)) for name, role in rows]
 
 
@@ -150,9 +135,6 @@ def record_action(
 ) -> None:
     with store.write() as conn:
         conn.execute(
-            sql(
-                "INSERT INTO operator_action (at, operator, action, customer_id, request_id, detail)"
-                " VALUES (:at, :o, :a, :c, :r, :d)"
-            ),
+            queries.operator_action.RECORD,
             {"at": now_ms(), "o": operator, "a": action, "c": customer_id, "r": request_id, "d": detail},
         )

@@ -18,9 +18,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
-from runtime.store import DeliveryStore, leases, now_ms
+from runtime.store import DeliveryStore, leases, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import AlertState
 
 ROUND_LEASE_S = 60.0  # one delivery round at a time: rounds from beat may overlap in a prefork pool
@@ -71,29 +70,15 @@ def raise_alert(
     code: str | None = None,
 ) -> None:
     conn.execute(
-        sql(
-            "INSERT OR IGNORE INTO alert (kind, account_id, customer_id, request_id, code, simulated, raised_at)"
-            " VALUES (:k, :a, :c, :r, :code, coalesce((SELECT simulated FROM account WHERE id = :a), 0), :at)"
-        ),
+        queries.alert.RAISE,
         {"k": kind, "a": account_id, "c": customer_id, "r": request_id, "code": code, "at": now_ms()},
     )
 
 
 def undelivered(store: DeliveryStore, limit: int = 100) -> list[Alert]:
     with store.read() as conn:
-        rows = conn.execute(
-            sql(
-                "SELECT id, key, kind, account_id, customer_id, request_id, code, simulated, raised_at, attempts"
-                " FROM alert WHERE state = 'raised' ORDER BY id LIMIT :n"
-            ),
-            {"n": limit},
-        ).mappings()
+        rows = conn.execute(queries.alert.UNDELIVERED, {"n": limit}).mappings()
         return [Alert.model_validate(dict(row)) for row in rows]
-
-
-_SETTLE = sql("UPDATE alert SET state = :s, settled_at = :at, last_failure = :f WHERE id = :i AND state = 'raised'")
-_RETRY = sql("UPDATE alert SET attempts = attempts + 1, last_failure = :f WHERE id = :i AND state = 'raised'")
-_PRUNE = sql("DELETE FROM alert WHERE state != 'raised' AND settled_at < :before")
 
 
 def deliver_alerts(store: DeliveryStore, sink: AlertSink, limit: int = 100) -> int:
@@ -107,23 +92,17 @@ def deliver_alerts(store: DeliveryStore, sink: AlertSink, limit: int = 100) -> i
             answer = sink.send(alert)
             with leases.fenced(store, fence) as conn:  # a round that lost its lease records nothing
                 if answer.outcome == "retry":
-                    conn.execute(_RETRY, {"f": answer.failure, "i": alert.id})
+                    conn.execute(queries.alert.RETRY, {"f": answer.failure, "i": alert.id})
                     break
                 state = AlertState.DELIVERED if answer.outcome == "delivered" else AlertState.REFUSED
-                conn.execute(_SETTLE, {"s": state, "at": now_ms(), "f": answer.failure, "i": alert.id})
+                conn.execute(queries.alert.SETTLE, {"s": state, "at": now_ms(), "f": answer.failure, "i": alert.id})
             delivered += answer.outcome == "delivered"
         with leases.fenced(store, fence) as conn:
-            conn.execute(_PRUNE, {"before": now_ms() - KEEP_SETTLED_MS})
+            conn.execute(queries.alert.PRUNE, {"before": now_ms() - KEEP_SETTLED_MS})
     return delivered
 
 
 def backlog(store: DeliveryStore) -> AlertBacklog:
     with store.read() as conn:
-        raised, refused, failure = conn.execute(
-            sql(
-                "SELECT (SELECT count(*) FROM alert WHERE state = 'raised'),"
-                " (SELECT count(*) FROM alert WHERE state = 'refused'),"
-                " (SELECT last_failure FROM alert WHERE state = 'raised' ORDER BY id LIMIT 1)"
-            )
-        ).one()
+        raised, refused, failure = conn.execute(queries.alert.BACKLOG).one()
     return AlertBacklog(raised=raised, refused=refused, last_failure=failure)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from runtime.customers.summaries import Source, of_source, source_param
-from runtime.inbound.classification import AGENT_INPUT_ROLES
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.sql import sql
+from runtime.customers.summaries import Source, source_param
+from runtime.store import DeliveryStore, now_ms, queries
 
 
 class StageCounts(BaseModel):
@@ -17,21 +15,18 @@ class StageCounts(BaseModel):
 
 def stage_counts(store: DeliveryStore, source: Source | None = None) -> list[StageCounts]:
     """Counts of one source's rows (None: both; an operator's view shows one, SPEC 3.13)."""
-    queries = {
-        "received pages": "SELECT coalesce(outcome, 'not ingested'), count(*) FROM received_page"
-        f" WHERE {of_source('account_id')} GROUP BY 1",
-        "inbound messages": f"SELECT state, count(*) FROM inbound_message WHERE {of_source('account_id')}"
-        " GROUP BY state",
-        "admission batches": "SELECT b.state, count(*) FROM admission_batch b JOIN customer c ON c.id = b.customer_id"
-        f" WHERE {of_source('c.account_id')} GROUP BY b.state",
-        "outbox requests": f"SELECT state, count(*) FROM outbox_request WHERE {of_source('account_id')} GROUP BY state",
-        "provider streams": f"SELECT 'committed pages', count(*) FROM page_receipt WHERE {of_source('account_id')}",
+    statements = {
+        "received pages": queries.received_page.OUTCOME_COUNTS,
+        "inbound messages": queries.inbound_message.STATE_COUNTS,
+        "admission batches": queries.admission_batch.STATE_COUNTS,
+        "outbox requests": queries.outbox_request.STATE_COUNTS,
+        "provider streams": queries.page_receipt.COMMITTED_COUNT,
     }
     params = {"sim": source_param(source)}
     with store.read() as conn:
         return [
-            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(sql(query), params)})
-            for stage, query in queries.items()
+            StageCounts(stage=stage, counts={str(k): int(v) for k, v in conn.execute(query, params)})
+            for stage, query in statements.items()
         ]
 
 
@@ -40,16 +35,7 @@ def is_quiet(store: DeliveryStore) -> bool:
     to be sent. (A console operator's mirrored line waits as context for the buyer's next
     message: that is quiet.)"""
     with store.read() as conn:
-        return not conn.execute(
-            sql(
-                "SELECT 1 FROM received_page WHERE ingested_at IS NULL"
-                " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'claimed'"
-                " UNION ALL SELECT 1 FROM inbound_message WHERE state = 'pending'"
-                f" AND sender_role IN {AGENT_INPUT_ROLES}"
-                " UNION ALL SELECT 1 FROM admission_batch WHERE state IN ('claimed', 'committed')"
-                " UNION ALL SELECT 1 FROM outbox_request WHERE state IN ('pending', 'sending') LIMIT 1"
-            )
-        ).first()
+        return not conn.execute(queries.received_page.ANY_IN_FLIGHT).first()
 
 
 # Bounds (seconds) of the page-to-reply latency histogram: from the first buyer message of a
@@ -79,36 +65,16 @@ class Operations(BaseModel):
 
 
 def operations(store: DeliveryStore) -> Operations:
-    bounds = ", ".join(f"sum(latency_ms <= {int(bound * 1000)})" for bound in REPLY_LATENCY_BOUNDS)
     with store.read() as conn:
-        buyer_messages = conn.execute(
-            sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'external'")
-        ).scalar_one()
+        buyer_messages = conn.execute(queries.inbound_message.EXTERNAL_COUNT).scalar_one()
         requests = {
             (str(origin), str(state)): int(n)
-            for origin, state, n in conn.execute(
-                sql("SELECT origin, state, count(*) FROM outbox_request GROUP BY origin, state")
-            )
+            for origin, state, n in conn.execute(queries.outbox_request.ORIGIN_STATE_COUNTS)
         }
-        handoffs = conn.execute(sql("SELECT count(*) FROM customer WHERE handling_paused")).scalar_one()
-        listeners = {str(a): str(s) for a, s in conn.execute(sql("SELECT id, listener_state FROM account"))}
-        latency = conn.execute(
-            sql(
-                f"SELECT count(*), coalesce(sum(latency_ms), 0), {bounds} FROM ("
-                " SELECT t.finished_at - (SELECT min(m.received_at) FROM inbound_message m"
-                "  WHERE m.batch_id = r.batch_id AND m.sender_role = 'external') AS latency_ms"
-                " FROM outbox_request r JOIN outbox_attempt t ON t.request_id = r.request_id AND t.state = 'sent'"
-                " WHERE r.origin = 'auto' AND r.follows IS NULL)"
-                " WHERE latency_ms IS NOT NULL"  # a reply to the buyer: not to an operator's message alone
-            )
-        ).one()
-        model = conn.execute(
-            sql(
-                "SELECT coalesce(sum(model_calls), 0), coalesce(sum(model_ms), 0) FROM admission_batch"
-                " WHERE model_calls > 0 AND updated_at >= :since"
-            ),
-            {"since": now_ms() - MODEL_WINDOW_S * 1000},
-        ).one()
+        handoffs = conn.execute(queries.customer.PAUSED_COUNT).scalar_one()
+        listeners = {str(a): str(s) for a, s in conn.execute(queries.account.LISTENER_STATES)}
+        latency = conn.execute(queries.outbox_request.reply_latency(REPLY_LATENCY_BOUNDS)).one()
+        model = conn.execute(queries.admission_batch.MODEL_USE_SINCE, {"since": now_ms() - MODEL_WINDOW_S * 1000}).one()
     return Operations(
         buyer_messages=buyer_messages,
         requests=requests,
@@ -137,14 +103,6 @@ class Notices(BaseModel):
 
 def notices(store: DeliveryStore) -> Notices:
     with store.read() as conn:
-        handoffs, unknown, failed = conn.execute(
-            sql(
-                "SELECT (SELECT count(*) FROM customer WHERE handling_paused),"
-                " (SELECT count(*) FROM outbox_request WHERE state = 'result-unknown'),"
-                " (SELECT count(*) FROM outbox_request WHERE state = 'failed')"
-            )
-        ).one()
-        listeners = [
-            str(a) for a in conn.execute(sql("SELECT id FROM account WHERE listener_state = 'failed'")).scalars()
-        ]
+        handoffs, unknown, failed = conn.execute(queries.customer.NOTICE_COUNTS).one()
+        listeners = [str(a) for a in conn.execute(queries.account.FAILED_LISTENERS).scalars()]
     return Notices(handoffs_waiting=handoffs, sends_unknown=unknown, sends_failed=failed, listeners_failed=listeners)

@@ -16,9 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from runtime.errors import KefuError
-from runtime.store import now_ms
+from runtime.store import now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 # (magic prefix, extension, MIME type). BMP's two bytes are checked with its header size.
 _IMAGE_MAGIC: tuple[tuple[bytes, str, str], ...] = (
@@ -132,23 +131,14 @@ def stage_media(conn: Connection, data: bytes, name: str) -> MediaRef:
     kind, file_name, mime = describe(data, name)
     digest = hashlib.sha256(data).hexdigest()
     conn.execute(
-        sql(
-            "INSERT OR IGNORE INTO media (sha256, kind, mime, file_name, size, data, created_at)"
-            " VALUES (:h, :k, :m, :n, :s, :d, :at)"
-        ),
+        queries.media.STAGE,
         {"h": digest, "k": kind, "m": mime, "n": file_name, "s": len(data), "d": data, "at": now_ms()},
     )
     return MediaRef(sha256=digest, kind=kind, mime=mime, file_name=file_name, size=len(data))
 
 
 def load_media(conn: Connection, sha256: str) -> tuple[MediaRef, bytes]:
-    row = (
-        conn.execute(
-            sql("SELECT sha256, kind, mime, file_name, size, data FROM media WHERE sha256 = :h"), {"h": sha256}
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(queries.media.LOAD, {"h": sha256}).mappings().first()
     if row is None:
         raise _invalid(f"staged media {sha256[:12]} is missing from the delivery store", "send the file again")
     return MediaRef.model_validate({k: row[k] for k in MediaRef.model_fields}), row["data"]

@@ -15,9 +15,8 @@ from zoneinfo import ZoneInfo
 
 from runtime.agent.rendering import shop_time
 from runtime.ports import READ_NOTICE_PREFIX, BuyerReadReceipt
-from runtime.store import DeliveryStore, now_ms
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.tables import BuyerRead
 
 Decision = Literal["stored", "already-stored", "unknown-message", "not-direct", "not-the-buyer"]
@@ -28,11 +27,7 @@ def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Dec
     with store.write() as conn:
         sent = (
             conn.execute(
-                sql(
-                    "SELECT r.request_id, r.customer_id, r.recipient_id, c.conversation_type, c.conversation_id"
-                    " FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
-                    " WHERE r.account_id = :a AND r.platform_message_id = :p AND r.state = 'sent'"
-                ),
+                queries.outbox_request.SENT_BY_MESSAGE_ID,
                 {"a": receipt.account_id, "p": receipt.platform_message_id},
             )
             .mappings()
@@ -45,10 +40,7 @@ def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Dec
         if sent["recipient_id"] != receipt.reader_id:
             return "not-the-buyer"
         stored = conn.execute(
-            sql(
-                "INSERT OR IGNORE INTO buyer_read (account_id, platform_message_id, request_id, customer_id,"
-                " reader_id, read_at, stored_at) VALUES (:a, :p, :r, :c, :u, :at, :now)"
-            ),
+            queries.buyer_read.RECORD,
             {
                 "a": receipt.account_id,
                 "p": receipt.platform_message_id,
@@ -62,25 +54,13 @@ def accept_buyer_receipt(store: DeliveryStore, receipt: BuyerReadReceipt) -> Dec
     return "stored" if stored else "already-stored"
 
 
-# The customer's (:c) reads its session has not been told of, as one JSON column: a turn reads
-# them beside what else it reads at that point, a statement fewer (`reads_from_json`).
-UNDELIVERED_READS_JSON = (
-    "(SELECT json_group_array(json_object('account_id', account_id, 'platform_message_id', platform_message_id,"
-    " 'request_id', request_id, 'customer_id', customer_id, 'reader_id', reader_id, 'read_at', read_at,"
-    " 'stored_at', stored_at)) FROM (SELECT * FROM buyer_read WHERE customer_id = :c AND delivered_at IS NULL"
-    " ORDER BY read_at))"
-)
-
-
 def reads_from_json(text: str) -> list[BuyerRead]:
+    """Reads as queries.customer.UNDELIVERED_READS_JSON gives them (one JSON column)."""
     return [BuyerRead.model_validate(read) for read in json.loads(text)]
 
 
 def undelivered_reads(conn: Connection, customer_id: int) -> list[BuyerRead]:
-    rows = conn.execute(
-        sql("SELECT * FROM buyer_read WHERE customer_id = :c AND delivered_at IS NULL ORDER BY read_at"),
-        {"c": customer_id},
-    ).mappings()
+    rows = conn.execute(queries.buyer_read.UNDELIVERED, {"c": customer_id}).mappings()
     return [BuyerRead.model_validate(dict(row)) for row in rows]
 
 
@@ -88,10 +68,7 @@ def mark_delivered(store: DeliveryStore, reads: list[BuyerRead]) -> None:
     with store.write() as conn:
         for read in reads:
             conn.execute(
-                sql(
-                    "UPDATE buyer_read SET delivered_at = :now WHERE account_id = :a AND platform_message_id = :p"
-                    " AND delivered_at IS NULL"
-                ),
+                queries.buyer_read.MARK_DELIVERED,
                 {"now": now_ms(), "a": read.account_id, "p": read.platform_message_id},
             )
 

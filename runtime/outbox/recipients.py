@@ -24,9 +24,8 @@ from datetime import UTC, datetime
 
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.inbound.pages import ReplyWebhook
-from runtime.store import now_ms
+from runtime.store import now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 WANGWANG_DIRECT_RECIPIENT_UNAVAILABLE = "WANGWANG_DIRECT_RECIPIENT_UNAVAILABLE"
 DINGTALK_RECIPIENT_UNAVAILABLE = "DINGTALK_RECIPIENT_UNAVAILABLE"
@@ -54,25 +53,9 @@ class RecipientUnavailable(KefuError):
         super().__init__(code, f"conversation {conversation_id!r}: {help_text}")
 
 
-def _latest_webhook(customer: str) -> str:
-    """SQL: the latest session webhook kept with a message of `customer` (an SQL expression), as stored."""
-    return (
-        f"SELECT m.reply_webhook FROM inbound_message m WHERE m.customer_id = {customer}"
-        " AND m.reply_webhook IS NOT NULL ORDER BY m.id DESC LIMIT 1"
-    )
-
-
-# What `recipient_of` decides from, as columns over a customer `c` joined with its account `a`.
-# The webhook is looked up only for a DingTalk direct conversation without a staff id.
-RECIPIENT_COLUMNS = (
-    "c.conversation_type, c.conversation_id, c.direct_peer_id, a.platform,"
-    " (SELECT sender_id FROM inbound_message m WHERE m.customer_id = c.id AND m.sender_role = 'external'"
-    "  ORDER BY m.id DESC LIMIT 1),"
-    " CASE WHEN a.platform = 'dingtalk' AND c.conversation_type = 'direct'"
-    "  AND (c.direct_peer_id IS NULL OR substr(c.direct_peer_id, 1, 2) = '$:')"
-    f" THEN ({_latest_webhook('c.id')}) END"
-)
-RecipientFacts = tuple[str, str, str | None, str, str | None, str | None]  # RECIPIENT_COLUMNS, as read
+# What `recipient_of` decides from, as queries.customer.RECIPIENT_FACTS reads it (the webhook is
+# looked up only for a DingTalk direct conversation without a staff id).
+RecipientFacts = tuple[str, str, str | None, str, str | None, str | None]
 
 
 def direct_recipient(conn: Connection, customer_id: int) -> str | None:
@@ -81,10 +64,7 @@ def direct_recipient(conn: Connection, customer_id: int) -> str | None:
     Raises RecipientUnavailable for a direct conversation no reply can reach yet (Wangwang with no
     buyer identity; DingTalk with no staff id and no live session webhook).
     """
-    row = conn.execute(
-        sql(f"SELECT {RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"),
-        {"c": customer_id},
-    ).first()
+    row = conn.execute(queries.customer.RECIPIENT_FACTS, {"c": customer_id}).first()
     if row is None:
         raise CustomerUnknown(customer_id)
     return recipient_of(tuple(row))
@@ -143,5 +123,5 @@ def live_webhook(stored: str | None, now: int) -> ReplyWebhook | None:
 def reply_webhook(conn: Connection, customer_id: int, now: int) -> ReplyWebhook | None:
     """The customer's latest session webhook, if it is still valid at `now` (ms): what a reply
     to REPLY_WEBHOOK is posted to, read when its attempt begins."""
-    stored = conn.execute(sql(_latest_webhook(":c")), {"c": customer_id}).scalar_one_or_none()
+    stored = conn.execute(queries.inbound_message.LATEST_WEBHOOK, {"c": customer_id}).scalar_one_or_none()
     return live_webhook(stored, now)

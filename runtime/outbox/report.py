@@ -7,21 +7,13 @@ from collections import defaultdict
 
 from pydantic import BaseModel
 
-from runtime.store import DeliveryStore
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, queries
 
 
 def requests_by_message(store: DeliveryStore, account_id: str) -> dict[tuple[str, str], list[str]]:
     """(conversation id, platform message id) → auto requests registered for its batch."""
     with store.read() as conn:
-        rows = conn.execute(
-            sql(
-                "SELECT m.conversation_id, m.platform_message_id, o.request_id FROM inbound_message m"
-                " LEFT JOIN outbox_request o ON o.customer_id = m.customer_id AND o.batch_id = m.batch_id"
-                " WHERE m.account_id = :a AND m.sender_role IN ('external', 'human-native')"
-            ),
-            {"a": account_id},
-        )
+        rows = conn.execute(queries.inbound_message.REQUESTS_BY_MESSAGE, {"a": account_id})
         result: dict[tuple[str, str], list[str]] = defaultdict(list)
         for conversation_id, platform_message_id, request_id in rows:
             result[(conversation_id, platform_message_id)]  # present even when unanswered
@@ -45,39 +37,15 @@ class ConversationOutcome(BaseModel):
 
 def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id: str) -> ConversationOutcome:
     with store.read() as conn:
-        found = conn.execute(
-            sql("SELECT id, handed_off FROM customer WHERE account_id = :a AND conversation_id = :c"),
-            {"a": account_id, "c": conversation_id},
-        ).first()
+        found = conn.execute(queries.customer.HANDOFF_BY_CONVERSATION, {"a": account_id, "c": conversation_id}).first()
         if found is None:
             return ConversationOutcome(
                 stored=set(), batch_of={}, requests_of={}, states={}, handed_off=False, settled=True, waiting=0
             )
         customer_id, handed_off = found
-        messages = conn.execute(
-            sql(
-                "SELECT platform_message_id, batch_id, state FROM inbound_message"
-                " WHERE customer_id = :c AND sender_role IN ('external', 'human-native')"
-            ),
-            {"c": customer_id},
-        ).all()
-        requests = conn.execute(
-            sql(
-                "SELECT request_id, batch_id, state FROM outbox_request WHERE customer_id = :c AND origin = 'auto'"
-                " ORDER BY created_at, request_id"
-            ),
-            {"c": customer_id},
-        ).all()
-        busy = conn.execute(
-            sql(
-                "SELECT 1 FROM inbound_message WHERE customer_id = :c"
-                " AND (state = 'claimed' OR (state = 'pending' AND sender_role = 'operator-dm'))"
-                " UNION ALL SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"
-                " UNION ALL SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')"
-                " LIMIT 1"
-            ),
-            {"c": customer_id},
-        ).first()
+        messages = conn.execute(queries.inbound_message.COUNTERPART_LINES, {"c": customer_id}).all()
+        requests = conn.execute(queries.outbox_request.AUTO_OF_CUSTOMER, {"c": customer_id}).all()
+        busy = conn.execute(queries.inbound_message.IN_FLIGHT, {"c": customer_id}).first()
     requests_of: dict[str, list[str]] = defaultdict(list)
     for request_id, batch_id, _ in requests:
         if batch_id is not None:

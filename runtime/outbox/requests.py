@@ -13,24 +13,21 @@ run them on its raw connection inside the transaction that stores the echo.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from runtime.customers.summaries import Source, of_source, source_param
+from runtime.customers.summaries import Source, source_param
 from runtime.errors import KefuError, RequestUnknown
-from runtime.inbound.classification import role_sql
 from runtime.operators.alerts import AlertKind, raise_alert
 from runtime.outbox.media import load_media
-from runtime.outbox.read_receipts import UNDELIVERED_READS_JSON, reads_from_json
-from runtime.outbox.recipients import RECIPIENT_COLUMNS, REPLY_WEBHOOK, RecipientFacts, reply_webhook
+from runtime.outbox.read_receipts import reads_from_json
+from runtime.outbox.recipients import REPLY_WEBHOOK, RecipientFacts, reply_webhook
 from runtime.ports import MediaPayload, NeverReceived, OutboundSend, SendFailure, SendLookup, SendReceipt
-from runtime.store import DeliveryStore, holders, now_ms
+from runtime.store import DeliveryStore, holders, now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import SETTLED, AttemptState, OutboxState, PlacementState
 from runtime.store.tables import BuyerRead, OutboundIntent, OutboxRequest
 
@@ -66,7 +63,7 @@ def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | N
     at = now_ms()
     values = {**intent.model_dump(), "state": "failed" if refused else "pending", "error_code": refused}
     values |= {"created_at": at, "updated_at": at}
-    if conn.execute(sql(_REGISTER), values).rowcount == 1:
+    if conn.execute(_REGISTER, values).rowcount == 1:
         if refused:  # stored as failed: no state change raises this one's alert
             raise_alert(conn, AlertKind.SEND_FAILED, intent.account_id, intent.customer_id, intent.request_id, refused)
         return OutboxRequest.model_validate(values)  # as stored: no read back
@@ -74,14 +71,11 @@ def register_outbound(conn: Connection, intent: OutboundIntent, refused: str | N
 
 
 _INTENT_COLUMNS = (*OutboundIntent.model_fields, "state", "error_code", "created_at", "updated_at")
-_REGISTER = (
-    f"INSERT OR IGNORE INTO outbox_request ({', '.join(_INTENT_COLUMNS)})"
-    f" VALUES ({', '.join(':' + c for c in _INTENT_COLUMNS)})"
-)
+_REGISTER = queries.outbox_request.register(_INTENT_COLUMNS)
 
 
 def load_request(conn: Connection, request_id: str) -> OutboxRequest | None:
-    row = conn.execute(sql("SELECT * FROM outbox_request WHERE request_id = :r"), {"r": request_id}).mappings().first()
+    row = conn.execute(queries.outbox_request.BY_ID, {"r": request_id}).mappings().first()
     return OutboxRequest.model_validate(dict(row)) if row else None
 
 
@@ -102,25 +96,13 @@ class ReplyCheck(NamedTuple):
     recipient: RecipientFacts  # who a direct reply goes to (runtime.outbox.recipients.recipient_of)
 
 
-_REPLY_CHECK = sql(
-    "SELECT NOT c.handling_paused AND c.handling_epoch = :e,"
-    " (SELECT request_id FROM outbox_request WHERE customer_id = :c AND batch_id = :b AND body = :t"
-    "  AND origin = 'auto' ORDER BY created_at LIMIT 1),"
-    " (SELECT state FROM account_placement WHERE account_id = c.account_id),"
-    " a.connection_intent = 'connected' AND a.authorization = 'ready',"
-    " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0),"
-    " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')),"
-    f" {UNDELIVERED_READS_JSON}, {RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id"
-    " WHERE c.id = :c"
-)
-
-
 def reply_check(
     conn: Connection, customer_id: int, epoch: int, batch_id: str, route: tuple[str, int], body: str
 ) -> ReplyCheck:
     """`route`: the batch's (route id, route generation)."""
     row = conn.execute(
-        _REPLY_CHECK, {"c": customer_id, "e": epoch, "b": batch_id, "route": route[0], "g": route[1], "t": body}
+        queries.customer.REPLY_CHECK,
+        {"c": customer_id, "e": epoch, "b": batch_id, "route": route[0], "g": route[1], "t": body},
     ).one()
     current, earlier, placement, live, route_current, busy, reads, *recipient = row
     flags = bool(live), bool(route_current), bool(busy)
@@ -128,15 +110,7 @@ def reply_check(
 
 
 def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
-    row = conn.execute(
-        sql(
-            "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled,"
-            " a.connection_intent = 'connected' AND a.authorization = 'ready' FROM customer c"
-            " JOIN admission_batch b ON b.customer_id = c.id LEFT JOIN route r ON r.id = b.route_id"
-            " JOIN account a ON a.id = c.account_id WHERE c.id = :c AND b.id = :b"
-        ),
-        {"c": request.customer_id, "b": request.batch_id},
-    ).first()
+    row = conn.execute(queries.customer.AUTO_SEND_FACTS, {"c": request.customer_id, "b": request.batch_id}).first()
     if row is None:
         return None
     paused, epoch, generation, enabled, account_live = row
@@ -152,19 +126,10 @@ def _stale(current: bool, account_live: bool, route_current: bool) -> str | None
     return None if route_current else "route-changed"
 
 
-_NEXT_PENDING = sql(
-    "SELECT request_id FROM outbox_request WHERE customer_id = :c AND state = 'pending' ORDER BY rowid LIMIT 1"
-)
-_NEXT_PENDING_AFTER = sql(
-    "SELECT request_id FROM outbox_request WHERE state = 'pending'"
-    " AND customer_id = (SELECT customer_id FROM outbox_request WHERE request_id = :r) ORDER BY rowid LIMIT 1"
-)
-
-
 def _next_after(conn: Connection, request_id: str) -> str | None:
     """The next request of this one's customer due for an attempt: None while this one, pending
     again, still comes first."""
-    following = conn.execute(_NEXT_PENDING_AFTER, {"r": request_id}).scalar_one_or_none()
+    following = conn.execute(queries.outbox_request.NEXT_PENDING_AFTER, {"r": request_id}).scalar_one_or_none()
     return None if following == request_id else following
 
 
@@ -178,21 +143,12 @@ def next_after(store: DeliveryStore, request_id: str) -> str | None:
 def next_pending(store: DeliveryStore, customer_id: int) -> str | None:
     """The customer's earliest registered request still waiting for its attempt."""
     with store.read() as conn:
-        return conn.execute(_NEXT_PENDING, {"c": customer_id}).scalar_one_or_none()
+        return conn.execute(queries.outbox_request.NEXT_PENDING, {"c": customer_id}).scalar_one_or_none()
 
 
 # The account's slice is sealed for a move here, or imported and not yet resumed: its requests
 # exist on two shards at once, and neither may send them (runtime.placement.moves).
 _HANDED_OFF = (PlacementState.SEALED, PlacementState.IMPORTING, PlacementState.MOVED)
-# In one read: the account's placement, the request's last attempt, and whether a request of
-# the same customer registered earlier (rowid order) is still pending or sending.
-_BEGIN_CHECKS = sql(
-    "SELECT (SELECT state FROM account_placement WHERE account_id = :a), last.attempt_no, last.state,"
-    " last.started_at, last.owner, EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c"
-    "  AND state IN ('pending', 'sending') AND rowid < (SELECT rowid FROM outbox_request WHERE request_id = :r))"
-    " FROM (SELECT 1) LEFT JOIN (SELECT attempt_no, state, started_at, owner FROM outbox_attempt"
-    "  WHERE request_id = :r ORDER BY attempt_no DESC LIMIT 1) AS last"
-)
 
 
 def begin_attempt(
@@ -238,9 +194,10 @@ def begin_in(
         row: tuple[Any, ...] = (checked.placement, None, None, None, None, checked.queue_busy)
     else:
         checked = None
-        row = tuple(
-            conn.execute(_BEGIN_CHECKS, {"a": request.account_id, "r": request_id, "c": request.customer_id}).one()
-        )
+        # In one read: the account's placement, the request's last attempt, and whether a request
+        # of the same customer registered earlier (rowid order) is still pending or sending.
+        params = {"a": request.account_id, "r": request_id, "c": request.customer_id}
+        row = tuple(conn.execute(queries.outbox_attempt.BEGIN_CHECKS, params).one())
     placement, last_no, last_state, last_started, last_owner, earlier = row
     if placement in _HANDED_OFF:
         return AttemptSkipped("moving")
@@ -275,16 +232,10 @@ def _start_attempt(
     sends (its file's bytes, the session webhook valid now)."""
     request_id = request.request_id
     conn.execute(
-        sql(
-            "INSERT INTO outbox_attempt (request_id, attempt_no, state, owner, started_at, shard_token)"
-            " VALUES (:r, :n, 'started', :o, :at, :token)"
-        ),
+        queries.outbox_attempt.START,
         {"r": request_id, "n": attempt_no, "o": owner, "at": at, "token": shard_token},
     )
-    conn.execute(
-        sql("UPDATE outbox_request SET state = 'sending', updated_at = :at WHERE request_id = :r"),
-        {"r": request_id, "at": at},
-    )
+    conn.execute(queries.outbox_request.MARK_SENDING, {"r": request_id, "at": at})
     media = None
     if request.media_sha256 is not None:
         ref, data = load_media(conn, request.media_sha256)
@@ -305,69 +256,14 @@ def _start_attempt(
 
 
 def _state_of(conn: Connection, request_id: str) -> str | None:
-    return conn.execute(
-        sql("SELECT state FROM outbox_request WHERE request_id = :r"), {"r": request_id}
-    ).scalar_one_or_none()
+    return conn.execute(queries.outbox_request.STATE, {"r": request_id}).scalar_one_or_none()
 
 
 def _set_state(conn: Connection, request_id: str, state: str, error_code: str | None) -> None:
     conn.execute(
-        sql("UPDATE outbox_request SET state = :s, error_code = :e, updated_at = :at WHERE request_id = :r"),
+        queries.outbox_request.SET_STATE,
         {"s": state, "e": error_code, "at": now_ms(), "r": request_id},
     )
-
-
-_MARK_ATTEMPT = (
-    "UPDATE outbox_attempt SET state = :s, finished_at = :at, platform_message_id = :p, error_code = :e"
-    " WHERE request_id = :r AND attempt_no = :n"
-)
-# A sent request's platform message id, when its echo is stored already (else NULL).
-_ECHOED = (
-    "(SELECT m.platform_message_id FROM inbound_message m WHERE m.account_id = outbox_request.account_id"
-    " AND m.conversation_id = outbox_request.conversation_id"
-    " AND m.platform_message_id = outbox_request.platform_message_id)"
-)
-# Evidence of delivery is final: a late failure report never turns a sent request back.
-_MARK_REQUEST = (
-    "UPDATE outbox_request SET state = :rs, updated_at = :at,"
-    " platform_message_id = coalesce(:p, platform_message_id), error_code = :e"
-    f" WHERE request_id = :r AND (state != 'sent' OR :rs = 'sent') RETURNING origin, {_ECHOED}"
-)
-# The platform's echo arrived before the send was recorded: classify the stored row again with
-# the one rule (now that the request is sent, it says ai or human-console); an ai row is ignored.
-_ROLE_OF_ROW = role_sql(
-    "inbound_message.account_id", "inbound_message.platform_message_id", "inbound_message.sender_role"
-)
-_RECLASSIFY_EARLY_ECHO = (
-    f"UPDATE inbound_message SET sender_role = {_ROLE_OF_ROW},"
-    f" state = CASE WHEN state = 'pending' AND {_ROLE_OF_ROW} = 'ai' THEN 'ignored' ELSE state END"
-    " WHERE (account_id, conversation_id, platform_message_id) ="
-    "  (SELECT account_id, conversation_id, platform_message_id FROM outbox_request WHERE request_id = :r)"
-)
-# A sent manual message is mirrored as the console operator's inbound, under a placeholder id
-# that the platform's echo takes over later (adopt_console_echoes).
-_MIRROR_MANUAL = (
-    "INSERT OR IGNORE INTO inbound_message (customer_id, account_id, conversation_id, platform_message_id,"
-    " sender_id, sender_role, content_type, body, occurred_at, received_at, origin, state)"
-    " SELECT r.customer_id, r.account_id, r.conversation_id, 'console-manual:' || r.request_id, 'console',"
-    " 'human-console', r.content_type,"
-    " CASE r.content_type WHEN 'image' THEN (SELECT json_object('ref', 'media:' || sha256, 'media', 'stored',"
-    "  'sha256', sha256, 'mime', mime, 'size', size) FROM media WHERE sha256 = r.media_sha256) ELSE r.body END,"
-    " :at, :at, 'live', CASE c.handling_paused WHEN 1 THEN 'suppressed' ELSE 'pending' END"
-    " FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
-    " WHERE r.request_id = :r AND r.origin = 'manual' AND NOT EXISTS (SELECT 1 FROM inbound_message m"
-    "  WHERE m.account_id = r.account_id AND m.conversation_id = r.conversation_id"
-    "  AND m.platform_message_id = r.platform_message_id)"
-)
-_SETTLE_BY_ECHO = (
-    "UPDATE outbox_request SET state = 'sent', platform_message_id = :p, error_code = NULL, updated_at = :at"
-    " WHERE request_id = :r AND account_id = :a AND state IN ('sending', 'result-unknown')"
-    f" RETURNING origin, {_ECHOED}"
-)
-_SETTLE_ATTEMPT_BY_ECHO = (
-    "UPDATE outbox_attempt SET state = 'sent', finished_at = :at, platform_message_id = :p, error_code = NULL"
-    " WHERE request_id = :r AND attempt_no = (SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r)"
-)
 
 
 def _on_sent(origin: str, echo: str | None) -> list[str]:
@@ -375,9 +271,9 @@ def _on_sent(origin: str, echo: str | None) -> list[str]:
     `echo`, the platform's echo of it stored already, is classified again."""
     statements = []
     if echo is not None:
-        statements.append(_RECLASSIFY_EARLY_ECHO)
-    if origin == "manual":
-        statements.append(_MIRROR_MANUAL)
+        statements.append(queries.inbound_message.RECLASSIFY_EARLY_ECHO)
+    if origin == "manual":  # mirrored as the console operator's inbound (adopt_console_echoes)
+        statements.append(queries.inbound_message.MIRROR_MANUAL)
     return statements
 
 
@@ -399,45 +295,32 @@ def _mark(
         "r": request_id,
         "n": attempt_no,
     }
-    conn.execute(sql(_MARK_ATTEMPT), params)
-    changed = conn.execute(sql(_MARK_REQUEST), params).first()
+    conn.execute(queries.outbox_attempt.MARK, params)
+    changed = conn.execute(queries.outbox_request.MARK, params).first()
     if request_state == OutboxState.SENT and changed is not None:
         for statement in _on_sent(*changed):
-            conn.execute(sql(statement), params)
+            conn.execute(statement, params)
 
 
-_CONSOLE_ECHOES = (
-    "SELECT request_id, platform_message_id FROM outbox_request WHERE account_id = ? AND origin = 'manual'"
-    " AND state = 'sent' AND platform_message_id IN (SELECT value FROM json_each(?))"
-)
-# Is a sent manual message's mirror waiting for its echo in the conversation (SQL over the
-# named parameters :account_id and :conversation_id)?
-PLACEHOLDER_WAITING = (
-    "EXISTS (SELECT 1 FROM inbound_message WHERE account_id = :account_id AND conversation_id = :conversation_id"
-    " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;')"
-)
-_ADOPT_PLACEHOLDER = (
-    "UPDATE inbound_message SET platform_message_id = ?"
-    " WHERE account_id = ? AND conversation_id = ? AND platform_message_id = 'console-manual:' || ?"
-)
-
-
-def adopt_console_echoes(db: sqlite3.Connection, account_id: str, conversation_id: str, ids: list[str]) -> None:
+def adopt_console_echoes(db: Connection, account_id: str, conversation_id: str, ids: list[str]) -> None:
     """Echoes of sent manual messages take over their mirror's placeholder id, so storing the
     echo finds that row instead of adding a second one. Runs inside ingestion's transaction,
-    for a conversation where PLACEHOLDER_WAITING holds (ingestion asks it in passing)."""
-    for request_id, platform_message_id in db.execute(_CONSOLE_ECHOES, (account_id, json.dumps(ids))).fetchall():
-        db.execute(_ADOPT_PLACEHOLDER, (platform_message_id, account_id, conversation_id, request_id))
+    for a conversation where queries.customer.PLACEHOLDER_WAITING holds (ingestion asks it in passing)."""
+    echoes = db.execute(queries.outbox_request.CONSOLE_ECHOES, (account_id, json.dumps(ids))).fetchall()
+    for request_id, platform_message_id in echoes:
+        db.execute(
+            queries.inbound_message.ADOPT_PLACEHOLDER, (platform_message_id, account_id, conversation_id, request_id)
+        )
 
 
-def settle_by_echo(db: sqlite3.Connection, account_id: str, request_id: str, platform_message_id: str) -> bool:
+def settle_by_echo(db: Connection, account_id: str, request_id: str, platform_message_id: str) -> bool:
     """The platform echoed our own send (its client reference is the request id): that proves
     delivery of a request still sending or result-unknown. Runs inside ingestion's transaction."""
     params = {"a": account_id, "r": request_id, "p": platform_message_id, "at": now_ms()}
-    changed = db.execute(_SETTLE_BY_ECHO, params).fetchone()
+    changed = db.execute(queries.outbox_request.SETTLE_BY_ECHO, params).fetchone()
     if changed is None:
         return False
-    for statement in (_SETTLE_ATTEMPT_BY_ECHO, *_on_sent(*changed)):
+    for statement in (queries.outbox_attempt.SETTLE_BY_ECHO, *_on_sent(*changed)):
         db.execute(statement, params)
     return True
 
@@ -471,19 +354,11 @@ def settle_by_receipt(store: DeliveryStore, request_id: str, lookup: SendLookup,
         request = load_request(conn, request_id)
         if request is None or request.state != OutboxState.RESULT_UNKNOWN:
             return False
-        attempt_no, started_at = conn.execute(
-            sql(
-                "SELECT attempt_no, started_at FROM outbox_attempt WHERE request_id = :r"
-                " ORDER BY attempt_no DESC LIMIT 1"
-            ),
-            {"r": request_id},
-        ).one()  # result-unknown always follows an attempt
+        # result-unknown always follows an attempt
+        attempt_no, started_at = conn.execute(queries.outbox_attempt.LAST, {"r": request_id}).one()
         if isinstance(lookup, NeverReceived) and started_at > now_ms() - int(attempt_lease_s * 1000):
             return False  # too early to tell: ask again on a later pass
-        conn.execute(
-            sql("UPDATE outbox_request SET receipt_queries = receipt_queries + 1 WHERE request_id = :r"),
-            {"r": request_id},
-        )
+        conn.execute(queries.outbox_request.COUNT_RECEIPT_QUERY, {"r": request_id})
         if lookup is None:
             return False
         if isinstance(lookup, NeverReceived):
@@ -506,9 +381,7 @@ def confirm_result(
                 "KEFU_REQUEST_NOT_UNKNOWN",
                 f"request {request_id!r} is {request.state}; only a result-unknown request can be confirmed",
             )
-        attempt_no = conn.execute(
-            sql("SELECT max(attempt_no) FROM outbox_attempt WHERE request_id = :r"), {"r": request_id}
-        ).scalar_one()
+        attempt_no = conn.execute(queries.outbox_attempt.LAST_NO, {"r": request_id}).scalar_one()
         if delivered:
             _mark(conn, request_id, attempt_no, "sent", "sent", platform_message_id=platform_message_id)
         else:
@@ -533,11 +406,7 @@ def list_requests(
     """Most recently changed first; `source`: one source's requests (None: both, SPEC 3.13)."""
     with store.read() as conn:
         rows = conn.execute(
-            sql(
-                "SELECT request_id, customer_id, conversation_id, origin, state, error_code,"
-                " substr(body, 1, 40) AS preview, updated_at FROM outbox_request"
-                f" WHERE (:s IS NULL OR state = :s) AND {of_source('account_id')} ORDER BY updated_at DESC LIMIT :n"
-            ),
+            queries.outbox_request.RECENT,
             {"s": state, "n": limit, "sim": source_param(source)},
         ).mappings()
         return [OutboxRow.model_validate(dict(row)) for row in rows]
@@ -546,12 +415,8 @@ def list_requests(
 def requests_to_attempt(conn: Connection, quiet_before: int, lease_before: int, limit: int) -> list[str]:
     """Pending requests nobody attempted for a grace, and attempts whose lease ran out without
     an outcome (the reconciler; begin_attempt turns the latter into result-unknown)."""
-    query = sql(
-        # Each state its own limit: many quiet pending requests never starve expired attempts.
-        "SELECT * FROM (SELECT request_id FROM outbox_request WHERE state = 'pending' AND updated_at < :t LIMIT :n)"
-        " UNION ALL SELECT * FROM"
-        " (SELECT request_id FROM outbox_request WHERE state = 'sending' AND updated_at < :lease LIMIT :n)"
-    )
+    # Each state its own limit: many quiet pending requests never starve expired attempts.
+    query = queries.outbox_request.TO_ATTEMPT
     return [str(r) for r in conn.execute(query, {"t": quiet_before, "lease": lease_before, "n": limit}).scalars()]
 
 
@@ -559,43 +424,33 @@ def sends_of_gone_senders(conn: Connection, limit: int) -> list[str]:
     """Requests whose attempt's process is seen gone (runtime.store.holders) before it recorded an
     outcome: attempted again now, which records them result-unknown and asks the platform at
     once (a receipt settles them), instead of only after the attempt lease."""
-    query = sql(
-        "SELECT r.request_id, a.owner FROM outbox_request r"
-        " JOIN outbox_attempt a ON a.request_id = r.request_id AND a.state = 'started'"
-        " WHERE r.state = 'sending' LIMIT :n"
-    )
-    return [str(request_id) for request_id, owner in conn.execute(query, {"n": limit}) if holders.gone(owner)]
+    rows = conn.execute(queries.outbox_request.SENDING_WITH_OWNER, {"n": limit})
+    return [str(request_id) for request_id, owner in rows if holders.gone(owner)]
 
 
 def requests_to_settle(conn: Connection, receipt_query_limit: int, limit: int) -> list[str]:
     """Result-unknown requests with receipt queries left."""
-    query = sql(
-        "SELECT request_id FROM outbox_request WHERE state = 'result-unknown' AND receipt_queries < :q LIMIT :n"
-    )
+    query = queries.outbox_request.TO_SETTLE
     return [str(r) for r in conn.execute(query, {"q": receipt_query_limit, "n": limit}).scalars()]
 
 
 def revoke_unsent_auto(conn: Connection, customer_id: int, code: str) -> None:
     """A human took over: automatic replies not yet attempted are never sent."""
     conn.execute(
-        sql(
-            "UPDATE outbox_request SET state = 'revoked', error_code = :code, updated_at = :at"
-            " WHERE customer_id = :c AND origin = 'auto' AND state = 'pending'"
-        ),
+        queries.outbox_request.REVOKE_UNSENT_AUTO,
         {"c": customer_id, "code": code, "at": now_ms()},
     )
 
 
 def replied_for(conn: Connection, customer_id: int, batch_id: str) -> bool:
     """Whether a turn over this batch registered any reply."""
-    query = sql("SELECT 1 FROM outbox_request WHERE customer_id = :c AND batch_id = :b LIMIT 1")
+    query = queries.outbox_request.ANY_FOR_BATCH
     return conn.execute(query, {"c": customer_id, "b": batch_id}).first() is not None
 
 
 def retried_as(conn: Connection, request_id: str) -> str | None:
     """The operator's retry of a result-unknown request, if there is one."""
-    query = sql("SELECT request_id FROM outbox_request WHERE retry_of = :r")
-    retry: str | None = conn.execute(query, {"r": request_id}).scalar_one_or_none()
+    retry: str | None = conn.execute(queries.outbox_request.RETRY_OF, {"r": request_id}).scalar_one_or_none()
     return retry
 
 
@@ -604,13 +459,7 @@ def reply_parts(conn: Connection, text_id: str) -> list[tuple[str, str, str]]:
     in order (`{text_id}-{n}`), then of its text; empty when it was never registered."""
     rows: list[tuple[str, str, str]] = [
         (str(request_id), str(kind), str(state))
-        for request_id, kind, state in conn.execute(
-            sql(
-                "SELECT request_id, content_type, state FROM outbox_request"
-                " WHERE request_id = :t OR (request_id > :t || '-' AND request_id < :t || '.')"
-            ),
-            {"t": text_id},
-        )
+        for request_id, kind, state in conn.execute(queries.outbox_request.REPLY_PARTS, {"t": text_id})
     ]
     text = [row for row in rows if row[0] == text_id]
     parts = sorted((row for row in rows if row[0] != text_id), key=lambda row: int(row[0].rsplit("-", 1)[1]))

@@ -31,20 +31,12 @@ from typing import Any, NamedTuple
 from runtime.placement.shards import Placement, local_placement, record_placement
 from runtime.placement.slices import discard_import
 from runtime.ports import Coordination
-from runtime.store import DeliveryStore
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, queries
 from runtime.store.states import MoveStep, PlacementState
 
 log = logging.getLogger(__name__)
 
 Resume = Callable[[DeliveryStore, str], Any]  # runtime.pipeline.resume: lifts the pause, returns a Step
-
-_UNPLACED = sql(
-    "SELECT a.id FROM account a WHERE a.deleted_at IS NULL"
-    " AND NOT EXISTS (SELECT 1 FROM account_placement p WHERE p.account_id = a.id) ORDER BY a.id"
-)
-_PLACED = sql("SELECT account_id, shard, generation, state FROM account_placement ORDER BY account_id")
-_IMPORT_OP = sql("SELECT op_id FROM placement_import WHERE account_id = :a ORDER BY imported_at DESC LIMIT 1")
 
 
 class Rebuilt(NamedTuple):
@@ -72,8 +64,8 @@ def enter_accounts(store: DeliveryStore, coordination: Coordination, shard: str)
     """Enter this store's accounts the directory lacks: those with no placement row yet (created
     before there was a directory, or by a library call) and those active or moved away."""
     with store.read() as conn:
-        unplaced = list(conn.execute(_UNPLACED).scalars())
-        placed = [Placement.model_validate(row) for row in conn.execute(_PLACED).mappings()]
+        unplaced = list(conn.execute(queries.account.UNPLACED).scalars())
+        placed = [Placement.model_validate(row) for row in conn.execute(queries.account_placement.ALL).mappings()]
     elsewhere: list[str] = []
     entered = 0
     for account_id in unplaced:
@@ -113,8 +105,10 @@ def rebuild_directory(
     `resume` lifts an account's pause; `discard(op_id)` undoes an import (runtime.placement.slices)."""
     rebuilt = enter_accounts(store, coordination, shard)
     with store.read() as conn:
-        placed = [Placement.model_validate(row) for row in conn.execute(_PLACED).mappings()]
-        ops = {p.account_id: conn.execute(_IMPORT_OP, {"a": p.account_id}).scalar() for p in placed}
+        placed = [Placement.model_validate(row) for row in conn.execute(queries.account_placement.ALL).mappings()]
+        ops = {
+            p.account_id: conn.execute(queries.placement_import.LATEST_OP, {"a": p.account_id}).scalar() for p in placed
+        }
     for placement in placed:
         account_id = placement.account_id
         if placement.state in (PlacementState.MOVING, PlacementState.SEALED) and placement.shard == shard:

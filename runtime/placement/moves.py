@@ -52,8 +52,7 @@ from runtime.placement.slices import (
     remove_slice,
 )
 from runtime.ports import Coordination, Services
-from runtime.store import DeliveryStore, leases, now_ms
-from runtime.store.sql import sql
+from runtime.store import DeliveryStore, leases, now_ms, queries
 from runtime.store.states import MoveStep, PlacementState
 
 log = logging.getLogger(__name__)
@@ -366,15 +365,6 @@ def _take(services: Services, coordination: Coordination, record: MoveRecord) ->
     return Step(f"nothing to do at {record.step}")
 
 
-_BUSY = sql(
-    "SELECT (SELECT count(*) FROM outbox_request WHERE account_id = :a AND state = 'sending')"
-    " + (SELECT count(*) FROM lease WHERE name = 'listener:' || :a AND expires_at >= :at)"
-)
-_UNSENT_AUTO = sql(
-    "SELECT DISTINCT customer_id FROM outbox_request WHERE account_id = :a AND origin = 'auto' AND state = 'pending'"
-)
-
-
 def _seal(store: DeliveryStore, record: MoveRecord) -> str | None:
     """Once nothing of the account is on its way (pages midway, turns, sends, a listener),
     seal it in the same transaction: from then on this shard sends none of its requests, so
@@ -386,8 +376,9 @@ def _seal(store: DeliveryStore, record: MoveRecord) -> str | None:
         placement = local_placement(conn, account_id)
         if placement is not None and placement.state == PlacementState.SEALED:
             return None
-        busy = count_in_flight(conn, account_id) + conn.execute(_BUSY, {"a": account_id, "at": now_ms()}).scalar_one()
-        unsent = list(conn.execute(_UNSENT_AUTO, {"a": account_id}).scalars())
+        busy = count_in_flight(conn, account_id)
+        busy += conn.execute(queries.outbox_request.ACCOUNT_BUSY, {"a": account_id, "at": now_ms()}).scalar_one()
+        unsent = list(conn.execute(queries.outbox_request.UNSENT_AUTO_CUSTOMERS, {"a": account_id}).scalars())
         if busy or (unsent and not overdue):
             return f"draining: {busy} on its way, {len(unsent)} customer(s) with replies to send"
         for customer_id in unsent:
@@ -473,10 +464,7 @@ def _release(services: Services, coordination: Coordination, record: MoveRecord)
         store, _memory_store(services), sessions, images, record.account_id, record.target, record.generation + 1
     )
     with store.read() as conn:
-        pages = conn.execute(
-            sql("SELECT page FROM received_page WHERE account_id = :a AND ingested_at IS NULL ORDER BY id"),
-            {"a": record.account_id},
-        ).scalars()
+        pages = conn.execute(queries.received_page.PENDING_PAGES_OF_ACCOUNT, {"a": record.account_id}).scalars()
         late = [Ingest(json.loads(page)) for page in pages]
     save_move(coordination, record, step=MoveStep.RELEASED)
     coordination.drop_blob(f"{record.op_id}:slice")

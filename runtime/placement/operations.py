@@ -8,14 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.errors import KefuError
-from runtime.store import now_ms
+from runtime.store import now_ms, queries
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 
 
 def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Inside the caller's write transaction: the stored result, or run and store it."""
-    row = conn.execute(sql("SELECT kind, result FROM operation WHERE id = :id"), {"id": op_id}).mappings().first()
+    row = conn.execute(queries.operation.BY_ID, {"id": op_id}).mappings().first()
     if row is not None:
         if row["kind"] != kind:
             raise KefuError(
@@ -27,7 +26,7 @@ def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], di
         return stored
     result = operation()
     conn.execute(
-        sql("INSERT INTO operation (id, kind, result, created_at) VALUES (:id, :kind, :result, :at)"),
+        queries.operation.RECORD,
         {"id": op_id, "kind": kind, "result": json.dumps(result, ensure_ascii=False), "at": now_ms()},
     )
     return result

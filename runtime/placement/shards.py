@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import sqlite3
 import struct
 import time
 import zlib
@@ -24,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
 
 from runtime.errors import KefuError
+from runtime.store import queries
 from runtime.store.clock import now_ms
-from runtime.store.connection import Connection
+from runtime.store.connection import Connection, connect
 from runtime.store.fence import ShardLeaseLost as ShardLeaseLost  # raised by the store; part of the shard API
-from runtime.store.sql import sql
 from runtime.store.states import PlacementState
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class ShardGuard:
         what this instance was granted (Redis lost its data before this grant's first write),
         so two instances hold one token, and the one that claimed the store keeps it."""
         token = self.require()
-        row = execute(_FENCE, {}).fetchone()
+        row = execute(queries.shard_fence.CURRENT, {}).fetchone()
         stored, owner = (int(row[0]), str(row[1])) if row is not None else (0, None)
         if stored > token:
             self.lose()
@@ -123,8 +123,8 @@ class ShardGuard:
         if stored == token:
             return False
         at = now_ms()
-        execute(_CLAIM, {"t": token, "o": self.owner, "at": at})
-        execute(_GRANTED, {"t": token, "o": self.owner, "at": at})
+        execute(queries.shard_fence.CLAIM, {"t": token, "o": self.owner, "at": at})
+        execute(queries.shard_grant.RECORD, {"t": token, "o": self.owner, "at": at})
         return previous is not None and previous != self.owner  # another instance held it
 
     def take_over(self, execute: Any) -> int:
@@ -136,19 +136,7 @@ class ShardGuard:
         KEFU_LISTENER__LEASE_S and a turn's for KEFU_AGENT__TURN_LEASE_S, long after the shard
         lease passed; so they are let go here, all at once. Their rows stay, so the next grant
         of each still gets a higher token. Returns how many were let go."""
-        return int(execute(_RELEASE_EARLIER, {"now": now_ms()}).rowcount)
-
-
-_FENCE = "SELECT token, owner FROM shard_fence WHERE id = 1"
-_CLAIM = (
-    "INSERT INTO shard_fence (id, token, owner, granted_at) VALUES (1, :t, :o, :at)"
-    " ON CONFLICT (id) DO UPDATE SET token = excluded.token, owner = excluded.owner, granted_at = excluded.granted_at"
-)
-# Every lease in the store when a new grant claims it was taken under an earlier grant. Lapsed
-# (1), not released (0), as runtime.store.leases marks a holder that never gave its lease back: the
-# rescue beat runs the open batches of those turns at once (runtime.admission.batches.stranded_batches).
-_RELEASE_EARLIER = "UPDATE lease SET expires_at = 1 WHERE expires_at >= :now"
-_GRANTED = "INSERT OR IGNORE INTO shard_grant (token, owner, granted_at) VALUES (:t, :o, :at)"
+        return int(execute(queries.lease.RELEASE_EARLIER, {"now": now_ms()}).rowcount)
 
 
 def newest_grant(path: Path) -> int:
@@ -159,19 +147,16 @@ def newest_grant(path: Path) -> int:
     if not path.exists():
         return 0
     try:
-        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as error:
-        log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        db = connect(path, read_only=True)
+    except DBAPIError as error:
+        log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error.orig)
         return 0
     try:
-        row = db.execute(
-            "SELECT max(token) FROM (SELECT token FROM shard_fence UNION ALL SELECT token FROM shard_grant)"
-        )
-        found = row.fetchone()
-        return int(found[0]) if found and found[0] is not None else 0
-    except sqlite3.DatabaseError as error:  # an old store without the fence tables, or a damaged one
-        if "no such table" not in str(error):
-            log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error)
+        found = db.execute(queries.shard_fence.NEWEST_TOKEN).scalar()
+        return int(found) if found is not None else 0
+    except DBAPIError as error:  # an old store without the fence tables, or a damaged one
+        if "no such table" not in str(error.orig):
+            log.warning("the store's fence cannot be read (%s); asking for the lease without a floor", error.orig)
         return 0
     finally:
         db.close()
@@ -189,24 +174,13 @@ class Placement(BaseModel):
 
 def local_placement(conn: Connection, account_id: str) -> Placement | None:
     """This shard's copy of the account's directory entry."""
-    row = (
-        conn.execute(
-            sql("SELECT account_id, shard, generation, state FROM account_placement WHERE account_id = :a"),
-            {"a": account_id},
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(queries.account_placement.BY_ACCOUNT, {"a": account_id}).mappings().first()
     return None if row is None else Placement.model_validate(row)
 
 
 def record_placement(conn: Connection, placement: Placement) -> None:
     conn.execute(
-        sql(
-            "INSERT INTO account_placement (account_id, shard, generation, state, updated_at)"
-            " VALUES (:a, :s, :g, :st, :at) ON CONFLICT (account_id) DO UPDATE SET shard = excluded.shard,"
-            " generation = excluded.generation, state = excluded.state, updated_at = excluded.updated_at"
-        ),
+        queries.account_placement.RECORD,
         {
             "a": placement.account_id,
             "s": placement.shard,

@@ -25,11 +25,10 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import zstandard
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -39,14 +38,15 @@ from runtime.accounts.credentials import stored_secret
 from runtime.agent.sessions import damaged_folder
 from runtime.customers.files import drop_files, session_files
 from runtime.errors import AccountUnknown, KefuError, invalid_fields
-from runtime.inbound.media import STORED_SHA256
+from runtime.memory import store as memory_store
 from runtime.memory.engine import scope_of
-from runtime.memory.store import SCHEMA, MemoryStore, ScopeRows
-from runtime.store import DeliveryStore, now_ms
-from runtime.store.connection import Connection
+from runtime.memory.store import MemoryStore, ScopeRows
+from runtime.store import DeliveryStore, now_ms, queries
+from runtime.store.connection import Connection, connect
+from runtime.store.migrate import migrate
 from runtime.store.migrations import MIGRATIONS
-from runtime.store.sql import sql
 from runtime.store.states import PlacementState
+from runtime.store.tables import insert_named
 
 Scalar = int | float | str | bool | None
 Row = dict[str, Scalar]
@@ -93,44 +93,45 @@ class ImportResult(BaseModel):
     replayed: bool = False
 
 
+class _Statements(Protocol):
+    """A slice table's statements (its module of runtime.store.queries), :a the account id: the
+    account's rows (its own, its customers' or its requests'; renumbered ones in id order), and
+    their removal. A row is inserted by its column names (runtime.store.tables.insert_named)."""
+
+    SLICE: str
+    DELETE_OF_ACCOUNT: str
+
+
 class _Table(NamedTuple):
-    name: str
-    where: str  # the account's rows; :a is the account id
+    name: str  # the table's key in a slice
+    statements: _Statements
     owner: str | None = "account_id"  # a column that must hold the account id
     renumber: str | None = None  # its rows get fresh INTEGER ids, kept in this map
 
 
-_OWN = "account_id = :a"
-_OF_CUSTOMER = "customer_id IN (SELECT id FROM customer WHERE account_id = :a)"
-_OF_REQUEST = "request_id IN (SELECT request_id FROM outbox_request WHERE account_id = :a)"
-# The media the account's messages use: files its replies sent, images its buyers sent.
-_ACCOUNT_MEDIA = (
-    "SELECT media_sha256 FROM outbox_request WHERE account_id = :a"
-    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE account_id = :a AND content_type = 'image'"
-)
 # In insert order (foreign keys); deletes run in reverse.
 TABLES: tuple[_Table, ...] = (
-    _Table("account", "id = :a", "id"),
-    _Table("route", _OWN),
-    _Table("checkpoint_state", _OWN),
-    _Table("input_pause", "scope = :a", "scope"),
-    _Table("customer", _OWN),
-    _Table("inbound_message", _OWN, renumber="message"),
-    _Table("page_receipt", _OWN),
-    _Table("group_receipt", _OWN),
-    _Table("received_page", _OWN, renumber="received"),
-    _Table("provider_cursor", _OWN),
-    _Table("held_page", _OWN),
-    _Table("damaged_session", _OF_CUSTOMER, None),
-    _Table("agent_session", _OF_CUSTOMER, None),
-    _Table("pending_question", _OF_CUSTOMER, None),
-    _Table("admission_batch", _OF_CUSTOMER, None),
-    _Table("outbox_request", _OWN),
-    _Table("outbox_attempt", _OF_REQUEST, None),
-    _Table("read_check", _OF_REQUEST, None),
-    _Table("buyer_read", _OWN),
-    _Table("reader_watermark", _OF_CUSTOMER, None),
-    _Table("erasure", _OWN),  # erased buyers stay erased on the account's new shard
+    _Table("account", queries.account, "id"),
+    _Table("route", queries.route),
+    _Table("checkpoint_state", queries.checkpoint_state),
+    _Table("input_pause", queries.input_pause, "scope"),
+    _Table("customer", queries.customer),
+    _Table("inbound_message", queries.inbound_message, renumber="message"),
+    _Table("page_receipt", queries.page_receipt),
+    _Table("group_receipt", queries.group_receipt),
+    _Table("received_page", queries.received_page, renumber="received"),
+    _Table("provider_cursor", queries.provider_cursor),
+    _Table("held_page", queries.held_page),
+    _Table("damaged_session", queries.damaged_session, None),
+    _Table("agent_session", queries.agent_session, None),
+    _Table("pending_question", queries.pending_question, None),
+    _Table("admission_batch", queries.admission_batch, None),
+    _Table("outbox_request", queries.outbox_request),
+    _Table("outbox_attempt", queries.outbox_attempt, None),
+    _Table("read_check", queries.read_check, None),
+    _Table("buyer_read", queries.buyer_read),
+    _Table("reader_watermark", queries.reader_watermark, None),
+    _Table("erasure", queries.erasure),  # erased buyers stay erased on the account's new shard
 )
 _BY_NAME = {t.name: t for t in TABLES}
 # What a column refers to, in every table that has it; kept as it is, checked to be the slice's.
@@ -164,10 +165,13 @@ _MEMORY = {
 def _schema() -> dict[str, frozenset[str]]:
     """The columns of every delivery and memory table as this kefu creates them: all a slice's
     rows may name, since the target runs this schema."""
-    db = sqlite3.connect(":memory:")
-    for statement in (s for m in MIGRATIONS for s in m.statements):
-        db.execute(statement)
-    db.executescript(SCHEMA)
+    delivery, memory = connect(":memory:"), connect(":memory:")
+    migrate(delivery, MIGRATIONS, "an in-memory delivery schema")
+    migrate(memory, memory_store.MIGRATIONS, "an in-memory memory schema")
+    return {**_columns(delivery), **_columns(memory)}
+
+
+def _columns(db: Connection) -> dict[str, frozenset[str]]:
     names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     return {n: frozenset(r[1] for r in db.execute(f"PRAGMA table_info({n})")) for n in names}
 
@@ -289,12 +293,11 @@ def export_slice(
     with store.read() as conn:
         tables: dict[str, list[Row]] = {}
         for t in TABLES:
-            order = " ORDER BY id" if t.renumber else ""
-            rows = conn.execute(sql(f"SELECT * FROM {t.name} WHERE {t.where}{order}"), {"a": account_id})
+            rows = conn.execute(t.statements.SLICE, {"a": account_id})
             tables[t.name] = [dict(r) for r in rows.mappings()]
         if not tables["account"]:
             raise AccountUnknown(account_id)
-        media = conn.execute(sql(f"SELECT * FROM media WHERE sha256 IN ({_ACCOUNT_MEDIA})"), {"a": account_id})
+        media = conn.execute(queries.media.SLICE, {"a": account_id})
         media_rows: list[Row] = [{**r, "data": _text(r["data"])} for r in media.mappings()]
         secret = stored_secret(conn, account_id)
     customers = [c for r in tables["customer"] if isinstance(c := r["id"], int)]
@@ -351,14 +354,13 @@ def _remap(row: Row, spec: _Table, ids: dict[str, dict[int, int]], sessions_dir:
     return out
 
 
-def _insert(conn: Connection, table: str, row: Mapping[str, object], verb: str = "INSERT") -> int | None:
+def _insert(conn: Connection, spec: _Table, row: Row) -> int | None:
     """One row by its column names (checked against the schema); the new rowid of a table whose
     rows get fresh ids."""
-    columns, values = ", ".join(f'"{c}"' for c in row), ", ".join(f":{c}" for c in row)
-    spec = _BY_NAME.get(table)
-    returning = " RETURNING id" if spec is not None and spec.renumber else ""
-    result = conn.execute(sql(f"{verb} INTO {table} ({columns}) VALUES ({values}){returning}"), row)
-    return result.scalar_one() if returning else None
+    if spec.renumber:
+        return int(conn.execute(insert_named(spec.name, row) + " RETURNING id", row).scalar_one())
+    conn.execute(insert_named(spec.name, row), row)
+    return None
 
 
 def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_dir: Path) -> list[int]:
@@ -366,8 +368,7 @@ def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_
     customers of an earlier copy of the account here, which the import replaces."""
     a, [account] = s.account_id, s.tables["account"]
     live = conn.execute(
-        sql("SELECT id FROM account WHERE deleted_at IS NULL AND (id = :a OR (platform = :p AND identity = :i))"),
-        {"a": a, "p": account.get("platform"), "i": account.get("identity")},
+        queries.account.LIVE_HOLDER, {"a": a, "p": account.get("platform"), "i": account.get("identity")}
     ).first()
     if live is not None:
         raise KefuError(
@@ -376,7 +377,7 @@ def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_
             "move the account to another shard, or delete it here first",
         )
     theirs = {r.get("stream_id"): r.get("cursor") for r in s.tables.get("provider_cursor", [])}
-    for stream, cursor in conn.execute(sql(f"SELECT stream_id, cursor FROM provider_cursor WHERE {_OWN}"), {"a": a}):
+    for stream, cursor in conn.execute(queries.provider_cursor.OF_ACCOUNT, {"a": a}):
         if cursor is not None and cursor != theirs.get(stream):
             raise KefuError(
                 "KEFU_CHECKPOINT_CURSOR_CONFLICT",
@@ -391,8 +392,7 @@ def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_
         )
     earlier = _customers(conn, a)
     ids = json.dumps([r.get("id") for r in s.tables.get("customer", [])])
-    taken = sql("SELECT count(*) FROM customer WHERE account_id != :a AND id IN (SELECT value FROM json_each(:ids))")
-    customers = conn.execute(taken, {"a": a, "ids": ids}).scalar_one()
+    customers = conn.execute(queries.customer.TAKEN_ELSEWHERE, {"a": a, "ids": ids}).scalar_one()
     files = {name: sessions_dir / name for name in s.sessions if _customer_of(_SESSION_FILE, name) not in earlier}
     clashes = sum(p.exists() and p.read_bytes() != _b64(s.sessions[name]) for name, p in files.items())
     if customers or clashes:
@@ -403,8 +403,7 @@ def _refuse(conn: Connection, s: AccountSlice, credential: str | None, sessions_
             "find out why two shards gave out the same customer ids; nothing was imported",
         )
     routes = json.dumps([r.get("id") for r in s.tables.get("route", [])])
-    clash = sql("SELECT id FROM route WHERE account_id != :a AND id IN (SELECT value FROM json_each(:ids)) ORDER BY id")
-    if named := list(conn.execute(clash, {"a": a, "ids": routes}).scalars()):
+    if named := list(conn.execute(queries.route.TAKEN_ELSEWHERE, {"a": a, "ids": routes}).scalars()):
         raise KefuError(
             "KEFU_PLACEMENT_ID_CONFLICT",
             f"account {a!r}: route id(s) {', '.join(map(repr, named))} belong to another account on this shard"
@@ -428,15 +427,14 @@ def import_slice(
     and 'importing' (nothing runs until the move resumes it), then its files and memory. The
     same op id again returns the recorded result, first finishing files a crash left undone."""
     check_slice(slice_)
-    select = sql("SELECT result, files_done FROM placement_import WHERE op_id = :o")
     with store.read() as conn:
-        recorded = conn.execute(select, {"o": op_id}).first()
+        recorded = conn.execute(queries.placement_import.RESULT, {"o": op_id}).first()
         # a tombstone's customers here: their files go before their rows
         earlier = _refuse(conn, slice_, credential, sessions_dir) if recorded is None else []
     drop_files(memory, sessions_dir, images_dir, earlier)
     try:
         with store.write() as conn:
-            recorded = conn.execute(select, {"o": op_id}).first()
+            recorded = conn.execute(queries.placement_import.RESULT, {"o": op_id}).first()
             if recorded is None:
                 _refuse(conn, slice_, credential, sessions_dir)
                 result, files_done = _insert_slice(conn, slice_, op_id, target_shard, credential, sessions_dir), False
@@ -448,7 +446,7 @@ def import_slice(
     if not files_done:
         _write_files(memory, sessions_dir, images_dir, slice_)
         with store.write() as conn:
-            conn.execute(sql("UPDATE placement_import SET files_done = 1 WHERE op_id = :o"), {"o": op_id})
+            conn.execute(queries.placement_import.MARK_FILES_DONE, {"o": op_id})
     return result
 
 
@@ -456,23 +454,23 @@ def _insert_slice(
     conn: Connection, s: AccountSlice, op_id: str, shard: str, credential: str | None, sessions_dir: Path
 ) -> ImportResult:
     a, at = s.account_id, now_ms()
-    conn.exec_driver_sql("PRAGMA defer_foreign_keys = ON")  # requests refer to requests (follows, retry_of)
+    conn.execute("PRAGMA defer_foreign_keys = ON")  # requests refer to requests (follows, retry_of)
     _delete_rows(conn, a, keep_pending=False)  # an earlier life of the account here (tombstone, moved away)
     ids: dict[str, dict[int, int]] = {"message": {}, "received": {}}
-    for media in s.media:
-        _insert(conn, "media", {**media, "data": _b64(media["data"])}, "INSERT OR IGNORE")
+    for media in s.media:  # content-addressed: a copy may be here already
+        conn.execute(insert_named("media", media, "INSERT OR IGNORE"), {**media, "data": _b64(media["data"])})
     for spec in TABLES:
         try:
             for row in s.tables.get(spec.name, []):
-                new = _insert(conn, spec.name, _remap(row, spec, ids, sessions_dir))
+                new = _insert(conn, spec, _remap(row, spec, ids, sessions_dir))
                 if spec.renumber and new is not None:
                     ids[spec.renumber][int(str(row["id"]))] = new
         except IntegrityError as error:
             raise _invalid([f"tables.{spec.name}: {error.orig}"]) from None
     if credential is not None:
-        _insert(conn, "credential", {"account_id": a, "secret": credential, "updated_at": at})
+        conn.execute(queries.credential.INSERT, {"account_id": a, "secret": credential, "updated_at": at})
     _place(conn, a, shard, s.generation, PlacementState.IMPORTING)
-    _insert(conn, "input_pause", {"scope": a, "paused_at": at}, "INSERT OR IGNORE")
+    conn.execute(queries.input_pause.PAUSE_IMPORTED, {"scope": a, "paused_at": at})
     result = ImportResult(
         op_id=op_id,
         account_id=a,
@@ -482,7 +480,7 @@ def _insert_slice(
         sessions=len(s.sessions),
     )
     record = {"op_id": op_id, "account_id": a, "result": result.model_dump_json(), "files_done": 0, "imported_at": at}
-    _insert(conn, "placement_import", record)
+    conn.execute(queries.placement_import.RECORD, record)
     return result
 
 
@@ -526,18 +524,13 @@ def _put(path: Path, data: bytes) -> None:
 
 
 def _customers(conn: Connection, account_id: str) -> list[int]:
-    return list(conn.execute(sql(f"SELECT id FROM customer WHERE {_OWN} ORDER BY id"), {"a": account_id}).scalars())
+    return list(conn.execute(queries.customer.IDS_OF_ACCOUNT, {"a": account_id}).scalars())
 
 
 def _place(conn: Connection, account_id: str, shard: str, generation: int, state: PlacementState) -> None:
     """Set this shard's placement of the account; the same placement again writes nothing."""
     conn.execute(
-        sql(
-            "INSERT INTO account_placement (account_id, shard, generation, state, updated_at)"
-            " VALUES (:a, :s, :g, :st, :at) ON CONFLICT (account_id) DO UPDATE SET shard = excluded.shard,"
-            " generation = excluded.generation, state = excluded.state, updated_at = excluded.updated_at"
-            " WHERE (shard, generation, state) IS NOT (excluded.shard, excluded.generation, excluded.state)"
-        ),
+        queries.account_placement.RECORD_IF_CHANGED,
         {"a": account_id, "s": shard, "g": generation, "st": state.value, "at": now_ms()},
     )
 
@@ -545,18 +538,16 @@ def _place(conn: Connection, account_id: str, shard: str, generation: int, state
 def _delete_rows(conn: Connection, account_id: str, keep_pending: bool) -> None:
     """Every row of the account, children first; with `keep_pending`, received pages not yet
     ingested stay (the source forwards them to the account's new shard)."""
-    shared = conn.execute(sql(_ACCOUNT_MEDIA), {"a": account_id}).scalars()
+    shared = conn.execute(queries.outbox_request.ACCOUNT_MEDIA, {"a": account_id}).scalars()
     media = {m for m in shared if m is not None}
-    conn.execute(sql(f"DELETE FROM credential WHERE {_OWN}"), {"a": account_id})
+    conn.execute(queries.credential.DELETE_OF_ACCOUNT, {"a": account_id})
     for t in reversed(TABLES):
-        pending = " AND ingested_at IS NOT NULL" if keep_pending and t.name == "received_page" else ""
-        conn.execute(sql(f"DELETE FROM {t.name} WHERE {t.where}{pending}"), {"a": account_id})
-    unused = (
-        "DELETE FROM media WHERE sha256 = :s AND NOT EXISTS (SELECT 1 FROM outbox_request WHERE media_sha256 = :s)"
-        f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {STORED_SHA256} = :s)"
-    )
+        delete = t.statements.DELETE_OF_ACCOUNT
+        if keep_pending and t.statements is queries.received_page:
+            delete = queries.received_page.DELETE_INGESTED_OF_ACCOUNT
+        conn.execute(delete, {"a": account_id})
     for sha256 in media:  # content-addressed, so shared: only copies no request refers to any more
-        conn.execute(sql(unused), {"s": sha256})
+        conn.execute(queries.media.DELETE_UNUSED, {"s": sha256})
 
 
 def remove_slice(
@@ -577,8 +568,8 @@ def remove_slice(
     with store.write() as conn:
         _delete_rows(conn, account_id, keep_pending=True)
         _place(conn, account_id, moved_to, generation, PlacementState.MOVED)
-        pending = sql(f"SELECT id FROM received_page WHERE {_OWN} AND ingested_at IS NULL ORDER BY id")
-        return list(conn.execute(pending, {"a": account_id}).scalars())
+        pending = conn.execute(queries.received_page.PENDING_IDS_OF_ACCOUNT, {"a": account_id})
+        return list(pending.scalars())
 
 
 def discard_import(
@@ -586,21 +577,17 @@ def discard_import(
 ) -> bool:
     """Undo an import before the directory flipped (the move was abandoned), only while the
     account is still 'importing' here. True if something was discarded."""
-    importing = sql(
-        "SELECT i.account_id FROM placement_import i JOIN account_placement p ON p.account_id = i.account_id"
-        " WHERE i.op_id = :o AND p.state = :st"
-    )
     args = {"o": op_id, "st": PlacementState.IMPORTING.value}
     with store.read() as conn:
-        account_id = conn.execute(importing, args).scalar()
+        account_id = conn.execute(queries.placement_import.IMPORTING_ACCOUNT, args).scalar()
         customers = _customers(conn, account_id) if account_id is not None else []
     if account_id is None:
         return False
     drop_files(memory, sessions_dir, images_dir, customers)
     with store.write() as conn:
-        if conn.execute(importing, args).scalar() != account_id:
+        if conn.execute(queries.placement_import.IMPORTING_ACCOUNT, args).scalar() != account_id:
             return False
         _delete_rows(conn, account_id, keep_pending=False)
-        conn.execute(sql("DELETE FROM placement_import WHERE op_id = :o"), {"o": op_id})
-        conn.execute(sql(f"DELETE FROM account_placement WHERE {_OWN}"), {"a": account_id})
+        conn.execute(queries.placement_import.DELETE, {"o": op_id})
+        conn.execute(queries.account_placement.DELETE_OF_ACCOUNT, {"a": account_id})
     return True

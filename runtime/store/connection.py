@@ -1,21 +1,22 @@
-"""`Connection`: a store transaction's statements, run on the DBAPI connection itself.
+"""`Connection`: the one way kefu reaches SQLite, a thin view of a sqlite3 connection.
 
-kefu's queries are SQL text with `:name` parameters, which sqlite3 binds natively and keeps
-prepared in its statement cache. Running them through SQLAlchemy's execution machinery cost
-some 25 µs of Python per statement, more than SQLite's own work, on a path of dozens of
-statements per buyer message. So a transaction hands its callers this thin view of the
-sqlite3 connection instead: `execute` and the few result methods kefu reads (SQLAlchemy's
-names and meanings), and SQLAlchemy's error types (callers and task retries catch those).
-A whole row is written by SQL text too (runtime.store.tables.insert_row).
+kefu's statements are named SQL text (runtime.store.queries) with `:name` or `?` parameters,
+which sqlite3 binds natively and keeps prepared in its statement cache. Running them through
+SQLAlchemy's execution machinery cost some 25 µs of Python per statement, more than SQLite's
+own work, on a path of dozens of statements per buyer message. So every store (delivery,
+memory, coordination, a simulated platform's ledger) hands its callers this view instead:
+`execute` and the few result methods kefu reads (SQLAlchemy's names and meanings), and
+SQLAlchemy's error types (callers and task retries catch those). A whole row is written by
+SQL text too (runtime.store.tables.insert_row).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import TextClause
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 
 from runtime.store import fence
@@ -30,28 +31,38 @@ def as_sqlalchemy_error(statement: str, error: sqlite3.Error) -> StatementError:
     return DBAPIError.instance(statement, None, error, sqlite3.Error, hide_parameters=True)
 
 
-def _text_of(statement: str | TextClause, params: Params | None) -> tuple[str, Params]:
-    return (statement if isinstance(statement, str) else statement.text), params or ()
-
-
 class Connection:
-    """One transaction's statements on a store's sqlite3 connection (see the module)."""
+    """Statements on one of kefu's SQLite connections: a delivery store's transaction, the
+    autocommit connection of `DeliveryStore.raw()`, or a memory, coordination or simulator
+    file's connection (`connect`). The one type through which kefu reaches SQLite."""
 
     __slots__ = ("dbapi",)
 
     def __init__(self, dbapi: sqlite3.Connection) -> None:
         self.dbapi = dbapi
 
-    def execute(self, statement: str | TextClause, params: Params | None = None) -> Result:
-        text, bound = _text_of(statement, params)
+    @property
+    def in_transaction(self) -> bool:
+        return self.dbapi.in_transaction
+
+    def executemany(self, statement: str, rows: Iterable[Params]) -> Result:
         try:
-            return Result(self.dbapi.execute(text, bound))
+            return Result(self.dbapi.executemany(statement, rows))
+        except sqlite3.Error as error:
+            if fence.refused(error):
+                raise fence.lost(self.dbapi) from None
+            raise as_sqlalchemy_error(statement, error) from error
+
+    def close(self) -> None:
+        self.dbapi.close()
+
+    def execute(self, statement: str, params: Params | None = None) -> Result:
+        try:
+            return Result(self.dbapi.execute(statement, params or ()))
         except sqlite3.Error as error:
             if fence.refused(error):  # before any caller mistakes it for a constraint of its own
                 raise fence.lost(self.dbapi) from None
-            raise as_sqlalchemy_error(text, error) from error
-
-    exec_driver_sql = execute
+            raise as_sqlalchemy_error(statement, error) from error
 
 
 class Result:
@@ -65,6 +76,10 @@ class Result:
     @property
     def rowcount(self) -> int:
         return self._cursor.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._cursor.lastrowid
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self._cursor)
@@ -161,3 +176,34 @@ class Mappings:
         if len(rows) != 1:
             raise (NoResultFound if not rows else MultipleResultsFound)(f"{len(rows)} rows where one was expected")
         return rows[0]
+
+
+class _Timed(sqlite3.Connection):
+    """A connection that tells `immediate` its busy timeout (a delivery store's carry theirs)."""
+
+    kefu_busy_timeout_ms: int
+
+
+def connect(
+    path: Path | str, timeout_s: float = 10.0, pragmas: Mapping[str, str] | None = None, read_only: bool = False
+) -> Connection:
+    """An autocommit connection to a SQLite file other than a delivery store's pool (memory,
+    coordination, a simulated platform, a store's fence read without writing): kefu opens
+    transactions itself (runtime.store.engine.immediate). `pragmas` are set in order
+    (journal_mode first). `read_only` opens an existing file without the right to write it."""
+    target = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else path
+    try:
+        dbapi = sqlite3.connect(
+            target, uri=read_only, timeout=timeout_s, isolation_level=None, check_same_thread=False, factory=_Timed
+        )
+        dbapi.kefu_busy_timeout_ms = int(timeout_s * 1000)  # what `immediate` waits for another writer
+    except sqlite3.Error as error:
+        raise as_sqlalchemy_error("connect", error) from error
+    conn = Connection(dbapi)
+    try:
+        for name, value in (pragmas or {}).items():
+            conn.execute(f"PRAGMA {name} = {value}")
+    except BaseException:
+        dbapi.close()
+        raise
+    return conn

@@ -21,7 +21,8 @@ from runtime.errors import KefuError
 from runtime.store import fence
 from runtime.store.connection import Connection, as_sqlalchemy_error
 from runtime.store.failures import is_busy, store_error, unopenable
-from runtime.store.migrations import LATEST_VERSION, MIGRATIONS
+from runtime.store.migrate import migrate, user_version
+from runtime.store.migrations import MIGRATIONS
 
 if TYPE_CHECKING:
     from runtime.placement.shards import ShardGuard
@@ -179,19 +180,26 @@ def _rollback(db: sqlite3.Connection, error: BaseException) -> BaseException | N
 
 
 @contextmanager
-def immediate(db: sqlite3.Connection, durable: bool = False) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on a raw connection (`_begin`); ROLLBACK on any error.
-    `durable`: see `synchronous`."""
+def immediate(conn: Connection, durable: bool = False) -> Iterator[Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on an autocommit connection (`_begin`); ROLLBACK on any
+    error. `durable`: see `synchronous`."""
+    db = conn.dbapi
     with synchronous(db, durable):
-        _begin(db, write=True)
         try:
-            yield db
+            _begin(db, write=True)
+        except sqlite3.Error as error:
+            raise as_sqlalchemy_error("BEGIN", error) from error
+        try:
+            yield conn
         except BaseException as error:
             instead = _rollback(db, error)
             if instead is not None:
                 raise instead from None
             raise
-        _commit(db)
+        try:
+            _commit(db)
+        except sqlite3.Error as error:
+            raise as_sqlalchemy_error("COMMIT", error) from error
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -415,10 +423,12 @@ class DeliveryStore:
         """A consistent read snapshot that takes no write lock."""
         return self._transaction(write=False)
 
-    def raw(self) -> AbstractContextManager[sqlite3.Connection]:
-        """This thread's DBAPI connection in autocommit mode, for hot paths that run several
-        short transactions with `immediate()`."""
-        return self._checkout()
+    @contextmanager
+    def raw(self) -> Iterator[Connection]:
+        """A connection of the pool in autocommit mode, for hot paths that run several short
+        transactions with `immediate()`."""
+        with self._checkout() as dbapi:
+            yield Connection(dbapi)
 
     def close(self) -> None:
         """Close every connection: idle ones now, one in a transaction when it ends (the store
@@ -436,7 +446,7 @@ class DeliveryStore:
     # -- schema ------------------------------------------------------------------------
     def user_version(self) -> int:
         with self.read() as conn:
-            return int(conn.execute("PRAGMA user_version").scalar_one())
+            return user_version(conn)
 
     def _migrate(self) -> None:
         """Bring the file to LATEST_VERSION, retrying under SQLITE_BUSY within the budget."""
@@ -457,20 +467,5 @@ class DeliveryStore:
                 time.sleep(delay)
 
     def _migrate_once(self) -> None:
-        current = self.user_version()
-        if current > LATEST_VERSION:
-            raise KefuError(
-                "KEFU_SCHEMA_TOO_NEW",
-                f"{self.path} has schema version {current}; this kefu understands up to {LATEST_VERSION}",
-                "run a newer kefu, or point KEFU_DATA_DIR at another directory",
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= current:
-                continue
-            # The stamp commits with the DDL: a file is always at exactly one version.
-            with self.write() as conn:
-                if int(conn.exec_driver_sql("PRAGMA user_version").scalar_one()) >= migration.version:
-                    continue  # another process migrated meanwhile
-                for statement in migration.statements:
-                    conn.exec_driver_sql(statement)
-                conn.exec_driver_sql(f"PRAGMA user_version = {migration.version}")
+        with self.raw() as conn:
+            migrate(conn, MIGRATIONS, str(self.path))

@@ -25,30 +25,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from runtime.errors import KefuError
-from runtime.store import DeliveryStore, holders, now_ms
+from runtime.store import DeliveryStore, holders, now_ms, queries
 from runtime.store.connection import Connection
 from runtime.store.holders import new_owner as new_owner  # every holder's name tells its process
-from runtime.store.sql import sql
 
 log = logging.getLogger(__name__)
-
-_GRANT = sql(
-    "INSERT INTO lease (name, owner, expires_at, token) VALUES (:n, :o, :e, 1)"
-    " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,"
-    "  token = CASE WHEN lease.owner = excluded.owner AND lease.expires_at >= :now THEN lease.token"
-    "  ELSE lease.token + 1 END"
-    " WHERE lease.expires_at < :now OR lease.owner = excluded.owner"
-    " RETURNING token"
-)
-_RELEASE = sql("UPDATE lease SET expires_at = 0 WHERE name = :n AND owner = :o")
-_HOLDS = "name = :n AND owner = :o AND token = :t AND expires_at >= :now"
-_RENEW = sql(f"UPDATE lease SET expires_at = :e WHERE {_HOLDS}")
-_RELEASE_HELD = sql(f"UPDATE lease SET expires_at = 0 WHERE {_HOLDS}")
-# A lapsed lease (1, not 0: "released") reads as one its holder never gave back: a turn it held
-# is stranded (runtime.admission.batches.stranded_batches), and the next grant takes a new token.
-_LAPSE = sql("UPDATE lease SET expires_at = 1 WHERE name = :n AND owner = :o AND expires_at >= :now")
-_HOLDER = sql("SELECT owner FROM lease WHERE name = :n AND expires_at >= :now")
-_UNEXPIRED = sql("SELECT name, owner FROM lease WHERE expires_at >= :now")
 
 
 class LeaseLost(KefuError):
@@ -72,11 +53,11 @@ class LeaseBusy(KefuError):
 def _lapse_if_gone(conn: Connection, name: str, at: int) -> bool:
     """Inside a grant that found the lease held: lapse it when its holder's process is gone
     (runtime.store.holders), so the grant can go on at once instead of waiting out the lease."""
-    owner = conn.execute(_HOLDER, {"n": name, "now": at}).scalar_one_or_none()
+    owner = conn.execute(queries.lease.HOLDER, {"n": name, "now": at}).scalar_one_or_none()
     if owner is None or not holders.gone(owner):
         return False
     log.info("lease %s: its holder's process is gone; lapsed at once", name)
-    return conn.execute(_LAPSE, {"n": name, "o": owner, "now": at}).rowcount == 1
+    return conn.execute(queries.lease.LAPSE, {"n": name, "o": owner, "now": at}).rowcount == 1
 
 
 def lapse_gone_holders(store: DeliveryStore) -> list[str]:
@@ -85,12 +66,16 @@ def lapse_gone_holders(store: DeliveryStore) -> list[str]:
     left to expire."""
     at = now_ms()
     with store.read() as conn:
-        found = [(str(name), str(owner)) for name, owner in conn.execute(_UNEXPIRED, {"now": at})]
+        found = [(str(name), str(owner)) for name, owner in conn.execute(queries.lease.UNEXPIRED, {"now": at})]
     gone = [(name, owner) for name, owner in found if holders.gone(owner)]
     if not gone:
         return []
     with store.write() as conn:
-        lapsed = [name for name, owner in gone if conn.execute(_LAPSE, {"n": name, "o": owner, "now": at}).rowcount]
+        lapsed = [
+            name
+            for name, owner in gone
+            if conn.execute(queries.lease.LAPSE, {"n": name, "o": owner, "now": at}).rowcount
+        ]
     if lapsed:
         log.warning("%d lease(s) of processes gone on this host lapsed at once", len(lapsed))
     return lapsed
@@ -120,13 +105,13 @@ class Fence:
         the lease instead, or raises LeaseBusy."""
         params = self._params(self.ttl_ms)
         if self.token == 0:
-            token = conn.execute(_GRANT, params).scalar_one_or_none()
+            token = conn.execute(queries.lease.GRANT, params).scalar_one_or_none()
             if token is None and _lapse_if_gone(conn, self.name, params["now"]):  # type: ignore[arg-type]
-                token = conn.execute(_GRANT, params).scalar_one_or_none()
+                token = conn.execute(queries.lease.GRANT, params).scalar_one_or_none()
             if token is None:
                 raise LeaseBusy(self.name)
             self.token = token
-        elif conn.execute(_RENEW, params).rowcount != 1:
+        elif conn.execute(queries.lease.RENEW, params).rowcount != 1:
             self.held_until = 0
             raise LeaseLost(self.name)
         self.held_until = params["e"]  # type: ignore[assignment]
@@ -135,7 +120,7 @@ class Fence:
         """Inside the holder's last write: fenced like any write (one statement), and the lease
         is let go with it (a transaction fewer at the end of every turn). The holder's block
         releases it again only if that write did not commit."""
-        if conn.execute(_RELEASE_HELD, self._params(None)).rowcount != 1:
+        if conn.execute(queries.lease.RELEASE_HELD, self._params(None)).rowcount != 1:
             raise LeaseLost(self.name)
         self.released, self.held_until = True, 0
 
@@ -197,7 +182,7 @@ def acquire(store: DeliveryStore, name: str, owner: str, ttl_s: float) -> bool:
 def release(store: DeliveryStore, name: str, owner: str) -> None:
     """Let the lease go at once. The row stays, so the next grant's token is still higher."""
     with store.write() as conn:
-        conn.execute(_RELEASE, {"n": name, "o": owner})
+        conn.execute(queries.lease.RELEASE, {"n": name, "o": owner})
 
 
 class _Renewals:

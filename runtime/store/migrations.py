@@ -1,20 +1,11 @@
 """Ordered, frozen schema migrations for the delivery store.
 
-Each migration is plain DDL run in one transaction together with its `user_version` stamp, so a
-file is always at exactly one version. Never edit a released migration: add the next one.
+Each migration is plain DDL, applied by runtime.store.migrate like every kefu file's schema.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    summary: str
-    statements: tuple[str, ...]
-
+from runtime.store.migrate import Migration, latest
 
 V1 = Migration(
     1,
@@ -636,4 +627,4 @@ MIGRATIONS: tuple[Migration, ...] = (
     V21,
     V22,
 )
-LATEST_VERSION = MIGRATIONS[-1].version
+LATEST_VERSION = latest(MIGRATIONS)

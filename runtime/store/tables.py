@@ -11,14 +11,13 @@ States are the enums of runtime.store.states, stored as their text.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import ClassVar, Literal
 
-from sqlalchemy import TextClause
 from sqlmodel import Field, SQLModel
 
 from runtime.store.connection import Connection
-from runtime.store.sql import sql
 from runtime.store.states import (
     AttemptState,
     BatchState,
@@ -31,18 +30,23 @@ from runtime.store.states import (
 )
 
 
-@cache
-def _insert(model: type[SQLModel]) -> TextClause:
-    columns = list(model.model_fields)
-    return sql(
-        f"INSERT INTO {model.__tablename__} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
-    )
+def insert_named(table: str, columns: Iterable[str], verb: str = "INSERT") -> str:
+    """A row's INSERT by its column names (`:name` parameters): a whole model's, or a row that
+    arrives as data (an account slice's, whose columns were checked against the schema)."""
+    names = list(columns)
+    quoted, params = ", ".join(f'"{c}"' for c in names), ", ".join(f":{c}" for c in names)
+    return f"{verb} INTO {table} ({quoted}) VALUES ({params})"
 
 
 @cache
-def _update(model: type[SQLModel], key: str) -> TextClause:
+def _insert(model: type[SQLModel]) -> str:
+    return insert_named(str(model.__tablename__), model.model_fields)
+
+
+@cache
+def _update(model: type[SQLModel], key: str) -> str:
     columns = ", ".join(f"{c} = :{c}" for c in model.model_fields if c != key)
-    return sql(f"UPDATE {model.__tablename__} SET {columns} WHERE {key} = :{key}")
+    return f"UPDATE {model.__tablename__} SET {columns} WHERE {key} = :{key}"
 
 
 def insert_row(conn: Connection, row: SQLModel) -> None:

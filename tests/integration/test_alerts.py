@@ -81,7 +81,7 @@ def test_a_handoff_reaches_the_webhook_once_even_after_it_failed(tmp_path, broke
     [(_, key, sent), (status, again, body)] = webhook.posts
     assert status == 204 and key == again == body["key"] and body == sent  # the same alert, under the same key
     with store.read() as conn:
-        customer = conn.exec_driver_sql("SELECT id FROM customer").scalar_one()
+        customer = conn.execute("SELECT id FROM customer").scalar_one()
     assert {k: body[k] for k in ("kind", "shard", "account_id", "customer_id", "code", "simulated")} == {
         "kind": "handoff",
         "shard": "default",

@@ -75,7 +75,7 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
     assert label == "[operator alice from console]"
     assert platform.received("shop")[-1].text == "您好，我是店长，马上为您安排。"  # delivered on the platform
     with store.read() as conn:
-        actions = conn.exec_driver_sql("SELECT operator, action FROM operator_action ORDER BY id").all()
+        actions = conn.execute("SELECT operator, action FROM operator_action ORDER BY id").all()
     assert [tuple(a) for a in actions] == [("alice", "take-over"), ("alice", "send")]
 
 
@@ -145,8 +145,8 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
     depths = {sample.labels["queue"]: sample.value for sample in families["kefu_queue_depth"].samples}
     assert set(depths) == {queue_name(family, "default") for family in FAMILIES}  # asked of Redis
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
+        assert conn.execute("SELECT handling_paused FROM customer").scalar_one() == 1
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 0
 
 
 def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, settings, store, shop, platform, transport):
@@ -178,7 +178,7 @@ def test_an_operator_sends_a_file_then_its_text(console, browser, tmp_path, sett
 
 def held(store) -> int:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT count(*) FROM held_page").scalar_one()
+        return conn.execute("SELECT count(*) FROM held_page").scalar_one()
 
 
 def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, store, platform, transport):
@@ -204,7 +204,7 @@ def test_an_admin_pauses_input_and_nothing_is_lost(worker, console, browser, sto
     wait_for(lambda: len(platform.received("shop")) == 1, 30, "the held message answered once resumed")
     assert held(store) == 0
     with store.read() as conn:
-        actions = conn.exec_driver_sql("SELECT operator, action, detail FROM operator_action ORDER BY id").all()
+        actions = conn.execute("SELECT operator, action, detail FROM operator_action ORDER BY id").all()
     assert [tuple(a) for a in actions] == [("ada", "pause-input", "host"), ("ada", "resume-input", "host")]
 
 

@@ -76,7 +76,7 @@ def conversation_link(driver: WebDriver, instance_id: str) -> bool:
 
 def operator_dms(store: DeliveryStore) -> list[str]:
     with store.read() as conn:
-        rows = conn.exec_driver_sql("SELECT body FROM inbound_message WHERE sender_role = 'operator-dm' ORDER BY id")
+        rows = conn.execute("SELECT body FROM inbound_message WHERE sender_role = 'operator-dm' ORDER BY id")
         return [row[0] for row in rows]
 
 

@@ -81,4 +81,4 @@ def test_sigkill_mid_tool_call_is_repaired_and_answered_once(settings, store, sh
     assert [e.outcome for e in events if e.type == "turn/end"] == ["interrupted", "complete"]
     assert len(platform.received(shop)) == 1
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM outbox_request").scalars().all() == ["sent"]
+        assert conn.execute("SELECT state FROM outbox_request").scalars().all() == ["sent"]

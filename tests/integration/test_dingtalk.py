@@ -69,7 +69,7 @@ def test_a_buyer_message_is_answered_once_through_stream_and_openapi(fake_dingta
     assert fake_dingtalk.unacked == 0 and len(fake_dingtalk.acks) == 1  # ACKed once, as soon as it reached the broker
     with store.read() as conn:
         assert load_account(conn, ACCOUNT).listener_state == "running"
-        sent = conn.exec_driver_sql("SELECT state, platform_message_id FROM outbox_request").all()
+        sent = conn.execute("SELECT state, platform_message_id FROM outbox_request").all()
     assert sent == [("sent", reply.process_query_key)]
 
 
@@ -129,7 +129,7 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
     def unknown() -> bool:
         with store.read() as conn:
             return (
-                conn.exec_driver_sql(
+                conn.execute(
                     "SELECT 1 FROM outbox_request r JOIN customer c ON c.id = r.customer_id"
                     " WHERE c.direct_peer_id = 'staff-u' AND r.state = 'result-unknown'"
                 ).first()
@@ -150,7 +150,7 @@ def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_sto
 
     def reads() -> list[tuple[str, str]]:
         with store.read() as conn:
-            return conn.exec_driver_sql("SELECT platform_message_id, reader_id FROM buyer_read").all()
+            return conn.execute("SELECT platform_message_id, reader_id FROM buyer_read").all()
 
     wait_for(lambda: reads() == [(key["staff-r"], "staff-r")], 20, "the read to be stored", reads)
     wait_for(lambda: fake_dingtalk.read_queries.count(key["staff-n"]) == 3, 20, "three checks of the unread message")
@@ -173,7 +173,7 @@ def test_malformed_stream_frames_are_acknowledged_and_dropped_and_nothing_is_wri
     wait_replies(fake_dingtalk, ["staff-ok"], worker)
     assert fake_dingtalk.unacked == 0  # refused for good: not redelivered forever
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 1
     with store.read() as conn:
         assert load_account(conn, ACCOUNT).listener_state == "running"
 
@@ -194,9 +194,9 @@ def test_an_external_user_gets_exactly_one_reply_through_the_session_webhook(fak
     assert fake_dingtalk.sends == [] and fake_dingtalk.session_refusals == 0  # never batchSend to a senderId
     assert fake_dingtalk.read_queries == []  # a session webhook send has no read status to ask for
     with store.read() as conn:
-        sent = conn.exec_driver_sql("SELECT recipient_id, state, error_code, platform_message_id FROM outbox_request")
+        sent = conn.execute("SELECT recipient_id, state, error_code, platform_message_id FROM outbox_request")
         [(recipient, state, error, platform_id)] = sent.all()
-        reads = conn.exec_driver_sql("SELECT count(*) FROM read_check").scalar_one()
+        reads = conn.execute("SELECT count(*) FROM read_check").scalar_one()
     assert (recipient, state, error, reads) == ("@session-webhook", "sent", None, 0)
     assert platform_id.startswith("session-webhook:")
     log = (settings.data_dir / "worker.log").read_text()

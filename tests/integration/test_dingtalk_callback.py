@@ -86,5 +86,5 @@ def test_signed_callbacks_are_answered_once_and_bad_ones_write_nothing(settings,
         worker.stop()
     assert [s.user_ids for s in fake_dingtalk.sends] == [["staff-1"]]
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT platform_message_id FROM inbound_message").scalars().all() == ["m-1"]
+        assert conn.execute("SELECT platform_message_id FROM inbound_message").scalars().all() == ["m-1"]
     assert "可以开发票吗" not in log.read_text() and secret not in log.read_text()

@@ -80,8 +80,6 @@ def test_a_picture_reaches_the_model_as_an_image_then_ages_out(fake_dingtalk: Fa
     with store.read() as conn:
         bodies = [
             image_body(b)
-            for (b,) in conn.exec_driver_sql(
-                "SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id"
-            )
+            for (b,) in conn.execute("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
         ]
     assert [(b.state, b.code) for b in bodies] == [("stored", None), ("refused", "KEFU_MEDIA_TOO_LARGE")]

@@ -14,7 +14,7 @@ from worker.celery_app import make_app, queue_name
 def _outbox(store) -> dict[str, tuple[int, str]]:
     """conversation id -> (customer id, request state)"""
     with store.read() as conn:
-        rows = conn.exec_driver_sql(
+        rows = conn.execute(
             "SELECT c.conversation_id, c.id, o.state FROM outbox_request o JOIN customer c ON c.id = o.customer_id"
         ).all()
     return {conversation: (customer, state) for conversation, customer, state in rows}
@@ -64,7 +64,7 @@ def test_pause_revokes_a_registered_reply_and_resume_admits_only_new_input(setti
     assert replies[1][0] == "b2" and "发票" in replies[1][1] and "发货" not in replies[1][1]
     with store.read() as conn:
         b2_states = (
-            conn.exec_driver_sql(
+            conn.execute(
                 "SELECT state FROM inbound_message WHERE conversation_id = ? ORDER BY id", (said["b2"].conversation_id,)
             )
             .scalars()

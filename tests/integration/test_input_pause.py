@@ -16,7 +16,7 @@ from worker.dispatch import send
 
 def _batches(store) -> list[int]:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT created_at FROM admission_batch").scalars().all()
+        return conn.execute("SELECT created_at FROM admission_batch").scalars().all()
 
 
 def test_pause_and_drain_during_a_burst_then_resume_without_loss(settings, store, shop, platform, transport):

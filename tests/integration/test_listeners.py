@@ -35,7 +35,7 @@ def _listener_state(store, account: str) -> str:
 
 def _inbound(store) -> int:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one()
+        return conn.execute("SELECT count(*) FROM inbound_message").scalar_one()
 
 
 def test_a_worker_started_with_listen_answers_follows_disconnects_and_stops_cleanly(settings, store, shop, platform):

@@ -80,7 +80,7 @@ def events(settings, result):
 
 def outbox(store):
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT body, state FROM outbox_request").all()
+        return conn.execute("SELECT body, state FROM outbox_request").all()
 
 
 def test_a_tool_call_reaches_the_outbox_and_the_request_is_well_formed(store, settings, agent, customer, fake):
@@ -148,7 +148,7 @@ def test_an_outage_interrupts_the_turn_and_one_follow_up_answers_later(store, se
     assert [e.status for e in log if e.type == "assistant/attempt"] == [500, 502, 503]
     assert (log[-1].type, log[-1].reason) == ("turn/end", "model-unavailable")
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "committed"
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "committed"
     up = turn(store, settings, agent, customer)  # what the reconciler does after its grace period
     assert up.outcome == "complete"
     assert len(outbox(store)) == 1 and "什么时候发货" in outbox(store)[0][0]

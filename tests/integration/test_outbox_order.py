@@ -17,7 +17,7 @@ SEND = "im_send_message"
 
 def _requests(store) -> list[str]:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT request_id FROM outbox_request ORDER BY rowid").scalars().all()
+        return conn.execute("SELECT request_id FROM outbox_request ORDER BY rowid").scalars().all()
 
 
 def test_two_replies_of_one_turn_arrive_in_order_even_when_attempts_arrive_reversed(

@@ -13,7 +13,7 @@ from worker.celery_app import make_app
 
 def _reads(store) -> list[tuple]:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT platform_message_id, reader_id, delivered_at FROM buyer_read").all()
+        return conn.execute("SELECT platform_message_id, reader_id, delivered_at FROM buyer_read").all()
 
 
 def test_a_buyer_receipt_is_stored_once_and_wakes_no_agent(settings, store, shop, platform, transport):
@@ -30,7 +30,7 @@ def test_a_buyer_receipt_is_stored_once_and_wakes_no_agent(settings, store, shop
         wait_for(lambda: _reads(store) != [], 30, "the receipt to be stored")
     assert _reads(store) == [(reply.platform_message_id, "b1", None)]  # not delivered: no turn was started
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM admission_batch").scalar() == 1
+        assert conn.execute("SELECT count(*) FROM admission_batch").scalar() == 1
 
 
 def test_a_malformed_receipt_is_refused_naming_the_field_not_its_value(settings, store, shop):

@@ -53,8 +53,8 @@ def test_same_page_three_times_interleaved_yields_one_reply_per_message(settings
     assert result.lost == 0
     assert len(platform.received(shop)) == 4
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 4
-        assert conn.exec_driver_sql("SELECT count(*) FROM page_receipt").scalar_one() == 4
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 4
+        assert conn.execute("SELECT count(*) FROM page_receipt").scalar_one() == 4
 
 
 def test_crash_between_group_commit_and_cursor_commit_loses_nothing(settings, store, shop, platform, transport):
@@ -72,7 +72,7 @@ def test_crash_between_group_commit_and_cursor_commit_loses_nothing(settings, st
     assert committed_cursor(store, shop, page.stream_id) == page.cursor
     assert (result.answered, result.duplicate_replies, result.lost) == (3, 0, 0)
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 3
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 3
 
 
 def test_invalid_page_is_rejected_by_the_worker_and_writes_nothing(settings, store, shop, platform, transport):
@@ -85,8 +85,8 @@ def test_invalid_page_is_rejected_by_the_worker_and_writes_nothing(settings, sto
         _publish(app, transport.page_of(shop, [good_message]))
         wait_for(lambda: len(platform.received(shop)) == 1, 30, "the valid page's reply")
     with store.read() as conn:
-        stored = conn.exec_driver_sql("SELECT conversation_id FROM inbound_message").scalars().all()
-        customers = conn.exec_driver_sql("SELECT conversation_id FROM customer").scalars().all()
+        stored = conn.execute("SELECT conversation_id FROM inbound_message").scalars().all()
+        customers = conn.execute("SELECT conversation_id FROM customer").scalars().all()
     assert stored == [good_message.conversation_id]
     assert customers == [good_message.conversation_id]
     assert committed_cursor(store, shop, "simulator") == str(good_message.seq)

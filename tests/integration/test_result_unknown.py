@@ -13,7 +13,7 @@ from worker.celery_app import make_app
 
 def _outbox(store) -> list[tuple]:
     with store.read() as conn:
-        return conn.exec_driver_sql(
+        return conn.execute(
             "SELECT r.state, r.platform_message_id, r.receipt_queries, count(a.attempt_no) FROM outbox_request r"
             " JOIN outbox_attempt a USING (request_id) GROUP BY r.request_id"
         ).all()
@@ -45,4 +45,4 @@ def test_a_timed_out_send_is_settled_by_receipt_and_its_echo_wakes_nobody(settin
 
 def _inbound_roles(store) -> list[tuple[str, str]]:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT sender_role, state FROM inbound_message ORDER BY id").all()
+        return conn.execute("SELECT sender_role, state FROM inbound_message ORDER BY id").all()

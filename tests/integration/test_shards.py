@@ -70,7 +70,7 @@ class Shard:
 
     def grants(self) -> list[tuple[int, str]]:
         with self.store.read() as conn:
-            return [tuple(row) for row in conn.exec_driver_sql("SELECT token, owner FROM shard_grant ORDER BY token")]
+            return [tuple(row) for row in conn.execute("SELECT token, owner FROM shard_grant ORDER BY token")]
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def _kefu(args: list[str], env: dict[str, str], timeout_s: float = 120) -> subpr
 
 def _count(store: DeliveryStore, query: str, *params: object) -> int:
     with store.read() as conn:
-        return int(conn.exec_driver_sql(query, params).scalar_one())
+        return int(conn.execute(query, params).scalar_one())
 
 
 def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_with_its_mover_killed(
@@ -180,7 +180,7 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
             "replies on shard a",
         )
         with a.store.read() as conn:
-            [reader_of] = conn.exec_driver_sql("SELECT min(id) FROM customer WHERE account_id = 'shop-1'").one()
+            [reader_of] = conn.execute("SELECT min(id) FROM customer WHERE account_id = 'shop-1'").one()
         wait_for(lambda: _folders(a, reader_of) > 0, 60, "memory folders of a shop-1 customer on shard a")
         marked = _kefu(["read", str(reader_of)], a.env("host-a"))  # an operator's read mark moves along
         assert marked.returncode == 0, marked.stdout
@@ -224,7 +224,7 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
         == 0
     )
     with a.store.read() as conn:
-        assert conn.exec_driver_sql("SELECT shard, state FROM account_placement WHERE account_id = 'shop-1'").one() == (
+        assert conn.execute("SELECT shard, state FROM account_placement WHERE account_id = 'shop-1'").one() == (
             "b",
             "moved",
         )
@@ -239,12 +239,12 @@ def test_two_shards_answer_their_accounts_and_an_account_moves_under_traffic_wit
     assert _count(b.store, "SELECT count(*) FROM provider_cursor WHERE account_id = ?", "shop-1") == 1
     assert _folders(b, reader_of) > 0 and _folders(a, reader_of) == 0  # its memory moved along
     with b.store.read() as conn:
-        watermark = conn.exec_driver_sql(
+        watermark = conn.execute(
             "SELECT w.watermark FROM reader_watermark w WHERE w.customer_id = ? AND w.reader = 'operator'",
             (reader_of,),
         ).scalar_one()
         assert (
-            conn.exec_driver_sql(  # it names one of the customer's messages as numbered on b
+            conn.execute(  # it names one of the customer's messages as numbered on b
                 "SELECT customer_id FROM inbound_message WHERE id = ?", (watermark,)
             ).scalar_one()
             == reader_of
@@ -303,10 +303,10 @@ def test_a_standby_takes_over_a_killed_holder_and_no_two_holders_wrote(make_shar
     first, second = (token for token, _ in a.grants())
     assert second > first
     with a.store.read() as conn:
-        last_of_first = conn.exec_driver_sql(
+        last_of_first = conn.execute(
             "SELECT max(started_at) FROM outbox_attempt WHERE shard_token = ?", (first,)
         ).scalar_one()
-        first_of_second = conn.exec_driver_sql(
+        first_of_second = conn.execute(
             "SELECT min(started_at) FROM outbox_attempt WHERE shard_token = ?", (second,)
         ).scalar_one()
     assert last_of_first < first_of_second  # the two holders' sends never interleave
@@ -350,12 +350,12 @@ def test_a_move_refused_for_a_disagreeing_cursor_changes_nothing_and_rolls_back(
     platform.buyer_says("shop-1", "b1", "买家b1", "请问什么时候发货？")
     _all_answered({"shop-1": a.store}, platform)
     with a.store.read() as conn:
-        [stream] = conn.exec_driver_sql("SELECT stream_id FROM provider_cursor WHERE account_id = 'shop-1'").one()
+        [stream] = conn.execute("SELECT stream_id FROM provider_cursor WHERE account_id = 'shop-1'").one()
     # shop-1 lived on b once: deleted there, its cursor left behind at another place.
     create_account(b.store, AccountSpec(id="shop-1", platform="simulator", identity="seller-shop-1"))
     with b.store.write() as conn:
-        conn.exec_driver_sql("UPDATE account SET deleted_at = 1 WHERE id = 'shop-1'")
-        conn.exec_driver_sql(
+        conn.execute("UPDATE account SET deleted_at = 1 WHERE id = 'shop-1'")
+        conn.execute(
             "INSERT INTO provider_cursor (account_id, stream_id, cursor, page_op_id, updated_at)"
             " VALUES ('shop-1', ?, 'elsewhere', 'old-page', 1)",
             (stream,),
@@ -367,7 +367,7 @@ def test_a_move_refused_for_a_disagreeing_cursor_changes_nothing_and_rolls_back(
     after = _count(b.store, "SELECT count(*) FROM inbound_message") + _count(b.store, "SELECT count(*) FROM customer")
     assert after == before
     with b.store.read() as conn:
-        assert conn.exec_driver_sql("SELECT cursor FROM provider_cursor WHERE account_id = 'shop-1'").scalar_one() == (
+        assert conn.execute("SELECT cursor FROM provider_cursor WHERE account_id = 'shop-1'").scalar_one() == (
             "elsewhere"
         )
 

@@ -41,7 +41,7 @@ def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, s
     finally:
         worker.stop()
     with store.read() as conn:
-        in_flight = conn.exec_driver_sql(
+        in_flight = conn.execute(
             "SELECT count(*) FROM outbox_attempt WHERE state = 'started' AND finished_at IS NULL"
         ).scalar_one()
     assert in_flight == 1, "the kill must land while an attempt is in flight"
@@ -58,8 +58,8 @@ def test_sigkill_during_a_send_loses_nothing_and_sends_nothing_twice(settings, s
         restarted.stop()
     assert (result.buyer_messages, result.answered, result.duplicate_replies, result.lost) == (6, 6, 0, 0)
     with store.read() as conn:
-        states = dict(conn.exec_driver_sql("SELECT state, count(*) FROM outbox_request GROUP BY state").all())
-        attempts = conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one()
+        states = dict(conn.execute("SELECT state, count(*) FROM outbox_request GROUP BY state").all())
+        attempts = conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one()
     assert states == {"sent": len(platform.received(shop))}
     # The interrupted attempt was settled by a receipt query, never attempted a second time.
     assert attempts == states["sent"]
@@ -70,7 +70,7 @@ QUESTION = "好的，请问您的订单号是多少？我帮您处理。"
 
 def _question(store) -> tuple[str, str, str | None] | None:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT request_id, state, offered_batch FROM pending_question").first()
+        return conn.execute("SELECT request_id, state, offered_batch FROM pending_question").first()
 
 
 def test_a_question_asked_before_a_sigkill_is_offered_to_the_buyers_answer(settings, store, shop, platform, transport):
@@ -100,7 +100,7 @@ def test_a_question_asked_before_a_sigkill_is_offered_to_the_buyers_answer(setti
     request_id, _, batch_id = _question(store)  # type: ignore[misc]
     assert request_id == kept[0]
     with store.read() as conn:
-        session_id = conn.exec_driver_sql("SELECT session_id FROM customer").scalar_one()
+        session_id = conn.execute("SELECT session_id FROM customer").scalar_one()
     events = SessionLog(session_path(settings.sessions_dir, session_id)).load()
     [text] = [e.text for e in events if isinstance(e, UserMessage) and e.source == batch_id]
     assert text.startswith("[kefu] 你在 ") and f"「{QUESTION}」" in text and "订单号 A7731" in text

@@ -20,7 +20,6 @@ from config import Settings
 from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from tests.integration.helpers import wait_for, worker_env
 from transports.simulator import SimulatedPlatform
 from transports.simulator.script import Script
@@ -96,14 +95,12 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
     store = DeliveryStore(data_dir / "delivery-default.sqlite")
     with store.read() as conn:
         rows = conn.execute(
-            sql(
-                "SELECT c.conversation_id, m.content_type, m.occurred_at, m.mention FROM inbound_message m"
-                " JOIN customer c ON c.id = m.customer_id WHERE m.sender_role = 'external' ORDER BY m.id"
-            )
+            "SELECT c.conversation_id, m.content_type, m.occurred_at, m.mention FROM inbound_message m"
+            " JOIN customer c ON c.id = m.customer_id WHERE m.sender_role = 'external' ORDER BY m.id"
         ).all()
     with store.read() as conn:
-        echoes = conn.execute(sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'")).scalar_one()
-        reads = conn.execute(sql("SELECT count(*) FROM buyer_read")).scalar_one()
+        echoes = conn.execute("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'").scalar_one()
+        reads = conn.execute("SELECT count(*) FROM buyer_read").scalar_one()
     # Echoes are filed as the shop's own lines (none answered); the last ones may come after the
     # run's worker stopped. c0 read its first reply before its second step.
     assert 0 < echoes <= sum(c.replies for c in report.conversations) and reads == 1
@@ -114,10 +111,8 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
     # The photo reached the agent as media: its turn read it as an image line.
     with store.read() as conn:
         session_id = conn.execute(
-            sql(
-                "SELECT c.session_id FROM customer c JOIN inbound_message m ON m.customer_id = c.id"
-                " WHERE m.content_type = 'image' LIMIT 1"
-            )
+            "SELECT c.session_id FROM customer c JOIN inbound_message m ON m.customer_id = c.id"
+            " WHERE m.content_type = 'image' LIMIT 1"
         ).scalar_one()
     log = SessionLog(session_path(data_dir / "sessions" / "default", session_id))
     log.load()
@@ -133,7 +128,7 @@ def test_a_batch_of_20_runs_at_concurrency_4_on_a_script_clock_and_reports_in_in
 
 def echoes(store: DeliveryStore) -> int:
     with store.read() as conn:
-        return int(conn.execute(sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'")).scalar_one())
+        return int(conn.execute("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'").scalar_one())
 
 
 def test_a_batch_survives_its_worker_killed_mid_run_without_a_second_reply(settings: Settings) -> None:

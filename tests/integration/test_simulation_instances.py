@@ -26,7 +26,6 @@ from runtime.customers.transcript import transcript
 from runtime.errors import KefuError
 from runtime.ports import AssistantReply, ChatMessage, ModelProvider, ToolSpec
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from tests.fakes.openai_server import FakeOpenAI, Step, completion, default_policy
 from tests.integration.helpers import wait_for, worker_env
 from transports.simulator import SimulatedPlatform
@@ -119,7 +118,7 @@ def test_a_paired_buyer_talks_until_it_ends_the_conversation_and_survives_its_ow
     assert [e.source for e in buyer_log.events if isinstance(e, UserMessage)] == [r.client_ref for r in replies]
     with store.read() as conn:
         session_id = conn.execute(
-            sql("SELECT session_id FROM customer WHERE conversation_id = :c"), {"c": instance.conversation_id}
+            "SELECT session_id FROM customer WHERE conversation_id = :c", {"c": instance.conversation_id}
         ).scalar_one()
     agent_log = SessionLog(session_path(serving.sessions_dir, session_id))
     agent_log.load()
@@ -142,7 +141,7 @@ def test_a_stop_during_a_running_turn_lets_nothing_reach_the_buyer(serving: Sett
     assert platform.received_in(instance.conversation_id) == []  # the turn's reply was refused
     with store.read() as conn:
         states = conn.execute(
-            sql("SELECT state, error_code FROM outbox_request WHERE conversation_id = :c"),
+            "SELECT state, error_code FROM outbox_request WHERE conversation_id = :c",
             {"c": instance.conversation_id},
         ).all()
     assert [tuple(row) for row in states] == [("failed", "SIMULATION_STOPPED")]

@@ -52,7 +52,7 @@ def test_buyers_are_answered_once_echoes_are_ours_and_reads_reach_the_store(work
 
     def echoes() -> int:
         with store.read() as conn:
-            return conn.exec_driver_sql("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'").scalar_one()
+            return conn.execute("SELECT count(*) FROM inbound_message WHERE sender_role = 'ai'").scalar_one()
 
     wait_for(lambda: echoes() >= len(BUYERS), 30, "the echoes of the replies to come back through the listener")
     wait_runs(worker.log_path)  # and reconciler passes after them: none may be answered
@@ -61,8 +61,8 @@ def test_buyers_are_answered_once_echoes_are_ours_and_reads_reach_the_store(work
         f"conv-{b}" for b in BUYERS
     }  # to the buyer, never the conversation id
     with store.read() as conn:
-        roles = dict(conn.exec_driver_sql("SELECT sender_role, count(*) FROM inbound_message GROUP BY 1").all())
-        states = dict(conn.exec_driver_sql("SELECT state, count(*) FROM outbox_request GROUP BY 1").all())
+        roles = dict(conn.execute("SELECT sender_role, count(*) FROM inbound_message GROUP BY 1").all())
+        states = dict(conn.execute("SELECT state, count(*) FROM outbox_request GROUP BY 1").all())
     assert roles == {"external": 3, "ai": 3} and states == {"sent": 3}
     assert fake_wangwang.confirms  # committed pages were confirmed to the bridge
 
@@ -71,7 +71,7 @@ def test_buyers_are_answered_once_echoes_are_ours_and_reads_reach_the_store(work
 
     def stored() -> bool:
         with store.read() as conn:
-            return conn.exec_driver_sql("SELECT count(*) FROM buyer_read").scalar_one() == 1
+            return conn.execute("SELECT count(*) FROM buyer_read").scalar_one() == 1
 
     wait_for(stored, 20, "the buyer's read event to be stored")
 
@@ -83,7 +83,7 @@ def test_a_lost_answer_is_settled_by_the_echo_and_never_resent(worker, store, fa
 
     def settled() -> bool:
         with store.read() as conn:
-            return conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "sent"
+            return conn.execute("SELECT state FROM outbox_request").scalar_one() == "sent"
 
     wait_for(settled, 30, "the echo (or a receipt query) to settle the send")
     wait_runs(worker.log_path)  # reconciler passes after it: never a second send
@@ -98,7 +98,7 @@ BUYER = "cntaobao买家图"
 
 def images(store) -> list[ImageBody]:
     with store.read() as conn:
-        rows = conn.exec_driver_sql("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
+        rows = conn.execute("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
         return [image_body(body) for (body,) in rows]
 
 
@@ -110,7 +110,7 @@ def test_a_picture_is_stored_and_one_over_the_limit_refused_unread(worker, store
     [stored] = images(store)
     assert (stored.mime, stored.size, stored.ref) == ("image/png", len(PICTURE), small)
     with store.read() as conn:
-        [customer] = conn.exec_driver_sql("SELECT DISTINCT customer_id FROM inbound_message").scalars()
+        [customer] = conn.execute("SELECT DISTINCT customer_id FROM inbound_message").scalars()
     history = kefu.invoke(cli, ["history", str(customer)])
     assert history.exit_code == 0 and f"[image image/png, {len(PICTURE)} B]" in history.stdout
 

@@ -23,7 +23,7 @@ from runtime.store import DeliveryStore
 settings = load_settings(data_dir=Path(sys.argv[1]))
 store = DeliveryStore(settings.delivery_path, settings.delivery)
 with store.write() as conn:
-    conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS probe (x)")
+    conn.execute("CREATE TABLE IF NOT EXISTS probe (x)")
 log = SessionLog(settings.sessions_dir / "s1-1.jsonl.zst")
 log.append("user/message", source="b1", text="我的地址是……")
 log.flush()

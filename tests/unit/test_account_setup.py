@@ -102,7 +102,7 @@ def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_h
         load_credentials(store, shop)
     with store.read() as conn:
         assert listening_accounts(conn) == []
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 1  # history stays
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 1  # history stays
     with pytest.raises(KefuError, match="KEFU_ACCOUNT_UNKNOWN"):
         ingest_page(store, transport.page_of(shop, [platform.buyer_says(shop, "b1", "张三", "还在吗")]))
     with pytest.raises(KefuError, match="KEFU_ACCOUNT_UNKNOWN"):
@@ -133,7 +133,7 @@ def test_a_deleted_account_added_again_with_its_identity_is_restored_with_its_hi
     ).customer_ids
     assert again == first  # the same conversation, its earlier line with it
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 2
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 2
     assert renew_account(store, shop, 3, {"secret": "new"}, "op-renew") == 4
     assert renew_account(store, shop, 3, {"secret": "new"}, "op-renew") == 4  # replayed
     assert load_credentials(store, shop) == {"secret": "new"}

@@ -64,7 +64,7 @@ def test_batch_size_bounds_a_batch(store, shop, transport, platform):
         customer = say(store, transport, platform, "b1", text)
     evaluate(store, customer, batch_size=2)
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT message_count FROM admission_batch").scalar_one() == 2
+        assert conn.execute("SELECT message_count FROM admission_batch").scalar_one() == 2
 
 
 def test_specific_route_beats_all_even_when_disabled(store, shop, transport, platform):
@@ -108,9 +108,9 @@ def test_a_turn_logs_the_batch_then_answers_through_the_tool(store, settings, sh
     assert [u["source"] for u in usage] == ["estimate", "estimate"]
     assert 0 < usage[0]["context_tokens"] < usage[1]["context_tokens"]  # the context grows within the turn
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
-        body = conn.exec_driver_sql("SELECT body FROM outbox_request").scalar_one()
+        assert conn.execute("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "done"
+        body = conn.execute("SELECT body FROM outbox_request").scalar_one()
     assert "48小时内发货" in body
 
 
@@ -118,7 +118,7 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
     # a crash right after the send was registered: the tool started, no result logged
     customer, log = answered_then_cut(store, settings, transport, platform, "可以退货吗", before="tool/result")
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
+        conn.execute("UPDATE admission_batch SET state = 'committed'")
 
     result = turn(store, settings, customer)
     assert result.outcome == "complete"
@@ -128,7 +128,7 @@ def test_an_interrupted_turn_gets_one_follow_up_that_does_not_send_twice(store, 
     kinds = [e.kind for e in events if e.type == "turn/start"]
     assert kinds == ["batch", "follow-up"]
     with store.read() as conn:
-        request_id, state = conn.exec_driver_sql("SELECT request_id, state FROM outbox_request").one()
+        request_id, state = conn.execute("SELECT request_id, state FROM outbox_request").one()
     # The outbox holds what the cut-off call registered: the follow-up reads it as the tool's
     # own answer, not as "outcome unknown" (which a model answers by sending again).
     closer = next(e for e in events if e.type == "tool/result")
@@ -141,9 +141,9 @@ def test_a_turn_cut_off_before_its_reply_was_registered_reads_outcome_unknown(
 ):
     customer, log = answered_then_cut(store, settings, transport, platform, "可以退货吗", before="tool/result")
     with store.write() as conn:  # the registration's transaction never committed
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
-        conn.exec_driver_sql("DELETE FROM outbox_attempt")
-        conn.exec_driver_sql("DELETE FROM outbox_request")
+        conn.execute("UPDATE admission_batch SET state = 'committed'")
+        conn.execute("DELETE FROM outbox_attempt")
+        conn.execute("DELETE FROM outbox_request")
 
     assert turn(store, settings, customer).outcome == "complete"
     events = SessionLog(log.path).load()
@@ -157,17 +157,17 @@ def test_a_crash_between_logging_the_batch_and_its_commit_brings_one_follow_up(
     # logged the batch, wrote nothing since
     customer, log = answered_then_cut(store, settings, transport, platform, "发什么快递", before="step/start")
     with store.write() as conn:  # the batch commit rides on the turn's first write, which never came
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed'")
-        conn.exec_driver_sql("UPDATE inbound_message SET state = 'claimed'")
-        conn.exec_driver_sql("DELETE FROM outbox_request")
+        conn.execute("UPDATE admission_batch SET state = 'claimed'")
+        conn.execute("UPDATE inbound_message SET state = 'claimed'")
+        conn.execute("DELETE FROM outbox_request")
 
     assert turn(store, settings, customer).outcome == "complete"
     events = SessionLog(log.path).load()
     assert [e.kind for e in events if e.type == "turn/start"] == ["batch", "follow-up"]
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+        assert conn.execute("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 1
 
 
 def test_a_turn_that_hands_off_without_sending_commits_what_the_agent_saw(store, settings, shop, transport, platform):
@@ -175,9 +175,9 @@ def test_a_turn_that_hands_off_without_sending_commits_what_the_agent_saw(store,
     evaluate(store, customer, 1000)
     assert turn(store, settings, customer).outcome == "complete"
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
-        assert conn.exec_driver_sql("SELECT handling_paused FROM customer").scalar_one() == 1
+        assert conn.execute("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.execute("SELECT handling_paused FROM customer").scalar_one() == 1
 
 
 @pytest.fixture
@@ -264,16 +264,16 @@ def test_reconcile_session_commits_a_batch_the_log_already_finished(store, setti
     evaluate(store, customer, 1000)
     first = turn(store, settings, customer)
     with store.write() as conn:  # the crash: turn/end was durable, the store's update was not
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed'")
-        conn.exec_driver_sql("UPDATE inbound_message SET state = 'claimed'")
+        conn.execute("UPDATE admission_batch SET state = 'claimed'")
+        conn.execute("UPDATE inbound_message SET state = 'claimed'")
     again = turn(store, settings, customer)
     assert (again.batch_id, again.outcome) == (first.batch_id, "complete")
     events = SessionLog(session_path(settings.sessions_dir, first.session_id)).load()
     assert [e.type for e in events].count("turn/start") == 1  # no second turn, no second reply
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
-        assert conn.exec_driver_sql("SELECT state FROM inbound_message").scalar_one() == "committed"
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.execute("SELECT state FROM inbound_message").scalar_one() == "committed"
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 1
 
 
 def test_a_finished_turn_records_its_model_calls_and_status_reports_them(store, settings, shop, transport, platform):
@@ -285,7 +285,7 @@ def test_a_finished_turn_records_its_model_calls_and_status_reports_them(store, 
     evaluate(store, customer, 1000)
     assert turn(store, settings, customer).outcome == "complete"
     with store.read() as conn:
-        calls, ms = conn.exec_driver_sql("SELECT model_calls, model_ms FROM admission_batch").one()
+        calls, ms = conn.execute("SELECT model_calls, model_ms FROM admission_batch").one()
     assert calls == 2 and ms >= 0
     now = operations(store)
     assert now.model_calls == 2 and now.model_call_mean_s is not None

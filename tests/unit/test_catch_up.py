@@ -20,7 +20,7 @@ def test_an_overdue_page_is_published_even_when_another_platform_fails(settings,
     assert [type(work) for work in step.follow_ups] == [pipeline.Ingest]
     dispatch(app, step.follow_ups)
     with store.read() as conn:  # received like a listener's page: recorded, then published
-        recorded = conn.exec_driver_sql("SELECT account_id, ingested_at FROM received_page").all()
+        recorded = conn.execute("SELECT account_id, ingested_at FROM received_page").all()
     assert recorded == [(shop, None)]
     assert len(list((settings.data_dir / "broker" / "queue").glob("*.msg"))) == 1
     assert printed == ["catch-up of ww-nocreds failed (KEFU_CREDENTIALS_MISSING)"]

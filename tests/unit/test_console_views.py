@@ -35,7 +35,7 @@ from worker.console.metrics import registry_for
 def test_an_operator_signs_in_with_their_password_only_and_roles_nest(store):
     add_operator(store, "alice", Role.OPERATOR, "correct horse")
     with store.read() as conn:
-        stored = conn.exec_driver_sql("SELECT password_hash FROM operator").scalar_one()
+        stored = conn.execute("SELECT password_hash FROM operator").scalar_one()
     assert "correct horse" not in stored and stored.startswith("scrypt$")
     assert authenticate(store, "alice", "correct horse") == operator_named(store, "alice")
     assert authenticate(store, "alice", "wrong horse") is None
@@ -76,7 +76,7 @@ def test_the_transcript_shows_the_shops_sends_with_their_states_and_who_sent_the
     record_failure(store, "op-2", second.attempt_no, SendFailure("unknown", "TIMEOUT"))
     ingest_page(store, transport.echo_page("shop", platform.received("shop")[0]))  # the echo: shown once, as the send
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 2
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 2
     shown = [(line.speaker, line.label, line.text, line.state) for line in transcript(store, customer).lines]
     assert shown == [
         ("buyer", "[counterpart 张三]", "在吗", None),

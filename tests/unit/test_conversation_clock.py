@@ -21,7 +21,6 @@ from runtime.memory.jobs import SessionJobs, archive_job
 from runtime.memory.store import MemoryStore
 from runtime.store import now_ms
 from runtime.store.lru import Lru
-from runtime.store.sql import sql
 
 ZONE = ZoneInfo("Asia/Shanghai")
 DAY_MS = 86_400_000
@@ -65,7 +64,7 @@ def test_labels_and_history_follow_the_script_clock_across_days(store, settings,
     with store.read() as conn:
         clock = conversation_clock(conn, customer)
         lines = query_history(conn, customer, 10, None, ZONE, clock).lines
-        received = conn.execute(sql("SELECT max(received_at) FROM inbound_message")).scalar_one()
+        received = conn.execute("SELECT max(received_at) FROM inbound_message").scalar_one()
     assert [line[:18] for line in lines] == ["[2026-03-03 09:00]", "[2026-03-06 18:00]"]
     assert abs(received - now_ms()) < 60_000  # the records keep real time
     assert abs(clock.shown(now_ms()) - friday) < 60_000  # "now", for the agent: Friday evening
@@ -82,7 +81,7 @@ def test_labels_and_history_follow_the_script_clock_across_days(store, settings,
 
 def test_a_real_platforms_message_times_never_move_the_shops_clock(store, settings, shop, transport, platform):
     with store.write() as conn:
-        conn.execute(sql("UPDATE account SET simulated = 0"))
+        conn.execute("UPDATE account SET simulated = 0")
     customer = say(store, transport, platform, "什么时候发货？", at_ms=script_ms("2020-01-01T09:00:00+08:00"))
     result = answer(store, settings, customer)
     with store.read() as conn:
@@ -151,7 +150,7 @@ def test_a_clock_kept_between_turns_reads_as_one_read_from_every_message(store, 
     # a message from a host whose clock is behind: received before those already read
     customer = say(store, transport, platform, "还在吗？", at_ms=script_ms("2026-03-09T10:00:00+08:00"))
     with store.write() as conn:
-        conn.execute(sql("UPDATE inbound_message SET received_at = 1 WHERE id = (SELECT max(id) FROM inbound_message)"))
+        conn.execute("UPDATE inbound_message SET received_at = 1 WHERE id = (SELECT max(id) FROM inbound_message)")
     with store.read() as conn:
         kept = conversation_clock(conn, customer)
     assert kept == from_scratch(customer) and kept.anchors[0][0] == 1

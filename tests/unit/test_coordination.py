@@ -4,6 +4,7 @@ compare-and-set, the move journal and its blobs."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import uuid
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from runtime.errors import KefuError
 from runtime.placement.shards import Placement
 from runtime.store.states import PlacementState
 from tests.integration import conftest as integration
@@ -343,3 +345,39 @@ def test_an_owners_grant_below_the_floor_is_issued_again(coordinator, n):
     assert coordinator.grant(s, "b", LONG_MS, floor=9) is None  # another owner still waits
     holder = coordinator.holder(s)
     assert holder is not None and (holder.owner, holder.token) == ("a", 6)
+
+
+# --- the one machine's file: its schema (runtime.store.migrate) -----------------------------
+
+
+def test_a_coordination_file_made_before_versions_opens_with_what_it_held(tmp_path: Path) -> None:
+    """Such a file (user_version 0) had its tables made at every open, the index of open moves
+    last: it keeps its leases and journal and only takes the version stamp."""
+    path = tmp_path / "coordination.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE lease (shard TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,"
+        " expires_at INTEGER NOT NULL);"
+        "CREATE TABLE token (shard TEXT PRIMARY KEY, last INTEGER NOT NULL);"
+        "CREATE TABLE standby (shard TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,"
+        " PRIMARY KEY (shard, owner));"
+        "CREATE TABLE member (shard TEXT NOT NULL, owner TEXT NOT NULL, member TEXT NOT NULL,"
+        " expires_at INTEGER NOT NULL, PRIMARY KEY (shard, owner, member));"
+        "CREATE TABLE directory (account_id TEXT PRIMARY KEY, entry TEXT NOT NULL);"
+        "CREATE TABLE journal (op_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
+        "CREATE TABLE blob (key TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at INTEGER);"
+        "INSERT INTO token VALUES ('s', 4);"
+        "INSERT INTO journal VALUES ('op-1', '{\"version\": 1}');"
+    )
+    db.close()
+    coordinator = LocalCoordinator(path)
+    assert coordinator.shards() == ["s"] and coordinator.journal("op-1") == {"version": 1}
+    assert coordinator.grant("s", "a", LONG_MS) == Grant(5, new=True)
+    assert coordinator.swap_journal("op-1", {"version": 2}, 1, is_open=True) and coordinator.open_moves() == ["op-1"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (1,)
+    db.execute("PRAGMA user_version = 2")  # as a newer kefu would leave it
+    db.close()
+    with pytest.raises(KefuError) as refused:
+        LocalCoordinator(path)
+    assert refused.value.code == "KEFU_SCHEMA_TOO_NEW" and str(path) in str(refused.value)

@@ -102,13 +102,13 @@ def test_an_expired_lease_strands_its_open_batch_but_a_released_one_does_not(ser
     pipeline.admit(services, customer_id)
     store = services.store
     with store.write() as conn:  # a holder on another host, its lease expired unrenewed
-        conn.exec_driver_sql(
+        conn.execute(
             "INSERT INTO lease (name, owner, expires_at, token) VALUES (?, 'elsewhere:1:x', ?, 3)",
             (f"customer:{customer_id}", now_ms() - 1),
         )
     assert pipeline.rescue(services).follow_ups == (RunTurn(customer_id),)
     with store.write() as conn:  # given back: whoever gave it back queued what follows
-        conn.exec_driver_sql("UPDATE lease SET expires_at = 0")
+        conn.execute("UPDATE lease SET expires_at = 0")
     assert pipeline.rescue(services).follow_ups == ()
 
 
@@ -139,7 +139,7 @@ def test_a_dead_senders_send_the_platform_never_saw_goes_again_only_after_the_at
     services.transport.lookup = lambda rid: NeverReceived()
     assert pipeline.settle(services, request_id) == Step("not-unknown")  # the kernel may still be sending it
     with services.store.write() as conn:  # older than the attempt lease now
-        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 3600000")
+        conn.execute("UPDATE outbox_attempt SET started_at = started_at - 3600000")
     assert pipeline.settle(services, request_id) == Step("never-received", (Attempt(request_id),))
     assert pipeline.deliver(services, request_id).outcome == "sent"
 
@@ -159,7 +159,7 @@ def test_a_starting_worker_lapses_its_hosts_dead_holders_before_it_forks(tmp_pat
     assert leases.grant(store, "customer:8", holders.new_owner(), ttl_s=600) is not None  # alive
     WorkerRuntime(settings).check()
     with store.read() as conn:
-        expiry = dict(conn.exec_driver_sql("SELECT name, expires_at FROM lease").all())
+        expiry = dict(conn.execute("SELECT name, expires_at FROM lease").all())
     assert expiry["customer:7"] == 1 and expiry["customer:8"] > now_ms()  # lapsed; kept
     store.close()
 
@@ -177,6 +177,6 @@ def test_a_pool_process_that_starts_lapses_the_leases_of_the_one_it_replaces(tmp
     finally:
         previous.set_current()
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT expires_at FROM lease").scalar_one() == 1
+        assert conn.execute("SELECT expires_at FROM lease").scalar_one() == 1
     runtime_for(app).store.close()
     store.close()

@@ -78,7 +78,7 @@ def attempt(store, api, credentials, request_id: str) -> str:
 
 def stored(store, request_id: str) -> tuple:
     with store.read() as conn:
-        return conn.exec_driver_sql(
+        return conn.execute(
             "SELECT recipient_id, state, error_code, platform_message_id FROM outbox_request WHERE request_id = ?",
             (request_id,),
         ).one()
@@ -106,7 +106,7 @@ def test_only_a_sender_id_and_a_live_webhook_replies_through_the_webhook_without
     caplog.set_level(logging.DEBUG)
     customer = receive(store, fake_dingtalk, "guest-1", staff=False)
     with store.read() as conn:
-        peer = conn.exec_driver_sql("SELECT direct_peer_id FROM customer WHERE id = ?", (customer,)).scalar_one()
+        peer = conn.execute("SELECT direct_peer_id FROM customer WHERE id = ?", (customer,)).scalar_one()
     assert peer is None  # the encrypted senderId is never a recipient
     request = send_manual(
         store, ManualSend(request_id="r-hook", customer_id=customer, text="**您好**，请问有什么可以帮您")
@@ -128,7 +128,7 @@ def test_only_a_sender_id_and_a_live_webhook_replies_through_the_webhook_without
     assert stored(store, "r-hook") == (REPLY_WEBHOOK, "sent", None, "session-webhook:r-hook")
     schedule_read_checks(store, "r-hook", 3, 1000, 0)  # what the pipeline asks after any 1:1 send
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM read_check").scalar_one() == 0  # no read status exists
+        assert conn.execute("SELECT count(*) FROM read_check").scalar_one() == 0  # no read status exists
     assert "sendBySession" not in caplog.text
 
 
@@ -153,7 +153,7 @@ def test_a_webhook_that_expires_between_registration_and_attempt_sends_nothing(
     customer = receive(store, fake_dingtalk, "guest-3", staff=False, webhook_ttl_s=60)  # live, margin 30 s
     send_manual(store, ManualSend(request_id="r-late", customer_id=customer, text="您好"))
     with store.write() as conn:  # an hour passes before the attempt: move the kept expiry back instead
-        conn.exec_driver_sql(
+        conn.execute(
             "UPDATE inbound_message SET reply_webhook = json_set(reply_webhook, '$.expires_at', ?)",
             (int(time.time() * 1000) - HOUR_MS,),
         )

@@ -146,7 +146,6 @@ def test_bad_callbacks_are_refused_with_a_clear_code(headers, body, code):
 def test_voice_file_and_video_messages_keep_their_references_and_read_as_text(store):
     from runtime.accounts.registry import AccountSpec, create_account
     from runtime.agent.rendering import content_text
-    from runtime.store.sql import sql
 
     voice = robot(
         msgtype="audio", text=None, content={"duration": 3200, "downloadCode": "dl-v", "recognition": "我要退货"}
@@ -166,5 +165,5 @@ def test_voice_file_and_video_messages_keep_their_references_and_read_as_text(st
     for page in pages:
         ingest_page(store, page)
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT content_type, body FROM inbound_message ORDER BY id")).all()
+        rows = conn.execute("SELECT content_type, body FROM inbound_message ORDER BY id").all()
     assert [content_text(*row) for row in rows] == ["[voice] 我要退货", "[file 发票.pdf]", "[video]"]

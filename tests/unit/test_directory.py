@@ -66,7 +66,7 @@ def test_a_move_lost_before_the_flip_is_served_where_it_was_and_the_import_is_di
     assert pipeline.ingest(a, held).outcome == "ingested"
     assert _rebuild(b, wiped).discarded == ["shop"]
     with b.store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM account_placement").scalar() == 0
+        assert conn.execute("SELECT count(*) FROM account_placement").scalar() == 0
     assert _rebuild(a, wiped) == Rebuilt([], 0, [], [])  # nothing more to do
 
 

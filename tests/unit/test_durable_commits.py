@@ -59,4 +59,4 @@ def test_receiving_and_sending_commit_durably_and_ingest_and_admission_do_not(
     assert _durable(transactions, "UPDATE outbox_attempt SET state") == [True]  # the send's outcome
     assert _durable(transactions, "INSERT INTO admission_batch") == [False]  # nothing on the platform hangs on it
     with store.read() as conn:
-        assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 1  # NORMAL again after each
+        assert conn.execute("PRAGMA synchronous").scalar_one() == 1  # NORMAL again after each

@@ -25,7 +25,6 @@ from runtime.memory.folders import ArchivedMessage, plan_folders
 from runtime.memory.store import MemoryStore
 from runtime.store import now_ms
 from runtime.store.leases import claimed
-from runtime.store.sql import sql
 from worker.cli import cli
 
 ZONE = ZoneInfo("Asia/Shanghai")
@@ -98,12 +97,12 @@ def test_erasing_leaves_no_trace_of_the_buyer_and_keeps_everyone_else(settings, 
     assert memory.folders(scope_of(erased)) == [] and memory.folders(scope_of(kept))
     with store.read() as conn:
         left = {
-            table: conn.execute(sql(f"SELECT count(*) FROM {table} WHERE customer_id = :c"), {"c": erased}).scalar()
+            table: conn.execute(f"SELECT count(*) FROM {table} WHERE customer_id = :c", {"c": erased}).scalar()
             for table in ("inbound_message", "outbox_request", "admission_batch", "buyer_read", "alert")
         }
         assert set(left.values()) == {0}, left
-        assert conn.execute(sql("SELECT count(*) FROM customer WHERE id = :c"), {"c": erased}).scalar() == 0
-        tombstone = conn.execute(sql("SELECT operator, counts FROM erasure WHERE erased_customer = :c"), {"c": erased})
+        assert conn.execute("SELECT count(*) FROM customer WHERE id = :c", {"c": erased}).scalar() == 0
+        tombstone = conn.execute("SELECT operator, counts FROM erasure WHERE erased_customer = :c", {"c": erased})
         assert tombstone.one()[0] == "tester"
     assert traces(settings, KEPT)  # the other buyer keeps everything
     again = erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "someone else")
@@ -121,7 +120,7 @@ def test_a_redelivered_erased_message_is_not_stored_and_the_next_one_starts_anew
     later, _ = say(store, transport, platform, "b1", "我又来了")
     assert later != erased  # a new customer: nothing of the erased one comes back with it
     with store.read() as conn:
-        bodies = conn.execute(sql("SELECT body FROM inbound_message WHERE customer_id = :c"), {"c": later}).scalars()
+        bodies = conn.execute("SELECT body FROM inbound_message WHERE customer_id = :c", {"c": later}).scalars()
         assert list(bodies) == ["我又来了"]
 
 
@@ -159,7 +158,7 @@ def test_a_redelivered_message_is_dropped_even_after_retention_pruned_the_conver
     later = now_ms() + 2 * DAY_MS  # two days on: the buyer's settled lines are pruned, the received pages long gone
     assert prune(store, settings.sessions_dir, RetentionSettings(delivery_days=1), now=later).messages == 2
     with store.write() as conn:
-        conn.execute(sql("UPDATE received_page SET ingested_at = ingested_at - :d"), {"d": 2 * DAY_MS})
+        conn.execute("UPDATE received_page SET ingested_at = ingested_at - :d", {"d": 2 * DAY_MS})
     assert prune_ingested(store) == 2
     report = erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "tester")
     assert report.counts.messages == 0

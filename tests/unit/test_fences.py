@@ -37,7 +37,7 @@ def test_a_holder_whose_lease_passed_on_writes_nothing(store, tmp_path):
         assert leases.grant(store, "customer:1", "w2", ttl_s=60) is not None
     with pytest.raises(LeaseLost) as lost:
         with fenced(store, stale) as conn:
-            conn.exec_driver_sql("UPDATE customer SET title = 'written by a stale holder'")
+            conn.execute("UPDATE customer SET title = 'written by a stale holder'")
     assert lost.value.code == "KEFU_LEASE_LOST"
     log = SessionLog(tmp_path / "s.jsonl.zst", lambda: before_file_write(stale))
     log.append("turn/start", turn="t0", batch_id="b1", kind="batch")
@@ -92,9 +92,9 @@ def test_a_turn_whose_lease_passed_on_mid_call_sends_nothing_and_logs_nothing_mo
         )
     assert registered == []
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 0
         # The batch commit rode on the refused write: the new holder finds the batch claimed ...
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "claimed"
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "claimed"
     # ... and nothing of the stale holder's turn in the log (its first flush was refused): it runs the turn whole.
     assert SessionLog(session_path(settings.sessions_dir, f"s{customer}-1")).load() == []
 
@@ -126,7 +126,7 @@ def test_a_claimed_lease_is_taken_by_the_first_write_and_a_busy_one_writes_nothi
     with pytest.raises(leases.LeaseBusy):
         with leases.claimed(store, "customer:1", ttl_s=60) as fence:
             with fenced(store, fence) as conn:
-                conn.exec_driver_sql("UPDATE customer SET title = 'written while busy'")
+                conn.execute("UPDATE customer SET title = 'written while busy'")
     assert leases.grant(store, "customer:1", "other", ttl_s=60).token == other.token  # still the other's
     leases.release(store, "customer:1", "other")
     with leases.claimed(store, "customer:1", ttl_s=60) as fence:

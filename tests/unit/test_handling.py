@@ -37,7 +37,7 @@ def turn(store, settings, customer, registered=None):
 
 def states(store, table, column="state"):
     with store.read() as conn:
-        return [row[0] for row in conn.exec_driver_sql(f"SELECT {column} FROM {table} ORDER BY rowid")]
+        return [row[0] for row in conn.execute(f"SELECT {column} FROM {table} ORDER BY rowid")]
 
 
 def test_pause_bumps_the_epoch_once_and_resume_keeps_it(store, shop, transport, platform):

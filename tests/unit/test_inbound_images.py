@@ -18,7 +18,6 @@ from runtime.inbound.media import buyer_image, fetch_image, image_body, pending_
 from runtime.pipeline import FetchImage
 from runtime.ports import AssistantReply, ChatMessage, MediaFetchFailure, ToolSpec
 from runtime.store import now_ms
-from runtime.store.sql import sql
 from tests.local_services import Local
 from transports.simulator.platform import BuyerMedia
 
@@ -109,9 +108,9 @@ def test_an_image_reaches_a_vision_model_then_ages_out(store, settings, shop, tr
     turn(store, settings, customer, model)  # the turn fetches it: nothing did before
     assert images_seen(model) == [[picture]]
     with store.read() as conn:
-        body = image_body(conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": image_id}).scalar())
+        body = image_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": image_id}).scalar())
         assert body.state == "stored" and body.mime == "image/png" and body.size == len(picture)
-        assert conn.execute(sql("SELECT data FROM media WHERE sha256 = :s"), {"s": body.sha256}).scalar() == picture
+        assert conn.execute("SELECT data FROM media WHERE sha256 = :s", {"s": body.sha256}).scalar() == picture
     [line] = [line for line in transcript(store, customer).lines if line.speaker == "buyer"]
     assert (line.text, line.image) == (f"[image image/png, {len(picture)} B]", body.sha256)  # what operators see
     for text in ("这个有货吗", "什么时候发"):
@@ -126,7 +125,7 @@ def test_an_image_reaches_a_vision_model_then_ages_out(store, settings, shop, tr
 
     erase_customer(store, None, settings.sessions_dir, None, customer, "tester")
     with store.read() as conn:
-        assert conn.execute(sql("SELECT count(*) FROM media")).scalar() == 0  # the copies went with the buyer
+        assert conn.execute("SELECT count(*) FROM media").scalar() == 0  # the copies went with the buyer
 
 
 def test_an_image_over_the_limit_or_not_an_image_is_refused_and_reads_image(store, settings, shop, transport, platform):
@@ -140,7 +139,7 @@ def test_an_image_over_the_limit_or_not_an_image_is_refused_and_reads_image(stor
     assert not_image.state == "refused" and not_image.code == "KEFU_MEDIA_NOT_AN_IMAGE"
     assert fetch_image(store, lambda _: transport, too_big.images[0], MAX) == refused  # final: not fetched again
     with store.read() as conn:
-        assert conn.execute(sql("SELECT count(*) FROM media")).scalar() == 0
+        assert conn.execute("SELECT count(*) FROM media").scalar() == 0
     model = Recorder()
     turn(store, settings, too_big.customer_ids[0], model)
     assert images_seen(model) == [[]] and model.views[0][-1].content.count("[image]") == 2
@@ -171,14 +170,12 @@ def test_an_image_whose_buyer_is_erased_mid_download_leaves_nothing(store, setti
 
     assert fetch_image(store, lambda _: ErasedMeanwhile(), ingested.images[0], MAX) is None
     with store.read() as conn:
-        assert conn.execute(sql("SELECT count(*) FROM media")).scalar() == 0
+        assert conn.execute("SELECT count(*) FROM media").scalar() == 0
 
 
 def body_of(store, message_id):
     with store.read() as conn:
-        return image_body(
-            conn.execute(sql("SELECT body FROM inbound_message WHERE id = :m"), {"m": message_id}).scalar()
-        )
+        return image_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": message_id}).scalar())
 
 
 def test_a_webp_reaches_a_vision_model_and_a_bmp_is_stored_for_operators_only(
@@ -206,8 +203,8 @@ def test_the_reconciler_backs_off_a_failing_image_and_expires_one_too_old_to_fet
     [old] = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).images
     [older] = send(store, transport, platform, media=BuyerMedia(kind="image", name="c.png", data=png())).images
     with store.write() as conn:  # all overdue; two came in more than a day ago (e.g. a store upgraded)
-        conn.exec_driver_sql("UPDATE inbound_message SET received_at = received_at - 1000")
-        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS} WHERE id >= {old}")
+        conn.execute("UPDATE inbound_message SET received_at = received_at - 1000")
+        conn.execute(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS} WHERE id >= {old}")
 
     first = fetch_image(store, lambda _: Busy(), failing, MAX)
     assert first.state == "pending" and first.retry_at > now_ms()
@@ -222,14 +219,14 @@ def test_the_reconciler_backs_off_a_failing_image_and_expires_one_too_old_to_fet
     second = fetch_image(store, lambda _: Busy(), failing, MAX)
     assert second.retry_at - first.retry_at >= 90_000  # a longer backoff after the second failure
     with store.write() as conn:  # the backoff passed
-        conn.exec_driver_sql(f"UPDATE inbound_message SET body = json_set(body, '$.retry_at', 0) WHERE id = {failing}")
+        conn.execute(f"UPDATE inbound_message SET body = json_set(body, '$.retry_at', 0) WHERE id = {failing}")
     assert FetchImage(failing) in pipeline.reconcile(services).follow_ups
 
 
 def test_an_image_pending_for_over_a_day_is_not_fetched(store, shop, transport, platform):
     [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
     with store.write() as conn:
-        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS + 1000}")
+        conn.execute(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS + 1000}")
     expired = fetch_image(store, lambda _: NeverAsked(), image, MAX)
     assert (expired.state, expired.code) == ("failed", "KEFU_MEDIA_EXPIRED")
 
@@ -246,8 +243,8 @@ def test_an_inline_data_url_is_stored_as_an_image_never_as_base64_text(store, se
     send(store, transport, platform, lying)
     send(store, transport, platform, url)  # the same picture again: one stored copy
     with store.read() as conn:
-        rows = conn.execute(sql("SELECT content_type, body FROM inbound_message ORDER BY id")).all()
-        copies = conn.execute(sql("SELECT count(*) FROM media")).scalar()
+        rows = conn.execute("SELECT content_type, body FROM inbound_message ORDER BY id").all()
+        copies = conn.execute("SELECT count(*) FROM media").scalar()
     assert [r[0] for r in rows] == ["image", "image", "image"] and copies == 1
     assert not any("base64" in r[1] for r in rows)
     stored, refused, _ = (image_body(r[1]) for r in rows)

@@ -19,7 +19,7 @@ def page(op: str, cursor: str, pmid: str, conversation: str = "conv-1"):
 
 def pending(store) -> int:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT count(*) FROM received_page WHERE ingested_at IS NULL").scalar_one()
+        return conn.execute("SELECT count(*) FROM received_page WHERE ingested_at IS NULL").scalar_one()
 
 
 def test_a_received_page_whose_broker_message_is_lost_is_published_again_until_ingested(store, shop):
@@ -50,16 +50,16 @@ def test_a_redelivered_page_still_pending_is_published_again_at_once(store, shop
     assert record_received(store, first) is True
     assert record_received(store, first) is True  # its first broker message may be the lost one
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*), max(publishes) FROM received_page").one() == (1, 2)
+        assert conn.execute("SELECT count(*), max(publishes) FROM received_page").one() == (1, 2)
 
 
 def test_republishing_backs_off_so_a_broker_backlog_is_not_multiplied(store, shop):
     record_received(store, page("p1", "c1", "m1"))
     with store.write() as conn:  # published three times already, the last one 3 graces ago
-        conn.exec_driver_sql("UPDATE received_page SET publishes = 3, published_at = published_at - 3000")
+        conn.execute("UPDATE received_page SET publishes = 3, published_at = published_at - 3000")
     assert overdue_pages(store, grace_ms=1000) == []  # the third publish waits 4 graces
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE received_page SET published_at = published_at - 2000")
+        conn.execute("UPDATE received_page SET published_at = published_at - 2000")
     assert len(overdue_pages(store, grace_ms=1000)) == 1
 
 
@@ -99,10 +99,10 @@ def test_a_catch_up_page_fetched_before_the_cursor_moved_is_not_recorded(store, 
 def test_republishing_waits_at_most_32_graces_however_often_a_page_was_published(store, shop):
     record_received(store, page("p1", "c1", "m1"))
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE received_page SET publishes = 70, published_at = published_at - 31000")
+        conn.execute("UPDATE received_page SET publishes = 70, published_at = published_at - 31000")
     assert overdue_pages(store, grace_ms=1000) == []
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE received_page SET published_at = published_at - 1000")
+        conn.execute("UPDATE received_page SET published_at = published_at - 1000")
     assert len(overdue_pages(store, grace_ms=1000)) == 1
 
 
@@ -126,7 +126,7 @@ def test_a_page_that_can_never_be_ingested_is_not_published_again(store, shop):
     refuse_page(store, "deleted-shop", "s", "p9", "KEFU_ACCOUNT_UNKNOWN")
     assert overdue_pages(store, grace_ms=-10_000) == []
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT outcome FROM received_page").scalar_one() == "KEFU_ACCOUNT_UNKNOWN"
+        assert conn.execute("SELECT outcome FROM received_page").scalar_one() == "KEFU_ACCOUNT_UNKNOWN"
 
 
 def test_pages_held_by_an_input_pause_wait_for_the_resume(store, shop):

@@ -47,7 +47,7 @@ def message(pmid, text="你好", mention=None, role="buyer", sender="b1"):
 
 def rows(store, sql):
     with store.read() as conn:
-        return conn.exec_driver_sql(sql).all()
+        return conn.execute(sql).all()
 
 
 def test_duplicate_messages_are_stored_once_and_receive_time_is_stamped_once(store, shop):
@@ -132,7 +132,7 @@ def test_a_page_for_an_unknown_account_writes_nothing(store, shop):
 def test_sender_classification_uses_platform_ids_never_text(store, shop):
     ingest_page(store, parse_page(page_dict(op="p1", groups=[group("conv-1", [message("m1")])])))
     with store.write() as conn:
-        customer_id = conn.exec_driver_sql("SELECT id FROM customer").scalar_one()
+        customer_id = conn.execute("SELECT id FROM customer").scalar_one()
         for request_id, origin, pmid in [("r-auto", "auto", "echo-ai"), ("r-man", "manual", "echo-op")]:
             register_outbound(
                 conn,
@@ -145,7 +145,7 @@ def test_sender_classification_uses_platform_ids_never_text(store, shop):
                     body="现货48小时内发货",
                 ),
             )
-            conn.exec_driver_sql(
+            conn.execute(
                 "UPDATE outbox_request SET state = 'sent', platform_message_id = ? WHERE request_id = ?",
                 (pmid, request_id),
             )

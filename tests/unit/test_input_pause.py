@@ -18,13 +18,12 @@ from runtime.inbound.input_pause import (
     resume_input,
 )
 from runtime.inbound.pages import InboundPage
-from runtime.store.sql import sql
 from tests.partial_ingest import commit_groups
 
 
 def count(store, query: str) -> int:
     with store.read() as conn:
-        return conn.execute(sql(query)).scalar_one()
+        return conn.execute(query).scalar_one()
 
 
 def test_host_and_account_pauses_do_not_mix_and_both_are_idempotent(store, shop):
@@ -85,7 +84,7 @@ def test_admission_stops_while_paused_and_in_flight_counts_turns(store, shop, tr
     pause_input(store)
     assert in_flight(store) == 1
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'done'")
+        conn.execute("UPDATE admission_batch SET state = 'done'")
     assert in_flight(store) == 0
 
 

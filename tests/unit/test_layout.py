@@ -68,3 +68,69 @@ def test_no_function_is_longer_than_a_screenful() -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (node.end_lineno or 0) - node.lineno >= 80
     ]
     assert long == []
+
+
+# The one connection type (runtime.store.connection.Connection) and what runs under it.
+SQLITE_DOOR = {
+    "runtime/store/connection.py",
+    "runtime/store/engine.py",
+    "runtime/store/fence.py",
+    "runtime/store/failures.py",
+}
+
+
+def _sources() -> list[Path]:
+    return [path for layer in LAYERS for path in sorted((ROOT / layer).rglob("*.py"))]
+
+
+def test_sqlite_is_reached_through_one_connection_type() -> None:
+    importing = {str(path.relative_to(ROOT)) for path in _sources() if "sqlite3" in _imports(path)}
+    assert importing <= SQLITE_DOOR
+
+
+def test_every_sqlite_file_gets_its_schema_by_one_migration_method() -> None:
+    """Only runtime.store.migrate stamps a schema version; nothing runs a DDL script of its own."""
+    stamping = {
+        str(path.relative_to(ROOT))
+        for path in _sources()
+        if re.search(r"PRAGMA user_version\s*=|executescript\(", path.read_text(encoding="utf-8"))
+    }
+    assert stamping == {"runtime/store/migrate.py"}
+
+
+def _tables_created(paths: list[Path]) -> set[str]:
+    text = "".join(path.read_text(encoding="utf-8") for path in paths)
+    return set(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", text))
+
+
+def _package_of(path: Path) -> str:
+    return "/".join(path.relative_to(ROOT).with_suffix("").parts[:2])
+
+
+# Each SQLite file kefu keeps, by the package that owns it (and is the only one to name its tables).
+DATABASES = {
+    "runtime/store": ["runtime/store/migrations.py"],  # the delivery store
+    "runtime/memory": ["runtime/memory/store.py"],
+    "worker/coordination": ["worker/coordination.py"],  # the shards' coordination file
+    "transports/simulator": ["transports/simulator/platform.py"],  # a simulated platform's ledger
+}
+
+
+def test_each_table_is_named_in_sql_by_one_package() -> None:
+    """A table's statements live with its owner (the delivery store's in runtime.store.queries),
+    so a schema change touches one package; other stages call them by name. Two files may
+    each have a table of one name (`lease`): the owner of a file names its own."""
+    owners: dict[str, set[str]] = {}
+    for owner, files in DATABASES.items():
+        for table in _tables_created([ROOT / f for f in files]):
+            owners.setdefault(table, set()).add(owner)
+    named = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE|EXISTS)\s+(" + "|".join(sorted(owners)) + r")\b")
+    strays: dict[str, set[str]] = {}
+    for path in _sources():
+        package = _package_of(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for table in named.findall(node.value):
+                    if package not in owners[table]:
+                        strays.setdefault(table, set()).add(package)
+    assert strays == {}

@@ -174,7 +174,7 @@ def test_the_heartbeat_leaves_a_lease_its_holder_renewed_by_writing_and_renews_o
 
     def expires() -> int:
         with store.read() as conn:
-            return int(conn.exec_driver_sql("SELECT expires_at FROM lease WHERE name = 'hb'").scalar_one())
+            return int(conn.execute("SELECT expires_at FROM lease WHERE name = 'hb'").scalar_one())
 
     with leases.held(store, "hb", ttl_s=8) as fence:
         assert fence is not None

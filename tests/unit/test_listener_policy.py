@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from config import ListenerSettings
 from runtime.accounts.listener_policy import ListenerPolicy, record_listener_state
-from runtime.store.sql import sql
 
 SECOND = 1000
 
@@ -12,7 +11,7 @@ SECOND = 1000
 def account_facts(store, account_id: str) -> tuple[str, str | None, str]:
     with store.read() as conn:
         row = conn.execute(
-            sql("SELECT listener_state, last_error, authorization FROM account WHERE id = :a"), {"a": account_id}
+            "SELECT listener_state, last_error, authorization FROM account WHERE id = :a", {"a": account_id}
         ).one()
     return row[0], row[1], row[2]
 
@@ -134,7 +133,7 @@ def test_stop_cancels_retries_and_silence_past_the_heartbeat_window_is_a_dead_co
     with store.write() as conn:
         record_listener_state(conn, shop, policy)
     with store.read() as conn:
-        assert conn.execute(sql("SELECT listener_state FROM account WHERE id = :a"), {"a": shop}).scalar() == "stopped"
+        assert conn.execute("SELECT listener_state FROM account WHERE id = :a", {"a": shop}).scalar() == "stopped"
 
 
 def test_a_max_delay_below_the_initial_one_stops_startup_naming_both_variables(tmp_path):

@@ -12,7 +12,6 @@ from runtime.inbound.ingest import ingest_page
 from runtime.outbox.manual import ManualSend, query_manual, retry_manual, send_manual, send_manual_parts
 from runtime.outbox.requests import AttemptGrant, begin_attempt, record_failure, record_sent
 from runtime.ports import SendFailure
-from runtime.store.sql import sql
 
 
 @pytest.fixture
@@ -26,7 +25,7 @@ def inbound(store, customer: int) -> list[tuple[str, str, str, str]]:
         return [
             tuple(row)
             for row in conn.execute(
-                sql(
+                (
                     "SELECT platform_message_id, sender_role, body, state FROM inbound_message"
                     " WHERE customer_id = :c ORDER BY id"
                 ),
@@ -78,12 +77,12 @@ def test_allowed_while_paused_but_refused_while_the_account_cannot_deliver(store
         ("listener_state", "failed", "failed listener"),
     ]:
         with store.write() as conn:
-            conn.execute(sql(f"UPDATE account SET {column} = :v"), {"v": value})
+            conn.execute(f"UPDATE account SET {column} = :v", {"v": value})
         with pytest.raises(KefuError) as refused:
             send_manual(store, ManualSend(request_id=f"m-{column}", customer_id=customer, text="x"))
         assert refused.value.code == "KEFU_ACCOUNT_UNAVAILABLE" and says in refused.value.message
         with store.write() as conn:
-            conn.exec_driver_sql(
+            conn.execute(
                 "UPDATE account SET connection_intent = 'connected', authorization = 'ready',"
                 " listener_state = 'stopped'"
             )
@@ -180,4 +179,4 @@ def test_the_parts_of_one_message_are_registered_all_or_none(store, customer):
     with pytest.raises(KefuError):
         query_manual(store, "new.file")  # the file part was not left behind to be sent alone
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM media").scalar() == 0
+        assert conn.execute("SELECT count(*) FROM media").scalar() == 0

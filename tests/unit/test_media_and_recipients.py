@@ -21,7 +21,6 @@ from runtime.outbox.manual import ManualSend, query_manual, send_manual, send_ma
 from runtime.outbox.media import AttachmentPolicy, describe, read_media_file
 from runtime.outbox.requests import AttemptGrant, AttemptSkipped, begin_attempt, record_failure, record_sent
 from runtime.ports import SendFailure, ToolCall
-from runtime.store.sql import sql
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 32
@@ -82,10 +81,8 @@ def test_a_stored_copy_is_sent_after_the_source_file_is_gone(store, customer, tr
     assert (received.kind, received.text) == ("image", "size-chart.png")
     with store.read() as conn:
         mirror = conn.execute(
-            sql(
-                "SELECT sender_role, content_type, body FROM inbound_message"
-                " WHERE platform_message_id = 'console-manual:pic-1'"
-            )
+            "SELECT sender_role, content_type, body FROM inbound_message"
+            " WHERE platform_message_id = 'console-manual:pic-1'"
         ).one()
     assert tuple(mirror)[:2] == ("human-console", "image")
     shown = image_body(mirror[2])  # the shop's own copy: stored, never fetched from the platform
@@ -153,7 +150,7 @@ def test_the_tool_reports_the_wangwang_rule_in_words_the_model_can_act_on(store,
     customer_id = ingest_page(store, parse_page(wangwang_page("p1", [message("m1", "seller", "native_operator")])))
     customer_id = customer_id.customer_ids[0]
     with store.write() as conn:  # make the seller's line admissible so a turn exists
-        conn.exec_driver_sql("UPDATE inbound_message SET sender_role = 'human-native'")
+        conn.execute("UPDATE inbound_message SET sender_role = 'human-native'")
     outcome = execute(
         binding_for(store, customer_id, None), ToolCall(id="c1", name="im_send_message", arguments='{"text": "您好"}')
     )
@@ -177,16 +174,14 @@ def test_attachments_are_registered_in_order_before_the_text_or_not_at_all(store
     outcome = execute(binding, ToolCall(id="c1", name="im_send_message", arguments=json.dumps(bad)))
     assert outcome.is_error and "outside the attachments folder" in outcome.content and sent == []
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 0
-        assert conn.exec_driver_sql("SELECT count(*) FROM media").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM media").scalar_one() == 0
 
     good = {"text": "见附件", "attachments": ["chart.png", "manual.pdf"]}
     outcome = execute(binding, ToolCall(id="c2", name="im_send_message", arguments=json.dumps(good)))
     assert not outcome.is_error and sent[-1] == outcome.request_id and len(sent) == 3
     with store.read() as conn:
-        parts = conn.exec_driver_sql(
-            "SELECT request_id, content_type, body, follows FROM outbox_request ORDER BY rowid"
-        ).all()
+        parts = conn.execute("SELECT request_id, content_type, body, follows FROM outbox_request ORDER BY rowid").all()
     assert [(p[1], p[2]) for p in parts] == [("image", "chart.png"), ("file", "manual.pdf"), ("text", "见附件")]
     assert [p[3] for p in parts] == [None, parts[0][0], parts[1][0]]
     assert isinstance(begin_attempt(store, parts[0][0], "w", lease_s=60), AttemptGrant)

@@ -268,8 +268,8 @@ def test_the_rules_agent_never_reuses_a_request_id_after_archiving(
     texts = EARLY + ["有优惠券吗", "可以开发票吗"]
     converse(store, settings, transport, platform, memory, texts)
     with store.read() as conn:
-        sends = conn.exec_driver_sql("SELECT COUNT(*) FROM outbox_request").scalar_one()
-        batches = conn.exec_driver_sql("SELECT COUNT(*) FROM admission_batch").scalar_one()
+        sends = conn.execute("SELECT COUNT(*) FROM outbox_request").scalar_one()
+        batches = conn.execute("SELECT COUNT(*) FROM admission_batch").scalar_one()
     assert sends == batches == len(texts)
 
 

@@ -7,7 +7,9 @@ import marshal
 import sqlite3
 
 import pytest
+import sqlalchemy.exc
 
+from runtime.errors import KefuError
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
 from runtime.memory.store import SCHEMA_VERSION, Folder, MemoryStore
 
@@ -32,7 +34,7 @@ def test_a_failure_midway_leaves_nothing(tmp_path):
     store = MemoryStore(tmp_path / "memory.sqlite")
     folders = planned()
     broken = [*folders, folders[0]]  # the same seq twice: the insert fails on the last folder
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
         store.commit_archive("customer-1", "plan-b", broken)
     assert store.folders("customer-1") == []
     assert len(store.commit_archive("customer-1", "plan-b", folders)) == len(folders)  # the retry succeeds
@@ -99,11 +101,10 @@ def test_a_store_indexed_by_cjk_bigrams_is_indexed_again_by_words_when_opened(tm
 
 
 def test_an_unknown_newer_schema_is_refused(tmp_path):
-    from runtime.memory.store import MemoryStoreTooNew
-
     path = tmp_path / "memory.sqlite"
     MemoryStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version = 99")
-    with pytest.raises(MemoryStoreTooNew):
+    with pytest.raises(KefuError, match="memory.sqlite \\(a memory store\\) has schema version 99") as refused:
         MemoryStore(path)
+    assert refused.value.code == "KEFU_SCHEMA_TOO_NEW"

@@ -52,7 +52,7 @@ def _replied(services: Local, n: int) -> str:
 
 def _state(store: DeliveryStore, request_id: str) -> str | None:
     with store.read() as conn:
-        row = conn.exec_driver_sql("SELECT state FROM outbox_request WHERE request_id = ?", (request_id,)).first()
+        row = conn.execute("SELECT state FROM outbox_request WHERE request_id = ?", (request_id,)).first()
     return None if row is None else row[0]
 
 
@@ -107,9 +107,9 @@ def test_nothing_is_sent_from_either_shard_while_the_account_is_handed_over(shar
     assert load_move(coordination, "m1").step == MoveStep.EXPORTED
     moves.advance(b, coordination, "m1")
     with a.store.write() as conn:  # were a request still pending on both sides, neither sends it
-        conn.exec_driver_sql("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
+        conn.execute("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
     with b.store.write() as conn:
-        conn.exec_driver_sql("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
+        conn.execute("UPDATE outbox_request SET state = 'pending' WHERE request_id = ?", (revoked,))
     assert pipeline.deliver(a, revoked).outcome == "moving"
     assert pipeline.deliver(b, revoked).outcome == "moving"
     assert a.transport.sent == [] and b.transport.sent == []
@@ -146,7 +146,7 @@ def _dead_turn(services: Local, n: int) -> int:
     [admit] = pipeline.ingest(services, page(n).model_dump(mode="json")).follow_ups
     pipeline.admit(services, admit.customer_id)
     with services.store.write() as conn:
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'claimed' WHERE customer_id = ?", (admit.customer_id,))
+        conn.execute("UPDATE admission_batch SET state = 'claimed' WHERE customer_id = ?", (admit.customer_id,))
     return admit.customer_id
 
 

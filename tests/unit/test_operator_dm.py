@@ -20,7 +20,6 @@ from runtime.customers.transcript import transcript_version
 from runtime.errors import KefuError
 from runtime.inbound.ingest import ingest_page
 from runtime.operators.status import is_quiet
-from runtime.store.sql import sql
 
 ZONE = ZoneInfo("Asia/Shanghai")
 
@@ -77,7 +76,7 @@ def test_a_dm_is_refused_while_a_human_handles_the_conversation(store, shop, tra
 def test_a_dm_is_refused_in_a_real_buyers_conversation(store, shop, transport, platform):
     customer = say(store, transport, platform, "你好")
     with store.write() as conn:  # the same conversation, as if on a real platform's account
-        conn.execute(sql("UPDATE account SET simulated = 0 WHERE id = :a"), {"a": shop})
+        conn.execute("UPDATE account SET simulated = 0 WHERE id = :a", {"a": shop})
     with pytest.raises(KefuError, match="KEFU_SIMULATION_REAL_ACCOUNT"):
         accept_operator_dm(store, dm(customer, "请更简洁"))
 

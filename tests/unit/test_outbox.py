@@ -36,11 +36,11 @@ def intent(request_id: str, origin: str, body: str, **frozen: object) -> Outboun
 @pytest.fixture
 def customer(store, shop) -> None:
     with store.write() as conn:
-        conn.exec_driver_sql(
+        conn.execute(
             "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
             " VALUES ('shop', 'c', 'direct', 0)"
         )
-        conn.exec_driver_sql(
+        conn.execute(
             "INSERT INTO admission_batch (id, customer_id, handling_epoch, route_id, route_generation, message_count,"
             " created_at, updated_at) VALUES ('b1', 1, 0, 'all-direct', 1, 1, 0, 0)"
         )
@@ -80,7 +80,7 @@ def test_an_abandoned_attempt_becomes_result_unknown_without_a_new_attempt(store
         assert begin_attempt(store, request_id, "w2", lease_s=0.05) == AttemptSkipped("abandoned")
     assert begin_attempt(store, request_id, "w3", lease_s=0.05) == AttemptSkipped("result-unknown")
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 1
+        assert conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one() == 1
     assert state(store, request_id).state == "result-unknown"
     assert settle_by_receipt(store, request_id, SendReceipt(platform_message_id="p9"), attempt_lease_s=120)
     assert (state(store, request_id).state, state(store, request_id).platform_message_id) == ("sent", "p9")
@@ -122,16 +122,16 @@ def test_failure_kinds(store, request_id):
 def test_a_stale_auto_send_ends_without_an_attempt(store, customer, change, reason):
     with store.write() as conn:
         register_outbound(conn, intent("auto-1", "auto", "好的", batch_id="b1", route_generation=1, handling_epoch=0))
-        conn.exec_driver_sql(change)
+        conn.execute(change)
     assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped(reason)
     assert state(store, "auto-1").state == reason
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
 
 
 def test_replies_to_one_customer_go_out_in_registration_order(store, customer):
     with store.write() as conn:
-        conn.exec_driver_sql(
+        conn.execute(
             "INSERT INTO customer (account_id, conversation_id, conversation_type, last_activity_at)"
             " VALUES ('shop', 'other', 'direct', 0)"
         )

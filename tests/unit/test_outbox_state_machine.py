@@ -36,7 +36,6 @@ from runtime.outbox.requests import (
 )
 from runtime.ports import SendFailure
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from runtime.store.states import SETTLED
 from runtime.store.tables import OutboundIntent
 from transports.simulator import SimulatedPlatform, SimulatorTransport
@@ -102,9 +101,7 @@ class OutboxMachine(RuleBasedStateMachine):
                 open_ids = [
                     row[0]
                     for row in conn.execute(
-                        sql(
-                            "SELECT request_id FROM outbox_request WHERE state IN ('pending', 'sending') ORDER BY rowid"
-                        )
+                        "SELECT request_id FROM outbox_request WHERE state IN ('pending', 'sending') ORDER BY rowid"
                     )
                 ]
             if not open_ids:

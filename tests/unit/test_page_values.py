@@ -117,8 +117,8 @@ def test_a_simulated_buyer_message_dated_9999_is_ingested_and_answered(store, sh
     )
     assert turn is not None and turn.outcome != "waiting"
     with store.read() as conn:
-        occurred = conn.exec_driver_sql("SELECT occurred_at FROM inbound_message").scalar_one()
-        states = conn.exec_driver_sql("SELECT state FROM admission_batch").scalars().all()
+        occurred = conn.execute("SELECT occurred_at FROM inbound_message").scalar_one()
+        states = conn.execute("SELECT state FROM admission_batch").scalars().all()
     assert abs(occurred - time.time() * 1000) < 60_000  # clamped to its receipt
     assert "claimed" not in states
 
@@ -129,11 +129,11 @@ def test_a_time_stored_out_of_range_cannot_wedge_a_turn(store, shop, transport, 
     message_ = platform.buyer_says("shop", "b1", "买家b1", "什么时候发货")
     customer = ingest_page(store, transport.page_of("shop", [message_])).customer_ids[0]
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE inbound_message SET occurred_at = ?, received_at = ?", (stored, stored))
+        conn.execute("UPDATE inbound_message SET occurred_at = ?, received_at = ?", (stored, stored))
     evaluate(store, customer, batch_size=1000)
     run_turn(store, RulesProvider(load_knowledge(None)), customer, settings.sessions_dir, settings.zone, settings.agent)
     with store.read() as conn:
-        states = conn.exec_driver_sql("SELECT state FROM admission_batch").scalars().all()
+        states = conn.execute("SELECT state FROM admission_batch").scalars().all()
     assert states and "claimed" not in states
 
 

@@ -12,7 +12,6 @@ from runtime.agent.session_log import SessionLog, UserMessage
 from runtime.agent.sessions import session_path
 from runtime.agent.turn import run_turn
 from runtime.inbound.ingest import ingest_page
-from runtime.store.sql import sql
 
 KNOWLEDGE = load_knowledge(None)
 QUESTION = "好的，请问您的订单号是多少？我帮您处理。"
@@ -29,7 +28,7 @@ def say(store, settings, transport, platform, text):
 
 def questions(store):
     with store.read() as conn:
-        return conn.execute(sql("SELECT request_id, state, offered_batch FROM pending_question")).all()
+        return conn.execute("SELECT request_id, state, offered_batch FROM pending_question").all()
 
 
 def batch_text(settings, result) -> str:
@@ -44,10 +43,10 @@ def test_a_question_is_offered_to_the_next_batch_after_a_takeover_and_a_new_sess
     customer, asked = say(store, settings, transport, platform, "我的地址写错了")
     [(request_id, state, _)] = questions(store)
     with store.read() as conn:
-        body = conn.execute(sql("SELECT body FROM outbox_request WHERE request_id = :r"), {"r": request_id}).scalar()
+        body = conn.execute("SELECT body FROM outbox_request WHERE request_id = :r", {"r": request_id}).scalar()
     assert state == "pending" and body == QUESTION
     with store.write() as conn:  # the question went out before the human came
-        conn.execute(sql("UPDATE outbox_request SET state = 'sent' WHERE request_id = :r"), {"r": request_id})
+        conn.execute("UPDATE outbox_request SET state = 'sent' WHERE request_id = :r", {"r": request_id})
     pause_handling(store, customer, "operator takes over")
     resume_handling(store, customer)
     rotate_by_operator(store, customer, settings.sessions_dir, None, settings.agent)

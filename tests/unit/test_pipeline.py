@@ -89,7 +89,7 @@ def test_ingest_admits_each_customer_in_its_transaction_confirms_the_page_and_a_
     (turn,) = first.follow_ups
     assert isinstance(turn, RunTurn)  # admitted in the page's own transaction: its turn is due
     with services.store.read() as conn:
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalars().all() == ["claimed"]
+        assert conn.execute("SELECT state FROM admission_batch").scalars().all() == ["claimed"]
     assert services.transport.confirmed == ["cursor-1"]
     again = pipeline.ingest(services, received.model_dump(mode="json"))
     # Admission is idempotent: asking again is safe (the process that committed the page may
@@ -141,7 +141,7 @@ def test_a_turn_that_sends_here_begins_each_reply_in_its_registration_and_the_at
     assert isinstance(reply, Attempt) and reply.begun is not None and reply.begun.attempt_no == 1
     with services.store.read() as conn:  # begun durably before any platform call, with the intent
         assert load_request(conn, reply.request_id).state == "sending"
-        assert conn.exec_driver_sql("SELECT state FROM outbox_attempt").scalars().all() == ["started"]
+        assert conn.execute("SELECT state FROM outbox_attempt").scalars().all() == ["started"]
     assert services.transport.sent == []
     assert pipeline.deliver(services, reply.request_id, begun=reply.begun) == Step("sent")
     assert [s.request_id for s in services.transport.sent] == [reply.request_id]
@@ -273,7 +273,7 @@ def test_settle_a_send_the_platform_never_received_attempts_it_again(services):
     services.transport.lookup = lambda rid: NeverReceived()
     assert pipeline.settle(services, request_id) == Step("not-unknown")  # the attempt may still arrive
     with services.store.write() as conn:  # the attempt is older than its lease now
-        conn.exec_driver_sql("UPDATE outbox_attempt SET started_at = started_at - 3600000")
+        conn.execute("UPDATE outbox_attempt SET started_at = started_at - 3600000")
     assert pipeline.settle(services, request_id) == Step("never-received", (Attempt(request_id),))
 
 
@@ -286,7 +286,7 @@ def test_reconcile_rederives_lost_admissions_and_ingests_from_sqlite(services):
     without_grace(services)
     customer_id = ingested(services)  # pending input, never admitted (its broker message was lost)
     with services.store.write() as conn:
-        conn.exec_driver_sql("UPDATE inbound_message SET received_at = received_at - 1000")
+        conn.execute("UPDATE inbound_message SET received_at = received_at - 1000")
     lost = page(2, buyer="b2")
     record_received(services.store, lost)  # received, its ingest message lost
     step = pipeline.reconcile(services)
@@ -309,8 +309,8 @@ def test_reconcile_asks_for_overdue_turns_attempts_and_settlements(services):
     pipeline.admit(services, customer_id)
     manual(services, customer_id, "op-1")
     with services.store.write() as conn:  # both left alone for longer than the grace
-        conn.exec_driver_sql("UPDATE admission_batch SET updated_at = updated_at - 1000")
-        conn.exec_driver_sql("UPDATE outbox_request SET updated_at = updated_at - 1000")
+        conn.execute("UPDATE admission_batch SET updated_at = updated_at - 1000")
+        conn.execute("UPDATE outbox_request SET updated_at = updated_at - 1000")
     follow_ups = pipeline.reconcile(services).follow_ups
     assert RunTurn(customer_id) in follow_ups and Attempt("op-1") in follow_ups
     services.transport.handler = lambda send: (_ for _ in ()).throw(SendFailure("unknown", "TIMEOUT"))
@@ -324,7 +324,7 @@ def test_a_starting_worker_reconciles_with_no_grace_what_a_dead_one_had_taken(se
     customer_id = ingested(services)
     pipeline.admit(services, customer_id)
     with services.store.write() as conn:  # claimed a moment ago, well within the 30 s grace
-        conn.exec_driver_sql("UPDATE admission_batch SET updated_at = updated_at - 50")
+        conn.execute("UPDATE admission_batch SET updated_at = updated_at - 50")
     assert RunTurn(customer_id) not in pipeline.reconcile(services).follow_ups
     assert pipeline.rescue(services).follow_ups == ()
     assert RunTurn(customer_id) in pipeline.reconcile(services, grace_s=0).follow_ups
@@ -450,7 +450,7 @@ def test_a_reply_begun_at_registration_still_waits_for_an_earlier_send_of_its_cu
     assert reply.begun is None  # replies reach a customer in registration order
     with services.store.read() as conn:
         assert load_request(conn, reply.request_id).state == "pending"
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
 
 
 def test_a_reply_whose_route_changed_since_admission_is_not_begun_at_registration(services):
@@ -463,7 +463,7 @@ def test_a_reply_whose_route_changed_since_admission_is_not_begun_at_registratio
     emitted: list[pipeline.FollowUp] = []
     pipeline.turn(services, customer_id, emitted.append, sends_here=True)
     with services.store.read() as conn:
-        states = conn.exec_driver_sql("SELECT state FROM outbox_request").scalars().all()
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+        states = conn.execute("SELECT state FROM outbox_request").scalars().all()
+        assert conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
     assert states == ["route-changed"]  # registered (the log holds the call), never begun, never sent
     assert services.transport.sent == []

@@ -133,8 +133,8 @@ def source(settings: Settings, store: DeliveryStore, shop: str, platform, transp
     say(here, transport, platform, "b2", "还有别的颜色吗")  # retires the damaged session: kept under damaged/
     with store.write() as conn:
         save_credentials(conn, "shop", SECRET)
-        first = conn.exec_driver_sql("SELECT request_id FROM outbox_request ORDER BY created_at LIMIT 1").scalar()
-        middle = conn.exec_driver_sql("SELECT id FROM inbound_message ORDER BY id LIMIT 1 OFFSET 4").scalar()
+        first = conn.execute("SELECT request_id FROM outbox_request ORDER BY created_at LIMIT 1").scalar()
+        middle = conn.execute("SELECT id FROM inbound_message ORDER BY id LIMIT 1 OFFSET 4").scalar()
     grant = begin_attempt(store, first, "test", 60)
     assert isinstance(grant, AttemptGrant)
     record_sent(store, first, grant.attempt_no, SendReceipt(platform_message_id="pm-1"))
@@ -161,7 +161,7 @@ def target(tmp_path: Path) -> Shard:
 
 def rows(store: DeliveryStore, query: str, **args: object) -> list[tuple]:
     with store.read() as conn:
-        return [tuple(r) for r in conn.exec_driver_sql(query, tuple(args.values()) if args else ())]
+        return [tuple(r) for r in conn.execute(query, tuple(args.values()) if args else ())]
 
 
 def conversations(store: DeliveryStore) -> dict[str, list[tuple]]:
@@ -310,7 +310,7 @@ def test_importing_again_under_the_same_op_id_returns_the_recorded_result(source
     session_path(target.settings.sessions_dir, f"s{source.customer}-1").unlink()
     target.memory.delete_scope(scope_of(source.customer))
     with target.store.write() as conn:
-        conn.exec_driver_sql("UPDATE placement_import SET files_done = 0")
+        conn.execute("UPDATE placement_import SET files_done = 0")
     assert import_slice(*target.dirs, slice_, "move-1", "shard-b", None).replayed
     assert target_snapshot(target) == after
 
@@ -437,7 +437,7 @@ def test_discarding_an_import_restores_the_target_as_it_was(source: Shard, targe
     # Once the move flipped (the account is active here) an import is no longer discarded.
     import_slice(*target.dirs, moved_slice(source), "move-2", "shard-b", None)
     with target.store.write() as conn:
-        conn.exec_driver_sql("UPDATE account_placement SET state = 'active'")
+        conn.execute("UPDATE account_placement SET state = 'active'")
     assert not discard_import(*target.dirs, "move-2")
     assert conversations(target.store) == conversations(source.store)
 

@@ -18,7 +18,6 @@ from runtime.outbox.read_receipts import accept_buyer_receipt
 from runtime.outbox.requests import AttemptGrant, begin_attempt, record_sent, register_outbound
 from runtime.ports import BuyerReadReceipt, SendReceipt
 from runtime.store import DeliveryStore
-from runtime.store.sql import sql
 from runtime.store.tables import OutboundIntent
 
 
@@ -60,7 +59,7 @@ def receipt(platform_message_id: str, conversation: str = "sim-direct-b1", reade
 
 def read_events(settings, store, customer_id: int) -> list:
     with store.read() as conn:
-        session_id = conn.execute(sql("SELECT session_id FROM customer WHERE id = :c"), {"c": customer_id}).scalar()
+        session_id = conn.execute("SELECT session_id FROM customer WHERE id = :c", {"c": customer_id}).scalar()
     log = SessionLog(session_path(settings.sessions_dir, session_id))
     return [e for e in log.load() if e.type == "im/message-read"]
 
@@ -81,11 +80,11 @@ def test_only_our_sent_message_read_by_its_buyer_is_stored_and_only_once(store, 
     assert accept_buyer_receipt(store, receipt(platform_id)) == "already-stored"
     reopened = DeliveryStore(settings.delivery_path, settings.delivery)  # a restart keeps it
     with reopened.read() as conn:
-        stored = conn.exec_driver_sql("SELECT customer_id, reader_id, delivered_at FROM buyer_read").all()
+        stored = conn.execute("SELECT customer_id, reader_id, delivered_at FROM buyer_read").all()
     reopened.close()
     assert stored == [(customer_id, "b1", None)]
     with store.read() as conn:  # an idle agent is not woken: no batch, no turn
-        assert conn.exec_driver_sql("SELECT count(*) FROM admission_batch WHERE state != 'done'").scalar() == 0
+        assert conn.execute("SELECT count(*) FROM admission_batch WHERE state != 'done'").scalar() == 0
 
 
 def test_a_group_message_is_refused(store, shop):

@@ -38,7 +38,7 @@ def test_overdue_work_of_every_stage_is_found(settings, store, shop, platform, t
                     body=request_id,
                 ),
             )
-        conn.exec_driver_sql("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
+        conn.execute("UPDATE outbox_request SET state = 'result-unknown' WHERE request_id = 'r-unknown'")
     begin_attempt(store, "r-sending", "dead-worker", lease_s=60)
     quick = settings.model_copy(
         update={
@@ -68,7 +68,8 @@ def test_an_empty_store_is_quiet(settings, store):
 def test_customers_waiting_are_handed_out_a_limit_at_a_time_round_the_backlog(
     settings, store, shop, platform, transport
 ):
-    from runtime.admission.batches import _OVERDUE, customers_waiting
+    from runtime.admission.batches import customers_waiting
+    from runtime.store import queries
 
     ids = []
     for buyer in ("b1", "b2", "b3", "b4", "b5"):
@@ -76,7 +77,7 @@ def test_customers_waiting_are_handed_out_a_limit_at_a_time_round_the_backlog(
         ids += ingest_page(store, transport.page_of(shop, said)).customer_ids
     evaluate(store, ids[0], 1000)  # b1's input claimed: it waits no more
     with store.write() as conn:  # b2's lines are recent: within the grace
-        conn.exec_driver_sql(f"UPDATE inbound_message SET received_at = 9999999999999 WHERE customer_id = {ids[1]}")
+        conn.execute(f"UPDATE inbound_message SET received_at = 9999999999999 WHERE customer_id = {ids[1]}")
     overdue = ids[2:]
     with store.read() as conn:
         now = int(time.time() * 1000) + 1
@@ -85,5 +86,6 @@ def test_customers_waiting_are_handed_out_a_limit_at_a_time_round_the_backlog(
         assert customers_waiting(conn, now, 2, after=overdue[1]) == [overdue[2], overdue[0]]  # round to the start
         assert customers_waiting(conn, now, 10, after=overdue[2]) == overdue
         params = {"after": 0, "until": 2**63 - 1, "t": now, "n": 10}
-        plan = " ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {_OVERDUE.text}", params))
+        overdue_sql = queries.inbound_message.OVERDUE_CUSTOMERS
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {overdue_sql}", params))
     assert "SCAN inbound_message" not in plan  # index probes, never a scan of the pending rows

@@ -20,7 +20,6 @@ from runtime.outbox.manual import ManualSend, send_manual
 from runtime.outbox.requests import begin_attempt, record_sent
 from runtime.ports import SendReceipt
 from runtime.store import now_ms
-from runtime.store.sql import sql
 
 ZONE = ZoneInfo("Asia/Shanghai")
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -34,7 +33,7 @@ def say(store, transport, platform, buyer, text):
 
 def count(store, table, where="1"):
     with store.read() as conn:
-        return conn.execute(sql(f"SELECT count(*) FROM {table} WHERE {where}")).scalar()
+        return conn.execute(f"SELECT count(*) FROM {table} WHERE {where}").scalar()
 
 
 def test_old_settled_records_go_and_nothing_in_flight_does(store, settings, shop, transport, platform):

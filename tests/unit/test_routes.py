@@ -72,7 +72,7 @@ def test_operation_ids_replay_the_stored_result(store, shop):
     first = create_route(store, spec, op_id="op-1")
     assert create_route(store, spec, op_id="op-1") == first  # a lost response: ask again, same answer
     with store.read() as conn:  # the operation's result is stored with it
-        stored = dict(conn.exec_driver_sql("SELECT id, json_extract(result, '$.generation') FROM operation").all())
+        stored = dict(conn.execute("SELECT id, json_extract(result, '$.generation') FROM operation").all())
     assert stored["op-1"] == 1 and "op-never" not in stored
     with pytest.raises(KefuError, match="KEFU_ROUTE_EXISTS"):
         create_route(store, spec, op_id="op-2")
@@ -90,7 +90,7 @@ def test_updates_check_the_revision_and_bump_the_generation(store, shop):
     with pytest.raises(KefuError, match="a group route needs at least one trigger"):
         update_route(store, "g", 2, RouteChanges(trigger_mention=False, trigger_every_n=None), op_id="op-4")
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT revision, generation FROM route WHERE id = 'g'").one() == (2, 2)
+        assert conn.execute("SELECT revision, generation FROM route WHERE id = 'g'").one() == (2, 2)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_the_interval_trigger_admits_once_the_interval_has_passed(store, shop):
     customer = ingest_page(store, group_page("p1", "c1", [("m1", None)])).customer_ids[0]
     assert evaluate(store, customer, 1000).reason == "trigger-not-met"
     with store.write() as conn:  # a minute passes
-        conn.exec_driver_sql("UPDATE inbound_message SET received_at = received_at - 61000")
+        conn.execute("UPDATE inbound_message SET received_at = received_at - 61000")
     assert evaluate(store, customer, 1000).reason == "admitted"
 
 

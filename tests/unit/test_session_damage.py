@@ -78,7 +78,7 @@ def test_a_customer_whose_log_is_damaged_continues_in_a_new_session_with_the_fil
     assert (result.outcome, result.session_id, len(registered)) == ("complete", f"s{customer}-2", 1)
     with store.read() as conn:
         [record] = damaged_sessions(conn)
-        assert conn.exec_driver_sql("SELECT session_id FROM customer").scalar_one() == f"s{customer}-2"
+        assert conn.execute("SELECT session_id FROM customer").scalar_one() == f"s{customer}-2"
     assert (record.customer_id, record.session_id) == (customer, f"s{customer}-1")
     assert open(record.kept_path, "rb").read() == damaged  # kept byte for byte
     assert "/damaged/" in record.kept_path and not session_path(settings.sessions_dir, f"s{customer}-1").exists()
@@ -93,7 +93,7 @@ def test_a_batch_answered_in_the_damaged_log_is_not_answered_again(store, settin
     evaluate(store, customer, 1000)
     turn(store, settings, customer)
     with store.write() as conn:  # the worker died after the reply was registered, before the batch was done
-        conn.exec_driver_sql("UPDATE admission_batch SET state = 'committed'")
+        conn.execute("UPDATE admission_batch SET state = 'committed'")
     damage_current_session(settings, customer)
 
     registered: list[str] = []
@@ -101,8 +101,8 @@ def test_a_batch_answered_in_the_damaged_log_is_not_answered_again(store, settin
 
     assert result.outcome == "complete" and registered == []
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM outbox_request").scalar_one() == 1
-        assert conn.exec_driver_sql("SELECT state FROM admission_batch").scalar_one() == "done"
+        assert conn.execute("SELECT count(*) FROM outbox_request").scalar_one() == 1
+        assert conn.execute("SELECT state FROM admission_batch").scalar_one() == "done"
     # The new session's first turn still tells the model that earlier context was lost.
     say(store, transport, platform, "b1", "可以退货吗")
     evaluate(store, customer, 1000)

@@ -58,17 +58,17 @@ def snapshot(store: DeliveryStore) -> dict[str, list[tuple]]:
     with store.read() as conn:
         tables = [
             row[0]
-            for row in conn.exec_driver_sql(
+            for row in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
             )
         ]
-        return {table: [tuple(row) for row in conn.exec_driver_sql(f'SELECT * FROM "{table}"')] for table in tables}
+        return {table: [tuple(row) for row in conn.execute(f'SELECT * FROM "{table}"')] for table in tables}
 
 
 def fence_rows(store: DeliveryStore) -> tuple[list[tuple], list[tuple]]:
     with store.read() as conn:
-        fence = [tuple(r) for r in conn.exec_driver_sql("SELECT id, token, owner FROM shard_fence")]
-        grants = [tuple(r) for r in conn.exec_driver_sql("SELECT token, owner FROM shard_grant ORDER BY token")]
+        fence = [tuple(r) for r in conn.execute("SELECT id, token, owner FROM shard_fence")]
+        grants = [tuple(r) for r in conn.execute("SELECT token, owner FROM shard_grant ORDER BY token")]
     return fence, grants
 
 
@@ -78,7 +78,7 @@ def add_account(store: DeliveryStore, account: str = "shop") -> None:
 
 def identity(store: DeliveryStore, account: str = "shop") -> str:
     with store.read() as conn:
-        return conn.exec_driver_sql("SELECT identity FROM account WHERE id = ?", (account,)).scalar_one()
+        return conn.execute("SELECT identity FROM account WHERE id = ?", (account,)).scalar_one()
 
 
 def page(op: str = "p1", conversations: tuple[str, ...] = ("conv-1",), account: str = "shop") -> InboundPage:
@@ -110,7 +110,7 @@ def page(op: str = "p1", conversations: tuple[str, ...] = ("conv-1",), account: 
 
 def customer_ids(store: DeliveryStore) -> dict[str, int]:
     with store.read() as conn:
-        return dict(conn.exec_driver_sql("SELECT conversation_id, id FROM customer").all())
+        return dict(conn.execute("SELECT conversation_id, id FROM customer").all())
 
 
 # --- the fence ------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_writes_pass_under_the_current_token_and_the_first_one_claims_the_store(
     assert fence_rows(store) == ([], [])  # opening (migrating) the store claims nothing
     add_account(store)
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE account SET identity = 'renamed' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'renamed' WHERE id = 'shop'")
     assert identity(store) == "renamed"
     assert fence_rows(store) == ([(1, 1, "a")], [(1, "a")])  # one grant, recorded once
 
@@ -132,13 +132,13 @@ def test_a_newer_grant_claims_the_store_and_the_older_one_then_writes_nothing(op
     add_account(old)
     new = open_store(new_guard)
     with new.write() as conn:  # the new holder's first write claims the store
-        conn.exec_driver_sql("UPDATE account SET identity = 'by-b' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'by-b' WHERE id = 'shop'")
     assert fence_rows(new) == ([(1, 2, "b")], [(1, "a"), (2, "b")])
     before = snapshot(new)
 
     with pytest.raises(ShardLeaseLost) as lost:
         with old.write() as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'by-a' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'by-a' WHERE id = 'shop'")
     assert lost.value.code == "KEFU_SHARD_LEASE_LOST"
     assert old_guard.lost  # the whole process (and its children) now knows
     with pytest.raises(ShardLeaseLost):
@@ -147,7 +147,7 @@ def test_a_newer_grant_claims_the_store_and_the_older_one_then_writes_nothing(op
     assert identity(old) == "by-b"  # reads still work for the stale holder
 
     with new.write() as conn:  # the refused writes left no lock behind
-        conn.exec_driver_sql("UPDATE account SET identity = 'by-b-again' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'by-b-again' WHERE id = 'shop'")
     assert identity(new) == "by-b-again"
 
 
@@ -200,7 +200,7 @@ def test_a_guard_past_its_local_deadline_refuses_without_touching_the_store(open
     before = snapshot(store)
     with pytest.raises(ShardLeaseLost, match="not renewed in time"):
         with store.write() as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'late' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'late' WHERE id = 'shop'")
     with pytest.raises(ShardLeaseLost):
         record_received(store, page())
     assert snapshot(store) == before  # in particular: it did not claim the store for grant 2
@@ -217,11 +217,11 @@ def test_a_grant_runs_out_by_the_local_clock_alone(open_store):
         time.sleep(0.01)
     with pytest.raises(ShardLeaseLost):
         with store.write() as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'late' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'late' WHERE id = 'shop'")
     assert identity(store) == "seller-shop"
     guard.hold(1, time.monotonic_ns() + MINUTE_NS)  # renewed: the same grant writes again
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE account SET identity = 'renewed' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'renewed' WHERE id = 'shop'")
     assert identity(store) == "renewed"
 
 
@@ -230,7 +230,7 @@ def test_migrations_run_unfenced_even_for_a_guard_that_cannot_write(open_store):
     expired.hold(1, time.monotonic_ns() - 1)
     store = open_store(expired)  # a fresh file: every migration ran
     with store.read() as conn:
-        assert conn.exec_driver_sql("PRAGMA user_version").scalar_one() == LATEST_VERSION
+        assert conn.execute("PRAGMA user_version").scalar_one() == LATEST_VERSION
     assert fence_rows(store) == ([], [])
     with pytest.raises(ShardLeaseLost):
         add_account(store)
@@ -276,7 +276,7 @@ def test_an_unguarded_store_writes_and_claims_nothing(open_store):
     result = ingest_page(store, page())
     assert result.rows_written == 1 and not result.replayed
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE account SET identity = 'plain' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'plain' WHERE id = 'shop'")
     assert identity(store) == "plain"
     assert fence_rows(store) == ([], [])
     guarded = open_store(held(3, owner="a"))  # the first guarded write still claims it
@@ -287,14 +287,14 @@ def test_an_unguarded_store_writes_and_claims_nothing(open_store):
 
 def _update(store: DeliveryStore) -> None:
     with store.write() as conn:
-        conn.exec_driver_sql("UPDATE account SET identity = 'stale' WHERE id = 'shop'")
+        conn.execute("UPDATE account SET identity = 'stale' WHERE id = 'shop'")
 
 
 def _swallowed(store: DeliveryStore) -> None:
     """A caller that takes an IntegrityError for a constraint of its own (an import's slice)."""
     with store.write() as conn:
         try:
-            conn.exec_driver_sql("UPDATE account SET identity = 'caught' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'caught' WHERE id = 'shop'")
         except IntegrityError:
             pass
 
@@ -379,7 +379,7 @@ def test_a_claim_rolled_back_is_made_again_by_the_next_write(open_store):
     guard.hold(3, time.monotonic_ns() + MINUTE_NS)  # the process was granted the lease again
     with pytest.raises(RuntimeError):
         with store.write() as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'lost' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'lost' WHERE id = 'shop'")
             raise RuntimeError("the caller failed")
     assert fence_rows(store)[0] == [(1, 1, "a")]  # the claim went with the rollback
     _update(store)
@@ -439,7 +439,7 @@ def test_each_range_continues_on_its_own_when_customers_of_other_shards_share_th
 
 def lease_rows(store: DeliveryStore) -> dict[str, tuple[str, int, int]]:
     with store.read() as conn:
-        rows = conn.exec_driver_sql("SELECT name, owner, token, expires_at FROM lease").all()
+        rows = conn.execute("SELECT name, owner, token, expires_at FROM lease").all()
     return {name: (owner, int(token), int(expires_at)) for name, owner, token, expires_at in rows}
 
 
@@ -460,7 +460,7 @@ def test_the_claim_of_a_new_grant_lets_go_of_the_leases_earlier_grants_held(open
     before = snapshot(new)
     with pytest.raises((ShardLeaseLost, leases.LeaseLost)):  # the old holders write nothing
         with leases.fenced(old, turn) as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'by-a' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'by-a' WHERE id = 'shop'")
     with pytest.raises(ShardLeaseLost):  # nor does a renewal of the listener's lease
         leases.grant(old, "listener:shop", "a:1", ttl_s=30)
     assert snapshot(new) == before
@@ -482,7 +482,7 @@ def test_a_claim_rolled_back_lets_go_of_nothing(open_store):
     new = open_store(held(2, owner="b"))
     with pytest.raises(RuntimeError):
         with new.write() as conn:
-            conn.exec_driver_sql("UPDATE account SET identity = 'x' WHERE id = 'shop'")
+            conn.execute("UPDATE account SET identity = 'x' WHERE id = 'shop'")
             raise RuntimeError("the caller failed")
     assert lease_rows(old)["listener:shop"][0] == "a:1" and lease_rows(old)["listener:shop"][2] > 0
     assert fence_rows(old)[0] == [(1, 1, "a")]

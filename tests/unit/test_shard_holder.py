@@ -185,8 +185,8 @@ def test_a_standby_takes_over_when_the_holder_stops(make_holder, coordinator, op
     new_store = open_store(standby.guard)
     write(new_store, "by-b")
     with new_store.read() as conn:
-        grants = conn.exec_driver_sql("SELECT token, owner FROM shard_grant ORDER BY token").all()
-        accounts = conn.exec_driver_sql("SELECT id FROM account ORDER BY id").scalars().all()
+        grants = conn.execute("SELECT token, owner FROM shard_grant ORDER BY token").all()
+        accounts = conn.execute("SELECT id FROM account ORDER BY id").scalars().all()
     assert [tuple(g) for g in grants] == [(first.guard.token, "a"), (standby.guard.token, "b")]
     assert accounts == ["by-a", "by-b"]
 
@@ -222,7 +222,7 @@ def test_a_partitioned_holder_stops_writing_before_its_lease_could_expire(make_h
     with pytest.raises(ShardLeaseLost):
         write(store, "after-the-cut")
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT id FROM account").scalars().all() == ["while-renewed"]
+        assert conn.execute("SELECT id FROM account").scalars().all() == ["while-renewed"]
 
     assert lost.event.wait(10)
     assert lost.calls == 1 and holder.guard.lost

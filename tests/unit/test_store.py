@@ -20,18 +20,18 @@ FIXTURE = Path(__file__).parents[1] / "fixtures" / "delivery-v1.sqlite"
 def test_pragmas_are_applied_and_read_back(tmp_path):
     store = DeliveryStore(tmp_path / "d.sqlite", DeliverySettings(busy_timeout_ms=1234, cache_size_kib=4096))
     with store.read() as conn:
-        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
-        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 1234
-        assert conn.exec_driver_sql("PRAGMA cache_size").scalar_one() == -4096
-        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+        assert conn.execute("PRAGMA journal_mode").scalar_one() == "wal"
+        assert conn.execute("PRAGMA busy_timeout").scalar_one() == 1234
+        assert conn.execute("PRAGMA cache_size").scalar_one() == -4096
+        assert conn.execute("PRAGMA foreign_keys").scalar_one() == 1
 
 
 def test_delete_journal_and_exclusive_locking(tmp_path):
     path = tmp_path / "d.sqlite"
     store = DeliveryStore(path, DeliverySettings(journal_mode="DELETE", locking_mode="EXCLUSIVE"))
     with store.write() as conn:
-        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "delete"
-        assert conn.exec_driver_sql("PRAGMA locking_mode").scalar_one() == "exclusive"
+        assert conn.execute("PRAGMA journal_mode").scalar_one() == "delete"
+        assert conn.execute("PRAGMA locking_mode").scalar_one() == "exclusive"
     other = sqlite3.connect(path, timeout=0.1)
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         other.execute("SELECT count(*) FROM account").fetchone()
@@ -43,7 +43,7 @@ def test_new_file_is_at_latest_version_and_every_row_models_table_has_its_column
     assert store.user_version() == LATEST_VERSION
     with store.read() as conn:
         for model in ROWS:
-            columns = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({model.__tablename__})")}
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({model.__tablename__})")}
             assert columns == set(model.model_fields), model.__tablename__
 
 
@@ -54,13 +54,13 @@ def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
     store = DeliveryStore(path)
     assert store.user_version() == LATEST_VERSION
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT body FROM inbound_message").scalar_one() == "什么时候发货"
-        assert conn.exec_driver_sql("SELECT state FROM outbox_request").scalar_one() == "pending"
-        assert conn.exec_driver_sql("SELECT count(*) FROM lease").scalar_one() == 0
-        assert conn.exec_driver_sql("SELECT handling_reason FROM customer").scalar_one() is None
-        assert conn.exec_driver_sql("SELECT revision, generation FROM route").one() == (1, 1)
-        assert conn.exec_driver_sql("SELECT count(*) FROM operation").scalar_one() == 0
-        indexes = {row[1] for row in conn.exec_driver_sql("PRAGMA index_list(outbox_request)")}
+        assert conn.execute("SELECT body FROM inbound_message").scalar_one() == "什么时候发货"
+        assert conn.execute("SELECT state FROM outbox_request").scalar_one() == "pending"
+        assert conn.execute("SELECT count(*) FROM lease").scalar_one() == 0
+        assert conn.execute("SELECT handling_reason FROM customer").scalar_one() is None
+        assert conn.execute("SELECT revision, generation FROM route").one() == (1, 1)
+        assert conn.execute("SELECT count(*) FROM operation").scalar_one() == 0
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(outbox_request)")}
     assert {"outbox_pending", "outbox_sending", "outbox_unknown"} <= indexes and "outbox_unsettled" not in indexes
     DeliveryStore(path)  # reopening a migrated file is a no-op
 
@@ -90,7 +90,7 @@ def test_version_1_file_is_migrated_keeping_its_rows(tmp_path):
 def test_queries_on_open_work_read_only_open_work(store, query, index):
     """Open work is found through its state's partial index, never by reading what is stored."""
     with store.read() as conn:
-        plan = " ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}"))
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}"))
     assert f"USING INDEX {index}" in plan and "TEMP B-TREE" not in plan
 
 
@@ -146,4 +146,4 @@ def test_a_write_that_cannot_begin_raises_the_driver_error_callers_handle(tmp_pa
     finally:
         holder.execute("ROLLBACK")
     with store.write() as conn:  # the connection is usable again
-        assert conn.exec_driver_sql("SELECT count(*) FROM account").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM account").scalar_one() == 0

@@ -75,7 +75,7 @@ def test_threads_share_a_pool_of_as_many_connections_as_transactions_run_at_once
 
     def use() -> None:
         with store.raw() as db:
-            seen.append(id(db))
+            seen.append(id(db.dbapi))
 
     for _ in range(20):  # one after another, each on a thread of its own
         thread = threading.Thread(target=use)
@@ -87,7 +87,7 @@ def test_threads_share_a_pool_of_as_many_connections_as_transactions_run_at_once
 
     def hold() -> None:
         with store.raw() as db:
-            seen.append(id(db))
+            seen.append(id(db.dbapi))
             inside.set()
             release.wait(10)
 

@@ -179,4 +179,4 @@ def test_a_malformed_message_from_the_bridge_is_refused_naming_the_field_and_not
     with pytest.raises(ListenerFailure, match="WANGWANG_MALFORMED_ANSWER"):
         transport.connect("ww", None).receive(1)
     with store.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM inbound_message").scalar_one() == 0
+        assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 0

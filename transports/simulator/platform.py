@@ -13,77 +13,116 @@ is the caller's (a script clock) or now.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import OperationalError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS buyer_message (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    account_id TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    buyer_id TEXT NOT NULL,
-    buyer_name TEXT NOT NULL,
-    text TEXT NOT NULL,
-    occurred_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS buyer_media (
-    seq INTEGER PRIMARY KEY REFERENCES buyer_message (seq),
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS buyer_by_conversation ON buyer_message (conversation_id, seq);
-CREATE TABLE IF NOT EXISTS received_send (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    platform_message_id TEXT NOT NULL UNIQUE,
-    client_ref TEXT NOT NULL,
-    account_id TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    recipient_id TEXT,
-    text TEXT NOT NULL,
-    received_at INTEGER NOT NULL,
-    kind TEXT NOT NULL DEFAULT 'text',
-    media_sha256 TEXT
-);
-CREATE TABLE IF NOT EXISTS buyer_read (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    received_id INTEGER NOT NULL UNIQUE REFERENCES received_send (id),
-    read_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sim_instance (
-    number INTEGER PRIMARY KEY,
-    account_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    buyer_id TEXT NOT NULL UNIQUE,
-    buyer_name TEXT NOT NULL,
-    persona TEXT,
-    state TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    stopped_at INTEGER
-);
-CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref);
-CREATE INDEX IF NOT EXISTS received_by_conversation ON received_send (conversation_id);
-"""
+from runtime.store.connection import Connection, connect
+from runtime.store.engine import immediate
+from runtime.store.failures import is_busy
+from runtime.store.migrate import Migration, migrate
+
+# Columns added to buyer_message after the first release of the ledger: (name, declaration).
+_ADDED_COLUMNS = (
+    ("conversation_type", "TEXT NOT NULL DEFAULT 'direct'"),
+    ("group_title", "TEXT"),
+    ("mention", "INTEGER"),  # groups only: 1 the shop was mentioned, 0 it was not
+    ("media_kind", "TEXT"),  # image | file, its bytes in buyer_media
+)
 
 
-# Columns added after the first release of the ledger: (name, declaration).
-_ADDED_COLUMNS = {
-    "buyer_message": [
-        ("conversation_type", "TEXT NOT NULL DEFAULT 'direct'"),
-        ("group_title", "TEXT"),
-        ("mention", "INTEGER"),  # groups only: 1 the shop was mentioned, 0 it was not
-        ("media_kind", "TEXT"),  # image | file, its bytes in buyer_media
-    ]
+def _add_buyer_message_columns(conn: Connection) -> None:
+    """The added columns a ledger made before versions (user_version 0) may lack already."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(buyer_message)")}
+    for name, declaration in _ADDED_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE buyer_message ADD COLUMN {name} {declaration}")
+
+
+# The ledger's schema (runtime.store.migrate). A ledger made before it had versions (user_version
+# 0, its tables made at every open, its columns added outside any transaction) is taken as it
+# is: version 1 only makes what is missing, version 2 adds only the columns it lacks.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "buyer messages and media, received sends, reads, simulation instances",
+        (
+            "CREATE TABLE IF NOT EXISTS buyer_message ("
+            " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " account_id TEXT NOT NULL,"
+            " conversation_id TEXT NOT NULL,"
+            " buyer_id TEXT NOT NULL,"
+            " buyer_name TEXT NOT NULL,"
+            " text TEXT NOT NULL,"
+            " occurred_at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS buyer_media ("
+            " seq INTEGER PRIMARY KEY REFERENCES buyer_message (seq),"
+            " kind TEXT NOT NULL,"
+            " name TEXT NOT NULL,"
+            " data BLOB NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS buyer_by_conversation ON buyer_message (conversation_id, seq)",
+            "CREATE TABLE IF NOT EXISTS received_send ("
+            " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " platform_message_id TEXT NOT NULL UNIQUE,"
+            " client_ref TEXT NOT NULL,"
+            " account_id TEXT NOT NULL,"
+            " conversation_id TEXT NOT NULL,"
+            " recipient_id TEXT,"
+            " text TEXT NOT NULL,"
+            " received_at INTEGER NOT NULL,"
+            " kind TEXT NOT NULL DEFAULT 'text',"
+            " media_sha256 TEXT)",
+            "CREATE TABLE IF NOT EXISTS buyer_read ("
+            " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " received_id INTEGER NOT NULL UNIQUE REFERENCES received_send (id),"
+            " read_at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS sim_instance ("
+            " number INTEGER PRIMARY KEY,"
+            " account_id TEXT NOT NULL,"
+            " kind TEXT NOT NULL,"
+            " buyer_id TEXT NOT NULL UNIQUE,"
+            " buyer_name TEXT NOT NULL,"
+            " persona TEXT,"
+            " state TEXT NOT NULL,"
+            " created_at INTEGER NOT NULL,"
+            " stopped_at INTEGER)",
+            "CREATE INDEX IF NOT EXISTS received_by_ref ON received_send (client_ref)",
+            "CREATE INDEX IF NOT EXISTS received_by_conversation ON received_send (conversation_id)",
+        ),
+    ),
+    Migration(
+        2,
+        "buyer messages in groups (title, mention) and with media",
+        step=_add_buyer_message_columns,
+    ),
+)
+_PRAGMAS = {
+    "journal_mode": "WAL",
+    # A platform's ledger: it outlives any process kill (the fault suite's faults) without a sync
+    # per send, which would only add a disk's latency to the worker that sends.
+    "synchronous": "NORMAL",
 }
+_BUSY_TIMEOUT_S = 10.0
+
+
+def _open(path: Path) -> Connection:
+    """A connection to the ledger. Of processes opening a new ledger at once, one whose switch
+    to WAL meets another's lock is refused at once (SQLite's busy handler does not wait for it):
+    it tries again, as long as a busy statement would wait."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            return connect(path, _BUSY_TIMEOUT_S, _PRAGMAS)
+        except OperationalError as error:
+            if not is_busy(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.01)
 
 
 class InstanceState(StrEnum):
@@ -162,26 +201,20 @@ class SimulatedPlatform:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        db = self._connect()
-        db.executescript(_SCHEMA)
-        for table, columns in _ADDED_COLUMNS.items():
-            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-            for name, declaration in columns:
-                if name not in have:
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+        migrate(
+            self._connect(),
+            MIGRATIONS,
+            f"{self.path} (a simulated platform's ledger)",
+            "run a newer kefu, or point KEFU_SIMULATOR__PLATFORM_PATH (or KEFU_DATA_DIR) at another file",
+        )
 
-    def _connect(self) -> sqlite3.Connection:
-        """This thread's connection (autocommit: every statement is its own transaction)."""
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            db.execute("PRAGMA journal_mode = WAL")
-            # A platform's ledger: it outlives any process kill (the fault suite's faults) without
-            # a sync per send, which would only add a disk's latency to the worker that sends.
-            db.execute("PRAGMA synchronous = NORMAL")
-            db.row_factory = sqlite3.Row
-            self._local.db = db
-        return db
+    def _connect(self) -> Connection:
+        """This thread's connection (autocommit: every statement is its own transaction, but for
+        those in `immediate`)."""
+        conn: Connection | None = getattr(self._local, "db", None)
+        if conn is None:
+            conn = self._local.db = _open(self.path)
+        return conn
 
     @staticmethod
     def conversation_for(buyer_id: str) -> str:
@@ -196,7 +229,7 @@ class SimulatedPlatform:
         return conversation_id.startswith("sim-group-")
 
     def _rows(self, model: type[Row], query: str, params: tuple[object, ...]) -> list[Row]:
-        return [model(**dict(row)) for row in self._connect().execute(query, params).fetchall()]
+        return [model(**row) for row in self._connect().execute(query, params).mappings()]
 
     def buyer_says(
         self,
@@ -224,7 +257,9 @@ class SimulatedPlatform:
             *("group" if group else "direct", group_title, (1 if mention else 0) if group else None),
             media.kind if media else None,
         )
-        with self._immediate() as db:  # the message and its media together, or neither
+        # One write transaction, its lock taken first: the message and its media together, or
+        # neither, and the instance cannot turn `stopping` between the refusal check and the write.
+        with immediate(self._connect()) as db:
             self.refuse_if_stopped(conversation_id)
             said = self._rows(BuyerMessage, query, params)[0]
             if media is not None:
@@ -233,19 +268,6 @@ class SimulatedPlatform:
                     (said.seq, media.kind, media.name, media.data),
                 )
         return said
-
-    @contextmanager
-    def _immediate(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, its lock taken first: a check in it holds until the commit (an
-        instance cannot turn `stopping` between a refusal check and the write it guards)."""
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def refuse_if_stopped(self, conversation_id: str) -> None:
         """Raise InstanceStopped when the conversation is a simulation instance's that is stopping
@@ -258,7 +280,7 @@ class SimulatedPlatform:
                 "SELECT state FROM sim_instance WHERE buyer_id = ? AND state != 'running'",
                 (conversation_id.removeprefix("sim-direct-"),),
             )
-            .fetchone()
+            .first()
         )
         if row is not None:
             raise InstanceStopped(f"conversation {conversation_id} belongs to a simulation instance that is {row[0]}")
@@ -266,15 +288,17 @@ class SimulatedPlatform:
     def new_instance(
         self, account_id: str, kind: Literal["paired", "manual"], buyer_name: str, persona: str | None = None
     ) -> SimInstance:
-        """A new instance, numbered above every number used before (stopped ones included)."""
-        db = self._connect()
-        (number,) = db.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM sim_instance").fetchone()
+        """A new instance, numbered above every number used before (stopped ones included): the
+        number is read and taken in one write transaction, so two processes never pick the same."""
         query = (
             "INSERT INTO sim_instance (number, account_id, kind, buyer_id, buyer_name, persona, state, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, 'running', ?) RETURNING *"
         )
-        params = (number, account_id, kind, f"sim-{number:03d}-buyer", buyer_name, persona, time.time_ns() // 1_000_000)
-        return self._rows(SimInstance, query, params)[0]
+        with immediate(self._connect()) as db:
+            number = int(db.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM sim_instance").scalar_one())
+            at = time.time_ns() // 1_000_000
+            params = (number, account_id, kind, f"sim-{number:03d}-buyer", buyer_name, persona, at)
+            return self._rows(SimInstance, query, params)[0]
 
     def instance(self, instance_id: str) -> SimInstance | None:
         number = instance_id.removeprefix("sim-")
@@ -300,8 +324,8 @@ class SimulatedPlatform:
 
     def media_of(self, seq: int) -> BuyerMedia | None:
         """What a buyer message carried besides its text (the platform's media download)."""
-        row = self._connect().execute("SELECT kind, name, data FROM buyer_media WHERE seq = ?", (seq,)).fetchone()
-        return BuyerMedia(kind=row["kind"], name=row["name"], data=row["data"]) if row else None
+        row = self._connect().execute("SELECT kind, name, data FROM buyer_media WHERE seq = ?", (seq,)).first()
+        return BuyerMedia(kind=row[0], name=row[1], data=row[2]) if row else None
 
     def buyer_messages(self, account_id: str, after_seq: int = 0, limit: int = 1_000_000) -> list[BuyerMessage]:
         query = "SELECT * FROM buyer_message WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -329,7 +353,7 @@ class SimulatedPlatform:
             " recipient_id, text, received_at, kind, media_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
         )
         params = (platform_message_id, client_ref, account_id, conversation_id, recipient_id, text, at, kind, digest)
-        with self._immediate():
+        with immediate(self._connect()):  # as buyer_says: the refusal check holds until the commit
             self.refuse_if_stopped(conversation_id)  # a stopping instance's buyer receives nothing
             return self._rows(ReceivedSend, query, params)[0]
 
@@ -360,11 +384,12 @@ class SimulatedPlatform:
                 " WHERE s.account_id = ? AND r.id > ? ORDER BY r.id LIMIT ?",
                 (account_id, after_id, limit),
             )
-            .fetchall()
+            .mappings()
+            .all()
         )
         fields = set(ReceivedSend.model_fields)
         return [
-            (row["read_id"], ReceivedSend(**{k: row[k] for k in row.keys() if k in fields}), row["read_at"])
+            (row["read_id"], ReceivedSend(**{k: v for k, v in row.items() if k in fields}), row["read_at"])
             for row in rows
         ]
 

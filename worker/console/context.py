@@ -4,7 +4,6 @@ a plain function of its request."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -119,5 +119,5 @@ class MemoryReader:
             return folders_recalled(self.store, scope_of(customer_id))
         except KefuError as error:
             return error.code
-        except sqlite3.Error as error:
+        except DBAPIError as error:
             return f"KEFU_MEMORY_STORE_BUSY: {type(error).__name__}"

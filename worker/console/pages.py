@@ -25,8 +25,7 @@ from runtime.inbound.media import buyer_image
 from runtime.operators.accounts import Role, authenticate, sign_out
 from runtime.operators.alerts import backlog
 from runtime.outbox.requests import list_requests
-from runtime.store import now_ms
-from runtime.store.sql import sql
+from runtime.store import now_ms, queries
 from runtime.store.states import OutboxState
 from worker.console.auth import check_csrf, require, sign_in, signed_in
 from worker.console.context import console_of, read_form
@@ -173,7 +172,7 @@ def readyz(request: Request) -> Response:
     """Ready when the shard's store answers a read."""
     try:
         with console_of(request).store.read() as conn:
-            conn.execute(sql("SELECT 1 FROM account LIMIT 1")).first()
+            conn.execute(queries.account.PROBE).first()
     except Exception as error:
         return PlainTextResponse(f"KEFU_STORE_UNAVAILABLE: {type(error).__name__}", 503)
     return PlainTextResponse("ready")

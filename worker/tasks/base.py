@@ -3,7 +3,6 @@ policy for a busy store (config.retries)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ class KefuTask(Task):  # type: ignore[misc]  # Celery's Task is untyped
     gone with it. Waits that belong to the work itself (a send the platform did not take, a
     throttling hint) are follow-ups with a countdown that the steps return (runtime.pipeline)."""
 
-    autoretry_for = (sqlite3.OperationalError, OperationalError)
+    autoretry_for = (OperationalError,)
     retry_backoff = int(TASK_STORE_BUSY.first_s)  # Celery doubles it; config.retries names the schedule
     retry_backoff_max = int(TASK_STORE_BUSY.max_s or 0)
     retry_jitter = True

@@ -1,0 +1,208 @@
+"""The `customer` table's statements."""
+
+from runtime.store.queries.inbound_message import AGENT_INPUT_ROLES
+
+HANDLING = "SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"
+# A pause bumps the handling epoch: automatic work admitted under an older one is stale.
+PAUSE_HANDLING = (
+    "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
+    " handling_reason = :r, handed_off = :h WHERE id = :c"
+)
+RESUME_HANDLING = "UPDATE customer SET handling_paused = 0, handling_reason = NULL WHERE id = :c"
+
+PAUSED_COUNT = "SELECT count(*) FROM customer WHERE handling_paused"
+# What needs a human now: handoffs waiting, sends result-unknown, sends failed.
+NOTICE_COUNTS = (
+    "SELECT (SELECT count(*) FROM customer WHERE handling_paused),"
+    " (SELECT count(*) FROM outbox_request WHERE state = 'result-unknown'),"
+    " (SELECT count(*) FROM outbox_request WHERE state = 'failed')"
+)
+
+DELETE = "DELETE FROM customer WHERE id = :c"
+CONVERSATION_BY_ID = (
+    "SELECT id, account_id, conversation_id, conversation_type, last_activity_at FROM customer WHERE id = :c"
+)
+SESSION_ID = "SELECT session_id FROM customer WHERE id = :c"
+# Make `:new` the customer's current session if `:old` still is (None: they have none).
+SWITCH_SESSION = "UPDATE customer SET session_id = :new WHERE id = :c AND session_id IS :old"
+
+# Column expressions over a customer row `c` (the statements below embed them, and so may a
+# statement of another stage that reads the customer):
+# The customer's (:c) reads its session has not been told of, as one JSON column: a turn reads
+# them beside what else it reads at that point, a statement fewer (buyer_read.UNDELIVERED, as
+# rows; runtime.outbox.read_receipts.reads_from_json).
+UNDELIVERED_READS_JSON = (
+    "(SELECT json_group_array(json_object('account_id', account_id, 'platform_message_id', platform_message_id,"
+    " 'request_id', request_id, 'customer_id', customer_id, 'reader_id', reader_id, 'read_at', read_at,"
+    " 'stored_at', stored_at)) FROM (SELECT * FROM buyer_read WHERE customer_id = :c AND delivered_at IS NULL"
+    " ORDER BY read_at))"
+)
+# Is a sent manual message's mirror waiting for its echo in the conversation (SQL over the
+# named parameters :account_id and :conversation_id)? (runtime.outbox.requests.adopt_console_echoes)
+PLACEHOLDER_WAITING = (
+    "EXISTS (SELECT 1 FROM inbound_message WHERE account_id = :account_id AND conversation_id = :conversation_id"
+    " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;')"
+)
+# What `recipient_of` decides from (runtime.outbox.recipients.RecipientFacts), as columns over a
+# customer `c` joined with its account `a`. The webhook (the latest kept with a message of the
+# customer, as inbound_message.LATEST_WEBHOOK) is looked up only for a DingTalk direct
+# conversation without a staff id.
+_RECIPIENT_COLUMNS = (
+    "c.conversation_type, c.conversation_id, c.direct_peer_id, a.platform,"
+    " (SELECT sender_id FROM inbound_message m WHERE m.customer_id = c.id AND m.sender_role = 'external'"
+    "  ORDER BY m.id DESC LIMIT 1),"
+    " CASE WHEN a.platform = 'dingtalk' AND c.conversation_type = 'direct'"
+    "  AND (c.direct_peer_id IS NULL OR substr(c.direct_peer_id, 1, 2) = '$:')"
+    " THEN (SELECT m.reply_webhook FROM inbound_message m WHERE m.customer_id = c.id"
+    " AND m.reply_webhook IS NOT NULL ORDER BY m.id DESC LIMIT 1) END"
+)
+# runtime.outbox.recipients.direct_recipient.
+RECIPIENT_FACTS = f"SELECT {_RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id WHERE c.id = :c"
+# runtime.outbox.requests.reply_check: what an automatic reply's registration reads, in one
+# statement, before it registers (ReplyCheck, in this order).
+REPLY_CHECK = (
+    "SELECT NOT c.handling_paused AND c.handling_epoch = :e,"
+    " (SELECT request_id FROM outbox_request WHERE customer_id = :c AND batch_id = :b AND body = :t"
+    "  AND origin = 'auto' ORDER BY created_at LIMIT 1),"
+    " (SELECT state FROM account_placement WHERE account_id = c.account_id),"
+    " a.connection_intent = 'connected' AND a.authorization = 'ready',"
+    " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0),"
+    " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')),"
+    f" {UNDELIVERED_READS_JSON}, {_RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id"
+    " WHERE c.id = :c"
+)
+# Whether an automatic send (:c, its batch :b) is stale (runtime.outbox.requests._auto_send_is_stale).
+AUTO_SEND_FACTS = (
+    "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled,"
+    " a.connection_intent = 'connected' AND a.authorization = 'ready' FROM customer c"
+    " JOIN admission_batch b ON b.customer_id = c.id LEFT JOIN route r ON r.id = b.route_id"
+    " JOIN account a ON a.id = c.account_id WHERE c.id = :c AND b.id = :b"
+)
+HANDOFF_BY_CONVERSATION = "SELECT id, handed_off FROM customer WHERE account_id = :a AND conversation_id = :c"
+
+BY_ID = "SELECT * FROM customer WHERE id = :id"
+
+
+def nothing_to_admit_term(customer: str) -> str:
+    """For a known customer not paused (any other answer comes from the full evaluation), SQL
+    of the customer id `customer`: no open batch and no buyer input waiting (a line whose sender
+    is one of AGENT_INPUT_ROLES)."""
+    return (
+        f"(EXISTS (SELECT 1 FROM customer cu WHERE cu.id = {customer} AND NOT cu.handling_paused)"
+        f" AND NOT EXISTS (SELECT 1 FROM admission_batch ob WHERE ob.customer_id = {customer}"
+        "  AND ob.state IN ('claimed', 'committed'))"
+        f" AND NOT EXISTS (SELECT 1 FROM inbound_message im WHERE im.customer_id = {customer}"
+        f"  AND im.state = 'pending' AND im.sender_role IN {AGENT_INPUT_ROLES}))"
+    )
+
+
+# Admission has nothing to decide for the customer :c (`nothing_to_admit_term`).
+NOTHING_TO_ADMIT = "SELECT " + nothing_to_admit_term(":c")
+
+
+# The open batch's lines, in id order (a subquery's order, which SQLite's aggregate keeps).
+_BATCH_LINES_JSON = (
+    "(SELECT json_group_array(json_object('id', m.id, 'sender_role', m.sender_role, 'sender_name', m.sender_name,"
+    " 'content_type', m.content_type, 'body', m.body, 'received_at', m.received_at, 'occurred_at', m.occurred_at))"
+    " FROM (SELECT * FROM inbound_message WHERE batch_id = b.id ORDER BY id) m)"
+)
+
+
+def turn_rows(columns: str) -> str:
+    """What a turn of the customer :c starts from, in one read: `columns` of the customer (c),
+    its open batch (b), its account (a) and its current session's header (s); the buyer's reads
+    its session has not been told of (UNDELIVERED_READS_JSON); the open batch's lines as JSON;
+    whether a question the agent asked waits (:asked, :offered)."""
+    return (
+        f"SELECT {columns}, {UNDELIVERED_READS_JSON}, {_BATCH_LINES_JSON},"
+        " EXISTS (SELECT 1 FROM pending_question q WHERE q.customer_id = c.id AND q.state IN (:asked, :offered))"
+        " FROM customer c"
+        " LEFT JOIN admission_batch b ON b.customer_id = c.id AND b.state IN ('claimed', 'committed')"
+        " LEFT JOIN account a ON a.id = c.account_id LEFT JOIN agent_session s ON s.id = c.session_id"
+        " WHERE c.id = :c ORDER BY b.created_at LIMIT 1"
+    )
+
+
+# runtime.inbound.ingest: a conversation group's customer, created (its id above the shard's
+# base, customer_id_high) or brought up to date.
+_OPEN_BATCH = (
+    "SELECT id FROM admission_batch WHERE customer_id = customer.id AND state IN ('claimed', 'committed')"
+    " ORDER BY created_at LIMIT 1"
+)
+UPSERT_FROM_GROUP = (
+    "INSERT INTO customer (id, account_id, conversation_id, conversation_type, title, direct_peer_id,"
+    " last_activity_at) VALUES (coalesce((SELECT last FROM customer_id_high WHERE base = :base), :base) + 1,"
+    " :account_id, :conversation_id, :conversation_type, :title, :peer, :at)"
+    " ON CONFLICT (account_id, conversation_id) DO UPDATE SET"
+    " last_activity_at = max(last_activity_at, excluded.last_activity_at),"
+    " title = coalesce(excluded.title, title),"
+    " direct_peer_id = coalesce(excluded.direct_peer_id, direct_peer_id)"
+    # The customer's row as admission reads it, its open batch, and whether a manual send's
+    # mirror waits for its echo: read in passing, not again.
+    f" RETURNING *, ({_OPEN_BATCH}) AS open_batch, {PLACEHOLDER_WAITING} AS placeholder"
+)
+BY_CONVERSATION = "SELECT id FROM customer WHERE account_id = ? AND conversation_id = ?"
+
+# runtime.placement.slices: the account's customers; how many of the slice's customer ids (:ids,
+# a JSON array) another account holds here.
+IDS_OF_ACCOUNT = "SELECT id FROM customer WHERE account_id = :a ORDER BY id"
+TAKEN_ELSEWHERE = "SELECT count(*) FROM customer WHERE account_id != :a AND id IN (SELECT value FROM json_each(:ids))"
+
+# runtime.placement.slices, an account moving between shards: the account's rows (:a) as its
+# slice carries them, their removal.
+SLICE = "SELECT * FROM customer WHERE account_id = :a"
+DELETE_OF_ACCOUNT = "DELETE FROM customer WHERE account_id = :a"
+
+
+# What a message said, as a search sees it: text, a file's name, what a voice message was heard
+# to say; never the JSON kefu keeps about media (a digest, a platform reference).
+SAID = (
+    "CASE WHEN m.content_type IN ('text', 'markdown') THEN m.body"
+    " WHEN NOT json_valid(m.body) THEN (CASE WHEN m.content_type = 'file' THEN m.body END)"
+    " WHEN m.content_type = 'file' THEN json_extract(m.body, '$.name')"
+    " WHEN m.content_type = 'voice' THEN json_extract(m.body, '$.recognition') END"
+)
+
+# runtime.customers.summaries.list_customers: the page's rows first (newest activity first), then
+# their names and newest lines.
+LIST_PAGE = (
+    "SELECT c.*,"
+    " (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+    "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
+    " (SELECT CASE WHEN m.content_type IN ('text', 'markdown') THEN substr(m.body, 1, 80)"
+    "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
+    "  AND m.sender_role NOT IN ('ai', 'operator-dm') ORDER BY m.id DESC LIMIT 1) AS preview"
+    " FROM (SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title,"
+    "  c.last_activity_at, c.handling_paused, c.handling_reason"
+    "  FROM customer c JOIN account a ON a.id = c.account_id"
+    "  WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
+    "  AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
+    "  AND (:paused IS NULL OR c.handling_paused = :paused)"
+    "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
+    "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
+    f"    AND (m.sender_name LIKE :q ESCAPE '!' OR ({SAID}) LIKE :q ESCAPE '!')))"
+    "  ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n) c"
+    " ORDER BY c.last_activity_at DESC, c.id DESC"
+)
+
+DISPLAY_NAME = (
+    "SELECT coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+    " AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1)) FROM customer c WHERE c.id = :c"
+)
+
+SIMULATED_IDS = "SELECT c.id FROM customer c WHERE c.account_id IN (SELECT id FROM account WHERE simulated = 1)"
+
+KNOWN_AND_NEWEST_MESSAGE = (
+    "SELECT (SELECT 1 FROM customer WHERE id = :c),"
+    " coalesce((SELECT max(id) FROM inbound_message WHERE customer_id = :c), 0)"
+)
+
+
+def unread(ids: int) -> str:
+    """Unread buyer lines of `ids` customers (`?` each, after the reader's `?`) since the reader's watermark."""
+    return (
+        "SELECT c.id, (SELECT count(*) FROM inbound_message m"
+        " WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
+        " coalesce((SELECT watermark FROM reader_watermark w WHERE w.customer_id = c.id AND w.reader = ?), 0))"
+        f" FROM customer c WHERE c.id IN ({', '.join('?' * ids)})"
+    )

@@ -1,0 +1,64 @@
+"""runtime.store.migrate: the one way each of kefu's SQLite files gets its schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from runtime.errors import KefuError
+from runtime.store.connection import Connection, connect
+from runtime.store.migrate import Migration, migrate, user_version
+
+V1 = Migration(1, "notes", ("CREATE TABLE note (id INTEGER PRIMARY KEY, text TEXT NOT NULL)",))
+V2 = Migration(2, "a note's author", ("ALTER TABLE note ADD COLUMN author TEXT",))
+
+
+def _columns(conn: Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def test_a_new_file_gets_every_migration_and_an_older_one_only_the_missing(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "a.sqlite")
+    migrate(conn, (V1,), "a.sqlite")
+    conn.execute("INSERT INTO note (text) VALUES ('kept')")
+    migrate(conn, (V1, V2), "a.sqlite")
+    assert user_version(conn) == 2
+    assert _columns(conn, "note") == ["id", "text", "author"]
+    assert conn.execute("SELECT text FROM note").scalar_one() == "kept"
+    migrate(conn, (V1, V2), "a.sqlite")  # at the latest: nothing runs again
+    assert user_version(conn) == 2
+
+
+def test_a_failing_migration_leaves_the_file_at_its_version_with_nothing_half_done(tmp_path: Path) -> None:
+    def broken(conn: Connection) -> None:
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    conn = connect(tmp_path / "a.sqlite")
+    migrate(conn, (V1,), "a.sqlite")
+    with pytest.raises(OperationalError, match="no_such_table"):
+        migrate(conn, (V1, Migration(2, "author, then a step that fails", V2.statements, broken)), "a.sqlite")
+    assert user_version(conn) == 1
+    assert _columns(conn, "note") == ["id", "text"]
+
+
+def test_a_file_newer_than_this_kefu_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "a.sqlite")
+    migrate(conn, (V1, V2), "a.sqlite")
+    with pytest.raises(KefuError, match="a.sqlite has schema version 2; this kefu understands up to 1") as refused:
+        migrate(conn, (V1,), "a.sqlite")
+    assert refused.value.code == "KEFU_SCHEMA_TOO_NEW"
+    assert _columns(conn, "note") == ["id", "text", "author"]
+
+
+def test_a_step_runs_in_its_migration_s_transaction(tmp_path: Path) -> None:
+    def fill(conn: Connection) -> None:
+        assert conn.in_transaction
+        conn.execute("UPDATE note SET author = 'shop'")
+
+    conn = connect(tmp_path / "a.sqlite")
+    migrate(conn, (V1,), "a.sqlite")
+    conn.execute("INSERT INTO note (text) VALUES ('old')")
+    migrate(conn, (V1, Migration(2, V2.summary, V2.statements, fill)), "a.sqlite")
+    assert conn.execute("SELECT author FROM note").scalar_one() == "shop"
