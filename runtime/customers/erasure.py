@@ -36,7 +36,6 @@ from pydantic import BaseModel
 
 from runtime.customers.files import drop_files, image_files, leftover_files, session_files
 from runtime.errors import CustomerUnknown, KefuError
-from runtime.inbound.media import STORED_SHA256
 from runtime.inbound.pages import ConversationGroup, InboundPage
 from runtime.memory.engine import scope_of
 from runtime.memory.store import MemoryStore
@@ -82,10 +81,6 @@ def conversation_key(conversation_id: str) -> str:
     return hashlib.sha256(conversation_id.encode()).hexdigest()
 
 
-# For a statement that reads the account's row anyway (the usual page costs no lookup of its own).
-ANY_ERASED_COLUMN = queries.erasure.ANY_ERASED_COLUMN
-
-
 def unerased(db: Connection, account_id: str, group: ConversationGroup) -> ConversationGroup | None:
     """Inside ingest's transaction: the group without the messages of an erased conversation
     (a redelivery), None if nothing is left. Messages newer than the erasure are the buyer's new
@@ -108,7 +103,7 @@ def without_erased(db: Connection, page: InboundPage, erased: bool | None = None
     """The page without an erased conversation's redelivered messages: what a receiver records
     and ingest stores, so kefu never keeps them again (the page itself, if nothing is erased).
     One indexed lookup for a page of an account nobody was erased from (the usual case), none
-    when the caller read `erased` (any_erased, ANY_ERASED_COLUMN) already."""
+    when the caller read `erased` (any_erased, queries.erasure.ANY_ERASED_COLUMN) already."""
     if not (any_erased(db, page.account_id) if erased is None else erased):
         return page
     groups = [unerased(db, page.account_id, group) for group in page.groups]
@@ -139,8 +134,6 @@ _DELETES = (
     queries.lease.DELETE_OF_CUSTOMER,
     queries.customer.DELETE,
 )
-# The media only this customer's messages use: files its replies sent, images its buyer sent.
-_MEDIA = queries.outbox_request.customer_only_media(STORED_SHA256)
 # The kept pages that carry the conversation (received for replay, held by an input pause): how
 # to count them, read them (their key columns, then the page) and rewrite one by its key.
 _PAGES = (
@@ -250,7 +243,7 @@ def _erase_rows(
     counts, through = _row_counts(conn, found)
     counts = counts.model_copy(update=files.model_dump(include={"session_files", "memory_folders", "memory_images"}))
     params = {"c": customer_id, "a": found["account_id"], "conv": found["conversation_id"]}
-    media = list(conn.execute(_MEDIA, params).scalars())
+    media = list(conn.execute(queries.outbox_request.CUSTOMER_ONLY_MEDIA, params).scalars())
     for statement in _DELETES:
         conn.execute(statement, params)
     for sha256 in media:
@@ -294,7 +287,7 @@ def _row_counts(conn: Connection, customer: dict[str, Any]) -> tuple[ErasureCoun
     """The customer's rows, and the platform time of its newest stored message."""
     params = {"c": customer["id"], "a": customer["account_id"], "conv": customer["conversation_id"]}
     messages, replies, batches, alerts, through = conn.execute(queries.inbound_message.CUSTOMER_COUNTS, params).one()
-    media = len(list(conn.execute(_MEDIA, params).scalars()))
+    media = len(list(conn.execute(queries.outbox_request.CUSTOMER_ONLY_MEDIA, params).scalars()))
     pages = sum(conn.execute(count, params).scalar_one() for count, _, _ in _PAGES)
     counts = ErasureCounts(messages=messages, replies=replies, batches=batches, alerts=alerts, pages=pages, media=media)
     return counts, int(through)

@@ -11,7 +11,7 @@ platform message id) at about half the cost per page, and makes group receipts n
 page an earlier version committed partway (group receipts without a page receipt, which
 runtime.inbound.input_pause counts) is completed by its replay.
 
-This is the hottest write path, so it runs plain SQL on the transaction's DBAPI connection.
+This is the hottest write path: a page is one transaction of named statements (runtime.store.queries).
 """
 
 from __future__ import annotations

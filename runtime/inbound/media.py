@@ -44,8 +44,6 @@ EXPIRED_CODE = "KEFU_MEDIA_EXPIRED"
 # The image types OpenAI-compatible vision APIs take as image content (OpenAI, Qwen, vLLM …): a
 # buyer's BMP is fetched and stored like the others but never sent to the model as an image.
 VISION_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-# SQL over inbound_message: a stored image's copy (its expression index).
-STORED_SHA256 = queries.media.STORED_SHA256
 
 MediaState = Literal["pending", "stored", "refused", "failed"]
 

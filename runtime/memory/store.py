@@ -33,7 +33,7 @@ from runtime.memory.folders import PlannedFolder
 from runtime.memory.tokenize import tokens
 from runtime.store import immediate, now_ms
 from runtime.store.connection import Connection, Row, connect
-from runtime.store.migrate import Migration, latest, migrate
+from runtime.store.migrate import Migration, migrate
 
 HEURISTIC = "heuristic"  # the score source of runtime.memory.heuristic
 # Migration 1: the tables as of version 4, where a new file starts (migrations 2 to 4 then find
@@ -132,7 +132,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "the postings' version, the key of recall's cache", step=_add_postings_version),
     Migration(4, "Chinese words (jieba) and Chinese dates in the tokenizer", step=_reindex),
 )
-SCHEMA_VERSION = latest(MIGRATIONS)
 
 
 class Folder(BaseModel):
@@ -156,6 +155,9 @@ class Folder(BaseModel):
 
 
 FOLDER_COLUMNS = ", ".join(Folder.model_fields)  # what a Folder reads of a folder row: all but extra_terms
+_FOLDERS_OF_PLAN = f"SELECT {FOLDER_COLUMNS} FROM folder WHERE plan_id = ? ORDER BY seq"
+_FOLDERS_OF_SCOPE = f"SELECT {FOLDER_COLUMNS} FROM folder WHERE scope = ? ORDER BY created_at, id"
+_FOLDER = f"SELECT {FOLDER_COLUMNS} FROM folder WHERE id = ?"
 
 
 class ArchiveSource(BaseModel):
@@ -256,7 +258,7 @@ class MemoryStore:
             raise MemoryStoreUnreadable(self.path, sqlite_reason(error)) from None
 
     def _migrate(self, wait_s: float = 300.0) -> None:
-        """Bring the file to SCHEMA_VERSION (MIGRATIONS). Processes opening it while another one
+        """Bring the file to the latest of MIGRATIONS. Processes opening it while another one
         migrates it wait for that one (a re-index can outlast the lock's busy timeout) instead of
         failing, up to `wait_s`."""
         deadline = time.monotonic() + wait_s
@@ -350,9 +352,7 @@ class MemoryStore:
                             (folder_id, image.name, image.path, image.sha256, image.mime, image.size),
                         )
                 _merge_postings(db, scope, new_terms)
-            rows = db.execute(
-                f"SELECT {FOLDER_COLUMNS} FROM folder WHERE plan_id = ? ORDER BY seq", (plan_id,)
-            ).fetchall()
+            rows = db.execute(_FOLDERS_OF_PLAN, (plan_id,)).fetchall()
         return [_folder(row) for row in rows]
 
     def session_plans(self, session_id: str) -> list[ArchiveSource]:
@@ -444,15 +444,11 @@ class MemoryStore:
         return {r[0]: r[1] for r in rows}
 
     def folders(self, scope: str) -> list[Folder]:
-        rows = (
-            self._connection()
-            .execute(f"SELECT {FOLDER_COLUMNS} FROM folder WHERE scope = ? ORDER BY created_at, id", (scope,))
-            .fetchall()
-        )
+        rows = self._connection().execute(_FOLDERS_OF_SCOPE, (scope,)).fetchall()
         return [_folder(row) for row in rows]
 
     def folder(self, folder_id: str) -> Folder | None:
-        row = self._connection().execute(f"SELECT {FOLDER_COLUMNS} FROM folder WHERE id = ?", (folder_id,)).fetchone()
+        row = self._connection().execute(_FOLDER, (folder_id,)).fetchone()
         return _folder(row) if row else None
 
     def events(self, scope: str) -> list[str]:

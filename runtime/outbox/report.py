@@ -45,7 +45,7 @@ def conversation_outcome(store: DeliveryStore, account_id: str, conversation_id:
         customer_id, handed_off = found
         messages = conn.execute(queries.inbound_message.COUNTERPART_LINES, {"c": customer_id}).all()
         requests = conn.execute(queries.outbox_request.AUTO_OF_CUSTOMER, {"c": customer_id}).all()
-        busy = conn.execute(queries.inbound_message.IN_FLIGHT, {"c": customer_id}).first()
+        busy = conn.execute(queries.inbound_message.CUSTOMER_BUSY, {"c": customer_id}).first()
     requests_of: dict[str, list[str]] = defaultdict(list)
     for request_id, batch_id, _ in requests:
         if batch_id is not None:

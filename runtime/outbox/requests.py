@@ -6,8 +6,8 @@ task was delivered twice) never calls the platform: the request becomes `result-
 which only evidence settles: the attempt's own late outcome, a provider receipt query, the
 platform's echo of the send, or an operator's confirm.
 
-The statements that settle a request are plain SQL with named parameters, so ingestion can
-run them on its raw connection inside the transaction that stores the echo.
+The statements that settle a request are named (runtime.store.queries), so ingestion runs them
+inside the transaction that stores the echo.
 """
 
 from __future__ import annotations

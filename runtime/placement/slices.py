@@ -538,7 +538,7 @@ def _place(conn: Connection, account_id: str, shard: str, generation: int, state
 def _delete_rows(conn: Connection, account_id: str, keep_pending: bool) -> None:
     """Every row of the account, children first; with `keep_pending`, received pages not yet
     ingested stay (the source forwards them to the account's new shard)."""
-    shared = conn.execute(queries.outbox_request.ACCOUNT_MEDIA, {"a": account_id}).scalars()
+    shared = conn.execute(queries.media.ACCOUNT_MEDIA, {"a": account_id}).scalars()
     media = {m for m in shared if m is not None}
     conn.execute(queries.credential.DELETE_OF_ACCOUNT, {"a": account_id})
     for t in reversed(TABLES):

@@ -31,6 +31,23 @@ def as_sqlalchemy_error(statement: str, error: sqlite3.Error) -> StatementError:
     return DBAPIError.instance(statement, None, error, sqlite3.Error, hide_parameters=True)
 
 
+def _failure(error: sqlite3.Error, dbapi: sqlite3.Connection, statement: str) -> Exception:
+    """What a statement's sqlite3 error is raised as: a fence trigger's refusal is the shard
+    lease lost (before any caller mistakes it for a constraint of its own); any other error is
+    SQLAlchemy's, carrying the file it came from (`failed_file`)."""
+    if fence.refused(error):
+        return fence.lost(dbapi)
+    converted = as_sqlalchemy_error(statement, error)
+    converted.kefu_path = getattr(dbapi, "kefu_path", None)  # type: ignore[attr-defined]
+    return converted
+
+
+def failed_file(error: BaseException) -> Path | None:
+    """The file whose statement raised `error` (a Connection's), when it is known."""
+    path: Path | None = getattr(error, "kefu_path", None)
+    return path
+
+
 class Connection:
     """Statements on one of kefu's SQLite connections: a delivery store's transaction, the
     autocommit connection of `DeliveryStore.raw()`, or a memory, coordination or simulator
@@ -41,37 +58,35 @@ class Connection:
     def __init__(self, dbapi: sqlite3.Connection) -> None:
         self.dbapi = dbapi
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.dbapi.in_transaction
-
     def executemany(self, statement: str, rows: Iterable[Params]) -> Result:
         try:
-            return Result(self.dbapi.executemany(statement, rows))
+            return Result(self.dbapi.executemany(statement, rows), statement)
         except sqlite3.Error as error:
-            if fence.refused(error):
-                raise fence.lost(self.dbapi) from None
-            raise as_sqlalchemy_error(statement, error) from error
+            raise _failure(error, self.dbapi, statement) from error
 
     def close(self) -> None:
         self.dbapi.close()
 
     def execute(self, statement: str, params: Params | None = None) -> Result:
         try:
-            return Result(self.dbapi.execute(statement, params or ()))
+            return Result(self.dbapi.execute(statement, params or ()), statement)
         except sqlite3.Error as error:
-            if fence.refused(error):  # before any caller mistakes it for a constraint of its own
-                raise fence.lost(self.dbapi) from None
-            raise as_sqlalchemy_error(statement, error) from error
+            raise _failure(error, self.dbapi, statement) from error
 
 
 class Result:
-    """A statement's rows: plain tuples, or dicts through `mappings()`."""
+    """A statement's rows: plain tuples, or dicts through `mappings()`. SQLite may fail on any
+    row (a damaged page, a busy file), not only when the statement starts: fetching raises
+    what `execute` raises."""
 
-    __slots__ = ("_cursor",)
+    __slots__ = ("_cursor", "_statement")
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, statement: str) -> None:
         self._cursor = cursor
+        self._statement = statement
+
+    def _failure(self, error: sqlite3.Error) -> Exception:
+        return _failure(error, self._cursor.connection, self._statement)
 
     @property
     def rowcount(self) -> int:
@@ -82,25 +97,37 @@ class Result:
         return self._cursor.lastrowid
 
     def __iter__(self) -> Iterator[Row]:
-        return iter(self._cursor)
+        try:
+            yield from self._cursor
+        except sqlite3.Error as error:
+            raise self._failure(error) from error
 
     def fetchone(self) -> Row | None:
-        row: Row | None = self._cursor.fetchone()
+        try:
+            row: Row | None = self._cursor.fetchone()
+        except sqlite3.Error as error:
+            raise self._failure(error) from error
         return row
 
     def fetchall(self) -> list[Row]:
-        return self._cursor.fetchall()
+        try:
+            return self._cursor.fetchall()
+        except sqlite3.Error as error:
+            raise self._failure(error) from error
 
     all = fetchall
 
     def first(self) -> Row | None:
         """The first row; the statement is reset (it holds no snapshot once its transaction ends)."""
-        row: Row | None = self._cursor.fetchone()
+        row = self.fetchone()
         self._cursor.close()
         return row
 
     def one_or_none(self) -> Row | None:
-        rows = self._cursor.fetchmany(2)
+        try:
+            rows = self._cursor.fetchmany(2)
+        except sqlite3.Error as error:
+            raise self._failure(error) from error
         self._cursor.close()
         if len(rows) > 1:
             raise MultipleResultsFound("more than one row where at most one was expected")
@@ -124,14 +151,14 @@ class Result:
         return None if row is None else row[0]
 
     def scalars(self) -> Scalars:
-        return Scalars(row[0] for row in self._cursor)
+        return Scalars(row[0] for row in self)
 
     def mappings(self) -> Mappings:
         return Mappings(self)
 
     def _dicts(self) -> Iterator[dict[str, Any]]:
         names = tuple(column[0] for column in self._cursor.description or ())
-        return (dict(zip(names, row, strict=True)) for row in self._cursor)
+        return (dict(zip(names, row, strict=True)) for row in self)
 
 
 class Scalars:
@@ -179,9 +206,11 @@ class Mappings:
 
 
 class _Timed(sqlite3.Connection):
-    """A connection that tells `immediate` its busy timeout (a delivery store's carry theirs)."""
+    """A connection that tells `immediate` its busy timeout, and its errors their file (a
+    delivery store's connections carry both)."""
 
     kefu_busy_timeout_ms: int
+    kefu_path: Path | None
 
 
 def connect(
@@ -197,6 +226,7 @@ def connect(
             target, uri=read_only, timeout=timeout_s, isolation_level=None, check_same_thread=False, factory=_Timed
         )
         dbapi.kefu_busy_timeout_ms = int(timeout_s * 1000)  # what `immediate` waits for another writer
+        dbapi.kefu_path = None if str(path) == ":memory:" else Path(path).resolve()
     except sqlite3.Error as error:
         raise as_sqlalchemy_error("connect", error) from error
     conn = Connection(dbapi)

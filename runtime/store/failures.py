@@ -1,4 +1,5 @@
-"""SQLite failures of a delivery store file as operator errors naming the file.
+"""SQLite failures of a delivery store file (or another of kefu's files) as operator errors
+naming the file.
 
 A damaged or foreign file ("file is not a database"), or one kefu cannot open, would otherwise
 surface as a raw driver error with no code and no path. A busy file is not damage: tasks retry
@@ -43,6 +44,20 @@ def store_error(path: Path, error: SQLiteError) -> KefuError | None:
         "KEFU_DELIVERY_STORE_UNREADABLE",
         f"{path} cannot be used as a kefu delivery store ({reason})",
         "restore the file from a backup, or point KEFU_DATA_DIR at another directory",
+    )
+
+
+def file_error(path: Path, error: SQLiteError) -> KefuError | None:
+    """`store_error` for kefu's other SQLite files (memory, coordination, a simulated ledger)."""
+    if is_busy(error):
+        return KefuError("KEFU_SQLITE_BUSY", f"{path} stayed locked by another process", "try again in a moment")
+    reason = _driver_error(error)
+    if not str(getattr(reason, "sqlite_errorname", "")).startswith(DAMAGED):
+        return None
+    return KefuError(
+        "KEFU_SQLITE_FILE_UNREADABLE",
+        f"{path} cannot be used ({reason})",
+        "restore the file from a backup, or move it aside for kefu to make a new one",
     )
 
 

@@ -4,6 +4,7 @@ provider) stops startup with its code, and operator commands answer with it."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 import pytest
 import sqlalchemy.exc
@@ -155,6 +156,28 @@ def test_operator_errors_turn_a_damaged_store_into_its_code_and_exit_2(settings,
     assert "KEFU_DELIVERY_STORE_UNREADABLE" in capsys.readouterr().out
     with pytest.raises(sqlalchemy.exc.IntegrityError), operator_errors():
         raise sqlalchemy.exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))
+
+
+def test_operator_errors_name_the_file_a_damaged_page_was_found_in(settings, tmp_path, capsys):
+    """Not every SQLite file is the delivery store: a memory store damaged past its header
+    fails mid-command, and the operator is told which file, with the code of kefu's other files."""
+    from runtime.store.connection import connect
+    from worker.cli.common import operator_errors
+
+    path = tmp_path / "memory.sqlite"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE note (text TEXT)")
+        db.executemany("INSERT INTO note VALUES (?)", [("x" * 500,)] * 200)
+        db.commit()
+    with path.open("r+b") as file:
+        file.seek(path.stat().st_size // 2 // 4096 * 4096)
+        file.write(b"\xff" * 4096)
+    with pytest.raises(typer.Exit) as raised, operator_errors():
+        connect(path).execute("SELECT text FROM note").fetchall()
+    assert raised.value.exit_code == 2
+    printed = capsys.readouterr().out
+    assert "KEFU_SQLITE_FILE_UNREADABLE" in printed and "memory.sqlite" in printed.replace("\n", "")
+    assert "KEFU_DELIVERY" not in printed
 
 
 def test_operator_errors_turn_an_unreachable_redis_into_its_code_and_exit_2(capsys):

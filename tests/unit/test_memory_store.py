@@ -11,7 +11,7 @@ import sqlalchemy.exc
 
 from runtime.errors import KefuError
 from runtime.memory.folders import ArchivedMessage, PlannedFolder, plan_folders
-from runtime.memory.store import SCHEMA_VERSION, Folder, MemoryStore
+from runtime.memory.store import MIGRATIONS, Folder, MemoryStore
 
 
 def planned() -> list[PlannedFolder]:
@@ -64,7 +64,7 @@ def test_a_store_indexed_by_the_older_tokenizer_is_indexed_again_when_opened(tmp
         db.execute("PRAGMA user_version = 1")
     reopened = MemoryStore(path)
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS[-1].version
     index = RecallIndex.build(reopened, "c1")
     assert folder.id in index.scores("Did she paint?")  # the stem: the new tokenizer's postings
     assert index.keyword_folders["lake"] == [folder.id]  # keywords by token

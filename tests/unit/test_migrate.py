@@ -54,7 +54,7 @@ def test_a_file_newer_than_this_kefu_is_refused_and_left_as_it_is(tmp_path: Path
 
 def test_a_step_runs_in_its_migration_s_transaction(tmp_path: Path) -> None:
     def fill(conn: Connection) -> None:
-        assert conn.in_transaction
+        assert conn.dbapi.in_transaction
         conn.execute("UPDATE note SET author = 'shop'")
 
     conn = connect(tmp_path / "a.sqlite")

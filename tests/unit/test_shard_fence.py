@@ -160,7 +160,7 @@ def assert_refused(
     assert guard.lost
     assert snapshot(new) == before
     with stale.raw() as db:
-        assert not db.in_transaction  # rolled back, not left holding the write lock
+        assert not db.dbapi.in_transaction  # rolled back, not left holding the write lock
 
 
 def _record(store: DeliveryStore) -> None:

@@ -8,12 +8,14 @@ import os
 import sqlite3
 import threading
 import time
+from contextlib import closing
 
 import pytest
-from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound
+from sqlalchemy.exc import DatabaseError, IntegrityError, MultipleResultsFound, NoResultFound
 
 from config import DeliverySettings
 from runtime.store import DeliveryStore
+from runtime.store.connection import connect, failed_file
 
 
 def _two_accounts(store: DeliveryStore) -> None:
@@ -178,3 +180,21 @@ def test_lease_renewals_share_one_thread_and_its_one_connection(store):
     # SQLite may keep one closed connection's descriptor for reuse while the file has locks
     # in this process; what must not happen is one more open connection per lease held.
     assert _open_files(store.path) <= before + 1
+
+
+def test_a_page_damaged_past_the_first_row_fails_as_the_statement_would_naming_its_file(tmp_path):
+    """SQLite reads a page when a row needs it: a damaged one deep in a table fails while the
+    rows are fetched, and that failure is the same error `execute` raises (what the CLI and the
+    task retries catch), naming the file, never a raw driver error."""
+    path = tmp_path / "damaged.sqlite"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE note (text TEXT)")
+        db.executemany("INSERT INTO note VALUES (?)", [("x" * 500,)] * 200)
+        db.commit()
+    with path.open("r+b") as file:  # a page in the middle of the table, not the header
+        file.seek(path.stat().st_size // 2 // 4096 * 4096)
+        file.write(b"\xff" * 4096)
+    rows = connect(path).execute("SELECT text FROM note")  # the first rows read fine
+    with pytest.raises(DatabaseError) as raised:
+        rows.fetchall()
+    assert failed_file(raised.value) == path.resolve()

@@ -94,14 +94,16 @@ def ensure_store() -> DeliveryStore:
 
 def _operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuError | None:
     """The error as the operator sees it; None for a SQL error that is a bug, not the file's.
-    A SQLAlchemy error comes from the delivery store (the only file kefu opens through
-    SQLAlchemy): a file damaged past its header, or locked, fails mid-command rather than when
-    it is opened."""
-    from runtime.store.failures import store_error
+    A file damaged past its header, or locked, fails mid-command rather than when it is opened;
+    the error names its file (the delivery store's, or a memory, coordination or ledger file)."""
+    from runtime.store.connection import failed_file
+    from runtime.store.failures import file_error, store_error
 
     if isinstance(error, KefuError):
         return error
-    return store_error(current_settings().delivery_path, error)
+    delivery = current_settings().delivery_path.resolve()
+    path = failed_file(error) or delivery
+    return store_error(path, error) if path == delivery else file_error(path, error)
 
 
 def _print_error(error: KefuError) -> None:

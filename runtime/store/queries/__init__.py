@@ -1,12 +1,13 @@
 """Every statement on the delivery store, named, one module per table: the only place a
 delivery table's name appears in SQL (its DDL is in runtime.store.migrations). Stages run them
 by name, `conn.execute(queries.received_page.RECORD, params)`, so a schema change touches one
-module. A statement lives with the table it writes, or else the first table it reads (a
-table only triggers write and others' statements read, `customer_id_high`, has no module).
+module. A statement lives with the table it writes, or else the table whose rows it is about
+(a table only triggers write and others' statements read, `customer_id_high`, has no module).
 
 Statements are plain SQL text (`:name` or `?` parameters, as sqlite3 binds them); one whose
 text depends on its arguments (an IN list's length) is a function returning the text.
-tests/unit/test_layout.py holds every table's name to this package.
+tests/unit/test_layout.py holds every table's name to this package in kefu's code (config,
+runtime, transports, worker); tests and benchmarks inspect stores with SQL of their own.
 """
 
 from runtime.store.queries import (

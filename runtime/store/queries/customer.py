@@ -123,12 +123,12 @@ def turn_rows(columns: str) -> str:
     )
 
 
-# runtime.inbound.ingest: a conversation group's customer, created (its id above the shard's
-# base, customer_id_high) or brought up to date.
 _OPEN_BATCH = (
     "SELECT id FROM admission_batch WHERE customer_id = customer.id AND state IN ('claimed', 'committed')"
     " ORDER BY created_at LIMIT 1"
 )
+# runtime.inbound.ingest: a conversation group's customer, created (its id above the shard's
+# base, customer_id_high) or brought up to date.
 UPSERT_FROM_GROUP = (
     "INSERT INTO customer (id, account_id, conversation_id, conversation_type, title, direct_peer_id,"
     " last_activity_at) VALUES (coalesce((SELECT last FROM customer_id_high WHERE base = :base), :base) + 1,"

@@ -97,7 +97,7 @@ COUNTERPART_LINES = (
     " WHERE customer_id = :c AND sender_role IN ('external', 'human-native')"
 )
 # Anything of the customer in flight: a batch before its turn ends, a reply waiting to go out.
-IN_FLIGHT = (
+CUSTOMER_BUSY = (
     "SELECT 1 FROM inbound_message WHERE customer_id = :c"
     " AND (state = 'claimed' OR (state = 'pending' AND sender_role = 'operator-dm'))"
     " UNION ALL SELECT 1 FROM admission_batch WHERE customer_id = :c AND state IN ('claimed', 'committed')"

@@ -1,7 +1,7 @@
 """The `input_pause` table's statements."""
 
 # runtime.inbound.input_pause: whether input is paused for the account :a (the host or this account).
-FOR_ACCOUNT = "SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"  # host or this account
+FOR_ACCOUNT = "SELECT 1 FROM input_pause WHERE scope IN ('*', :a) LIMIT 1"
 # Read with the page's account (account.FOR_INGEST): a transaction's statement fewer per page.
 PAUSED_OR_HELD_COLUMNS = (
     f"EXISTS ({FOR_ACCOUNT}) AS input_paused, EXISTS (SELECT 1 FROM held_page"

@@ -14,8 +14,7 @@ PRUNE = (
     " (SELECT 1 FROM outbox_request r WHERE r.media_sha256 = m.sha256) LIMIT :n)"
 )
 
-# A stored image's copy, as SQL over an inbound_message row (its expression index serves it):
-# runtime.inbound.media.STORED_SHA256 is this.
+# A stored image's copy, as SQL over an inbound_message row (its expression index serves it).
 STORED_SHA256 = "json_extract(body, '$.sha256')"
 # runtime.inbound.media: the bytes of the copies named in the JSON array :s.
 DATA = "SELECT sha256, data FROM media WHERE sha256 IN (SELECT value FROM json_each(:s))"
@@ -26,16 +25,17 @@ BUYER_IMAGE = (
     f" AND {STORED_SHA256} = :s)"
 )
 
-# runtime.placement.slices: the media an account's slice carries (outbox_request.ACCOUNT_MEDIA).
-SLICE = (
-    "SELECT * FROM media WHERE sha256 IN (SELECT media_sha256 FROM outbox_request WHERE account_id = :a"
-    " UNION SELECT json_extract(body, '$.sha256') FROM inbound_message WHERE account_id = :a"
-    " AND content_type = 'image')"
+# runtime.placement.slices: the media the account's (:a) messages use (files its replies sent,
+# images its buyers sent), and their rows, which its slice carries.
+ACCOUNT_MEDIA = (
+    "SELECT media_sha256 FROM outbox_request WHERE account_id = :a"
+    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE account_id = :a AND content_type = 'image'"
 )
+SLICE = f"SELECT * FROM media WHERE sha256 IN ({ACCOUNT_MEDIA})"
 # A medium (:s) of a removed account, unless a request or a buyer's image still refers to it
 # (content-addressed, so shared).
 DELETE_UNUSED = (
     "DELETE FROM media WHERE sha256 = :s AND NOT EXISTS (SELECT 1 FROM outbox_request WHERE media_sha256 = :s)"
     " AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image'"
-    " AND json_extract(body, '$.sha256') = :s)"
+    f" AND {STORED_SHA256} = :s)"
 )

@@ -1,6 +1,7 @@
 """The `outbox_request` table's statements."""
 
 from runtime.store.queries.account import of_source
+from runtime.store.queries.media import STORED_SHA256
 
 # Requests by state, of the accounts of_source keeps (:sim, see account.of_source).
 STATE_COUNTS = f"SELECT state, count(*) FROM outbox_request WHERE {of_source('account_id')} GROUP BY state"
@@ -24,17 +25,15 @@ def reply_latency(bounds_s: tuple[float, ...]) -> str:
     )
 
 
-def customer_only_media(stored_sha256: str) -> str:
-    """The media only customer `:c`'s messages use: files its replies sent, images its buyer sent
-    (`stored_sha256`: the expression of a stored image's sha256 in an inbound message's body)."""
-    return (
-        "SELECT sha256 FROM (SELECT media_sha256 AS sha256 FROM outbox_request WHERE customer_id = :c"
-        f" UNION SELECT {stored_sha256} FROM inbound_message WHERE customer_id = :c AND content_type = 'image')"
-        " WHERE sha256 IS NOT NULL"
-        " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.media_sha256 = sha256 AND o.customer_id != :c)"
-        f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {stored_sha256} = sha256"
-        "  AND customer_id != :c)"
-    )
+# The media only customer `:c`'s messages use: files its replies sent, images its buyer sent.
+CUSTOMER_ONLY_MEDIA = (
+    "SELECT sha256 FROM (SELECT media_sha256 AS sha256 FROM outbox_request WHERE customer_id = :c"
+    f" UNION SELECT {STORED_SHA256} FROM inbound_message WHERE customer_id = :c AND content_type = 'image')"
+    " WHERE sha256 IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM outbox_request o WHERE o.media_sha256 = sha256 AND o.customer_id != :c)"
+    f" AND NOT EXISTS (SELECT 1 FROM inbound_message WHERE content_type = 'image' AND {STORED_SHA256} = sha256"
+    "  AND customer_id != :c)"
+)
 
 
 SENDING_OF_CUSTOMER = "SELECT 1 FROM outbox_request WHERE customer_id = :c AND state = 'sending'"
@@ -151,12 +150,6 @@ UNSENT_AUTO_CUSTOMERS = (
 )
 # worker.audit.ledger_audit.
 STATES_OF_ACCOUNT = "SELECT request_id, batch_id, state FROM outbox_request WHERE account_id = :a"
-# runtime.placement.slices: the media the account's messages use: files its replies sent, images
-# its buyers sent (json_extract(...) is runtime.inbound.media.STORED_SHA256).
-ACCOUNT_MEDIA = (
-    "SELECT media_sha256 FROM outbox_request WHERE account_id = :a"
-    " UNION SELECT json_extract(body, '$.sha256') FROM inbound_message WHERE account_id = :a AND content_type = 'image'"
-)
 
 # runtime.placement.slices, an account moving between shards: the account's rows (:a) as its
 # slice carries them, their removal.
