@@ -30,30 +30,22 @@ def is_busy(error: SQLiteError) -> bool:
     return str(getattr(_driver_error(error), "sqlite_errorname", "")).startswith(BUSY)
 
 
-def store_error(path: Path, error: SQLiteError) -> KefuError | None:
-    """The store's SQLite error as the operator's error; None for any other error (a
-    constraint, a bug): that one stays itself."""
+def store_error(path: Path, error: SQLiteError, delivery: bool = True) -> KefuError | None:
+    """A SQLite error of the delivery store (or, `delivery` False, of another of kefu's files:
+    memory, coordination, a simulated ledger) as the operator's error naming the file; None for
+    any other error (a constraint, a bug): that one stays itself."""
     if is_busy(error):
+        code = "KEFU_DELIVERY_SQLITE_BUSY" if delivery else "KEFU_SQLITE_BUSY"
+        return KefuError(code, f"{path} stayed locked by another process", "try again in a moment")
+    reason = _driver_error(error)
+    if not str(getattr(reason, "sqlite_errorname", "")).startswith(DAMAGED):
+        return None
+    if delivery:
         return KefuError(
-            "KEFU_DELIVERY_SQLITE_BUSY", f"{path} stayed locked by another process", "try again in a moment"
+            "KEFU_DELIVERY_STORE_UNREADABLE",
+            f"{path} cannot be used as a kefu delivery store ({reason})",
+            "restore the file from a backup, or point KEFU_DATA_DIR at another directory",
         )
-    reason = _driver_error(error)
-    if not str(getattr(reason, "sqlite_errorname", "")).startswith(DAMAGED):
-        return None
-    return KefuError(
-        "KEFU_DELIVERY_STORE_UNREADABLE",
-        f"{path} cannot be used as a kefu delivery store ({reason})",
-        "restore the file from a backup, or point KEFU_DATA_DIR at another directory",
-    )
-
-
-def file_error(path: Path, error: SQLiteError) -> KefuError | None:
-    """`store_error` for kefu's other SQLite files (memory, coordination, a simulated ledger)."""
-    if is_busy(error):
-        return KefuError("KEFU_SQLITE_BUSY", f"{path} stayed locked by another process", "try again in a moment")
-    reason = _driver_error(error)
-    if not str(getattr(reason, "sqlite_errorname", "")).startswith(DAMAGED):
-        return None
     return KefuError(
         "KEFU_SQLITE_FILE_UNREADABLE",
         f"{path} cannot be used ({reason})",

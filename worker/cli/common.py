@@ -97,13 +97,13 @@ def _operator_error(error: KefuError | sqlalchemy.exc.DatabaseError) -> KefuErro
     A file damaged past its header, or locked, fails mid-command rather than when it is opened;
     the error names its file (the delivery store's, or a memory, coordination or ledger file)."""
     from runtime.store.connection import failed_file
-    from runtime.store.failures import file_error, store_error
+    from runtime.store.failures import store_error
 
     if isinstance(error, KefuError):
         return error
     delivery = current_settings().delivery_path.resolve()
     path = failed_file(error) or delivery
-    return store_error(path, error) if path == delivery else file_error(path, error)
+    return store_error(path, error, delivery=path == delivery)
 
 
 def _print_error(error: KefuError) -> None:
