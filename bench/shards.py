@@ -261,11 +261,12 @@ def _answered(store: DeliveryStore, platform: SimulatedPlatform, account: str, e
 
 
 def kefu(args: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    """The `kefu` command line of this checkout, as an operator runs it."""
+    """The `kefu` command line of this checkout, as an operator runs it, in English: its
+    output is read below ("done in … s"), and kefu speaks Chinese by default."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}
     return subprocess.run(
         [sys.executable, "-c", "from worker.cli import main; main()", *args],
-        env={**clean, **env, "COLUMNS": "200"},
+        env={**clean, "KEFU_LANGUAGE": "en", **env, "COLUMNS": "200"},
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

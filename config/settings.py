@@ -327,6 +327,8 @@ class Settings(BaseSettings):
     instance: str = Field(default_factory=lambda: socket.gethostname() or "kefu", min_length=1, max_length=128)
     shard_lease_s: float = Field(15.0, ge=2, le=300)  # renewed every quarter; lost after 80 % unrenewed
     timezone: str = "Asia/Shanghai"
+    # The words of the console and of the CLI's output: Simplified Chinese, or English.
+    language: Literal["zh_CN", "en"] = "zh_CN"
     media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     account_setup_ttl_ms: int = Field(300_000, ge=1_000, le=3_600_000)  # a preview's material lives this long
     delivery: DeliverySettings = DeliverySettings()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,14 +21,20 @@ from transports.simulator import SimulatedPlatform, SimulatorTransport
 ACCOUNT = "shop"
 
 
+# The suite reads kefu's words in English (their msgids); the Chinese default has tests of its
+# own (tests/unit/test_i18n_*.py, tests/integration/test_console_chinese.py). Set at import too:
+# a test module that imports worker.celery_app at collection builds its settings before any
+# fixture runs.
+os.environ["KEFU_LANGUAGE"] = "en"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No developer's KEFU_* variables, .env or kefu.toml leak into a test."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("KEFU_") and name != "KEFU_TEST_REDIS_URL":
             monkeypatch.delenv(name)
+    monkeypatch.setenv("KEFU_LANGUAGE", "en")  # as at import (above)
     monkeypatch.chdir(tmp_path)
 
 

@@ -4,12 +4,17 @@ store and the platform's ledger."""
 
 from __future__ import annotations
 
+import itertools
+import math
+import struct
 import time
+import zlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from config import Settings, load_settings
 from runtime.memory.report import report as memory_report
@@ -20,6 +25,7 @@ from transports.simulator import SimulatedPlatform, SimulatorTransport
 from transports.simulator.script import Script, ScriptedConversation, Step
 from worker.audit import Audit, audit
 from worker.celery_app import make_app
+from worker.cli.common import _
 from worker.dispatch import receive_page
 from worker.simulation import Simulation, ensure_sample_shop, serving
 
@@ -77,10 +83,73 @@ SCRIPT = {
         },
     ],
 }
-PHOTO = bytes.fromhex(  # a 1×1 PNG: 王五's photo of the broken pillowcase
-    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763"
-    "a8aaec0200033401a2bb6a3b5b0000000049454e44ae426082"
-)
+
+
+# 王五's photo, drawn here (PNG by hand: zlib and struct, no imaging library): a pale blue
+# pillowcase on a wooden table, a jagged tear circled in red. Large enough to see in the
+# console, about 1 KB, the same bytes on every run.
+_PHOTO_SIZE = (160, 120)
+_CASE = (22, 22, 138, 98)  # left, top, right, bottom
+_TEAR_PATH = [(92, 58), (98, 64), (103, 60), (109, 68), (114, 64), (121, 73)]
+_RGB = {
+    "table": (222, 204, 178),
+    "grain": (208, 188, 160),
+    "shadow": (188, 170, 146),
+    "cloth": (214, 232, 247),
+    "shade": (190, 212, 232),
+    "edge": (96, 136, 176),
+    "stitch": (150, 182, 212),
+    "tear": (74, 58, 46),
+    "fray": (236, 242, 248),
+    "mark": (214, 48, 49),
+}
+
+
+def _to_segment(x: int, y: int, a: tuple[int, int], b: tuple[int, int]) -> float:
+    (ax, ay), (bx, by) = a, b
+    dx, dy = bx - ax, by - ay
+    t = max(0.0, min(1.0, ((x - ax) * dx + (y - ay) * dy) / (dx * dx + dy * dy)))
+    return math.hypot(x - ax - t * dx, y - ay - t * dy)
+
+
+def _photo_pixel(x: int, y: int) -> str:
+    left, top, right, bottom = _CASE
+    if 0.93 < math.hypot((x - 106) / 24, (y - 65) / 17) < 1.07:
+        return "mark"  # the buyer's circle around the tear
+    if not (left <= x <= right and top <= y <= bottom):
+        if left + 4 <= x <= right + 4 and top + 4 <= y <= bottom + 4:
+            return "shadow"
+        return "grain" if (y * 7 + x // 23) % 11 == 0 else "table"
+    if min(x - left, right - x, y - top, bottom - y) < 2:
+        return "edge"
+    if x - left == 14 or (x - left > 14 and min(y - top, bottom - y) == 6 and x % 6 < 3):
+        return "stitch"  # the opening's seam, and the stitching along the hems
+    near = min(_to_segment(x, y, a, b) for a, b in itertools.pairwise(_TEAR_PATH))
+    if near < 2.0:
+        return "tear"
+    if near < 3.0:
+        return "fray"
+    return "shade" if x - left < 14 or (x + y) % 19 == 0 else "cloth"
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def pillowcase_photo() -> bytes:
+    """王五's photo as a PNG: 8-bit RGB, each row unfiltered."""
+    width, height = _PHOTO_SIZE
+    pixels = bytearray()
+    for y in range(height):
+        pixels.append(0)  # the row's filter: none
+        for x in range(width):
+            pixels += bytes(_RGB[_photo_pixel(x, y)])
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    body = _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(bytes(pixels), 9))
+    return b"\x89PNG\r\n\x1a\n" + body + _png_chunk(b"IEND", b"")
+
+
+PHOTO = pillowcase_photo()
 
 
 def demo_dir(data_dir: Path | None) -> Path:
@@ -108,7 +177,10 @@ def run_demo(data_dir: Path, console: Console) -> Audit:
     platform = SimulatedPlatform(settings.simulator_path)
     simulation = Simulation(store, platform, ACCOUNT, script, run="", on_step=_printer(console))
     console.print(
-        f"[dim]data dir {data_dir} · embedded broker · simulator transport · rules agent[/dim]", soft_wrap=True
+        "[dim]"
+        + _("data dir {path} · embedded broker · simulator transport · rules agent").format(path=data_dir)
+        + "[/dim]",
+        soft_wrap=True,
     )
     with serving(settings, env, data_dir / "worker.log", Console(quiet=True)):
         report = simulation.run_batch(concurrency=1)
@@ -122,12 +194,16 @@ def run_demo(data_dir: Path, console: Console) -> Audit:
             console.print(f"[red]{result.name}: {result.error}[/red]")
     _print_memory(settings, console)
     here = f"KEFU_DATA_DIR={data_dir}"
-    console.print(
-        f"[dim]inspect: {here} kefu customers --source simulation · {here} kefu history 1[/dim]", soft_wrap=True
+    inspect = _("inspect: {command}").format(
+        command=f"{here} kefu customers --source simulation · {here} kefu history 1"
     )
+    console.print(f"[dim]{inspect}[/dim]", soft_wrap=True)
     console.print(
-        f"[dim]console: {here} kefu operators add NAME, then {here} kefu console"
-        " (or next time `kefu demo --console`)[/dim]",
+        "[dim]"
+        + _("console: {add}, then {serve} (or next time `kefu demo --console`)").format(
+            add=f"{here} kefu operators add NAME", serve=f"{here} kefu console"
+        )
+        + "[/dim]",
         soft_wrap=True,
     )
     return audit(store, platform, ACCOUNT)
@@ -138,12 +214,13 @@ def _printer(console: Console) -> Callable[[ScriptedConversation, Step, list[str
 
     def print_step(conversation: ScriptedConversation, step: Step, replies: list[str]) -> None:
         where = f"[{conversation.group.title}] " if conversation.group else ""
-        photo = f" [dim][图片 {step.image.name}][/dim]" if step.image else ""
+        shown = _("[image {name}]").format(name=step.image.name) if step.image else ""
+        photo = f" [dim]{escape(shown)}[/dim]" if step.image else ""
         console.print(f"{where}[bold cyan]{conversation.buyer.name}[/] ▸ {step.say}{photo}", soft_wrap=True)
         to = conversation.group.title if conversation.group else conversation.buyer.name
         for reply in replies:
             for i, line in enumerate(reply.splitlines()):
-                lead = f"    [green]客服 → {to}[/] ◂ " if i == 0 else "                   "
+                lead = "    [green]" + _("shop → {to}").format(to=to) + "[/] ◂ " if i == 0 else "                   "
                 console.print(lead + line, soft_wrap=True)
 
     return print_step
@@ -157,12 +234,15 @@ def _print_memory(settings: Settings, console: Console) -> None:
     rows = memory_report(settings.memory_path)
     for row in rows:
         console.print(
-            f"memory {row.scope}: {row.folders} folders archived, {row.heuristic} scored by the heuristic,"
-            f" {row.recalls} recalled into the system prompt",
+            _(
+                "memory {scope}: {folders} folders archived, {heuristic} scored by the heuristic,"
+                " {recalls} recalled into the system prompt"
+            ).format(scope=row.scope, folders=row.folders, heuristic=row.heuristic, recalls=row.recalls),
             highlight=False,
         )
     if rows:
-        console.print(f"[dim]inspect: KEFU_DATA_DIR={settings.data_dir} kefu memory show[/dim]", soft_wrap=True)
+        inspect = _("inspect: {command}").format(command=f"KEFU_DATA_DIR={settings.data_dir} kefu memory show")
+        console.print(f"[dim]{inspect}[/dim]", soft_wrap=True)
 
 
 def _wait_quiet(store: DeliveryStore, timeout_s: float = 20) -> None:

@@ -327,7 +327,9 @@ def run_script(
 @contextmanager
 def serving(settings: Settings, env: dict[str, str], log: Path, console: Console) -> Iterator[None]:
     """A worker with its listeners and beat for the block (the environment's settings on top)."""
-    console.print(f"[dim]starting a worker for the run (log {log})[/dim]", soft_wrap=True)
+    from worker.cli.common import _  # the words of the command that asked (kefu simulate, kefu demo)
+
+    console.print("[dim]" + _("starting a worker for the run (log {path})").format(path=log) + "[/dim]", soft_wrap=True)
     worker = WorkerProcess(env, log, listen=True).start()
     try:
         from worker.celery_app import make_app  # importing it builds the app: a command needs none before

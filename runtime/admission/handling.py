@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from runtime.admission.batches import suppress_waiting
 from runtime.errors import CustomerUnknown
 from runtime.outbox.requests import revoke_unsent_auto
-from runtime.store import DeliveryStore, queries
+from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 
 
@@ -47,21 +47,31 @@ MAX_REASON_CHARS = 200  # a reason is a line for other operators: a longer one (
 
 def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
     """Pause automatic handling. Idempotent: pausing a paused customer changes nothing.
-    `handoff`: the agent asks for a human (an alert, runtime.operators.alerts); else an operator took over."""
+    `handoff`: the agent asks for a human (an alert, runtime.operators.alerts; the conversation
+    waits for the shop); else an operator took over."""
+    with store.write() as conn:
+        return pause_in(conn, customer_id, reason, handoff)
+
+
+def pause_in(conn: Connection, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
+    """`pause_handling` inside the caller's write transaction (a take-over assigns in the same one)."""
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
-    with store.write() as conn:
-        state = _state(conn, customer_id)
-        if state.paused:
-            return state
-        conn.execute(queries.customer.PAUSE_HANDLING, {"c": customer_id, "r": reason, "h": handoff})
-        suppress_waiting(conn, customer_id)
-        revoke_unsent_auto(conn, customer_id, "KEFU_HANDLING_PAUSED")
-        return _state(conn, customer_id)
+    state = _state(conn, customer_id)
+    if state.paused:
+        return state
+    conn.execute(queries.customer.PAUSE_HANDLING, {"c": customer_id, "r": reason, "h": handoff, "at": now_ms()})
+    suppress_waiting(conn, customer_id)
+    revoke_unsent_auto(conn, customer_id, "KEFU_HANDLING_PAUSED")
+    return _state(conn, customer_id)
 
 
 def resume_handling(store: DeliveryStore, customer_id: int) -> HandlingState:
     """Resume automatic handling for new input. Idempotent."""
     with store.write() as conn:
-        conn.execute(queries.customer.RESUME_HANDLING, {"c": customer_id})
-        return _state(conn, customer_id)
+        return resume_in(conn, customer_id)
+
+
+def resume_in(conn: Connection, customer_id: int) -> HandlingState:
+    conn.execute(queries.customer.RESUME_HANDLING, {"c": customer_id})
+    return _state(conn, customer_id)

@@ -66,6 +66,13 @@ def shown(message: RenderableMessage, clock: ConversationClock) -> RenderableMes
 UNKNOWN_TIME = "????-??-?? ??:??"
 
 
+def zone_label(zone: ZoneInfo) -> str:
+    """The shop's zone as people read it, e.g. "Asia/Shanghai (UTC+08:00)": said once beside
+    times shown in it, so nobody wonders which clock a time is on."""
+    offset = datetime.now(tz=zone).strftime("%z")
+    return f"{zone.key} (UTC{offset[:3]}:{offset[3:]})"
+
+
 def shop_time(received_at_ms: int, zone: ZoneInfo) -> str:
     """The time in the shop's zone. A stored time no calendar holds there (one an older kefu let
     in, near year 1 or 9999, or beyond) is shown as unknown: raising here would fail every run of

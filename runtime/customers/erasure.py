@@ -2,10 +2,11 @@
 tombstone that says who erased whom and when, never what was said.
 
 What goes: the customer's rows in the delivery store (its messages, batches, replies with their
-attempts, read receipts and read checks, alerts, reader watermarks, damaged-session records, its
-writer lease), the conversation's part of the received and held pages kept for replay, the media
-only its replies used, the free text of operator actions about it (who did what stays), its
-session logs (damaged copies included), its memory scope and its memory images.
+attempts, read receipts and read checks, alerts, reader watermarks, damaged-session records,
+operators' notes on it, its writer lease), the conversation's part of the received and held
+pages kept for replay, the media only its replies used, the free text of operator actions about
+it (who did what stays), its session logs (damaged copies included), its memory scope and its
+memory images.
 
 What stays: the tombstone, with a hash of the conversation id and the platform time of the
 newest erased message, so that a platform redelivering an erased message (a reconnect, a page
@@ -132,7 +133,13 @@ _DELETES = (
     queries.group_receipt.DELETE_OF_CONVERSATION,
     queries.operator_action.CLEAR_DETAIL_OF_CUSTOMER,
     queries.lease.DELETE_OF_CUSTOMER,
+    queries.operator_note.DELETE_OF_CUSTOMER,
     queries.customer.DELETE,
+    # The report facts about the customer (runtime.operators.reports); V24's triggers take them
+    # out of the summaries as they go.
+    queries.reply_wait.DELETE_OF_CUSTOMER,
+    queries.report_activity.DELETE_OF_CUSTOMER,
+    queries.report_event.DELETE_OF_CUSTOMER,
 )
 # The kept pages that carry the conversation (received for replay, held by an input pause): how
 # to count them, read them (their key columns, then the page) and rewrite one by its key.

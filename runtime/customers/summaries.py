@@ -14,9 +14,12 @@ from runtime.customers.outside_text import search_text
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection, connect
+from runtime.store.states import ConversationStatus
 
 Source = Literal["real", "simulation"]
 SOURCES: tuple[Source, ...] = ("real", "simulation")
+View = Literal["all", "mine", "unassigned"]  # whose conversations a list shows (`reader` is "me")
+VIEWS: tuple[View, ...] = ("all", "mine", "unassigned")
 
 
 def parse_source(value: str) -> Source:
@@ -51,6 +54,9 @@ class CustomerSummary(BaseModel):
     last_activity_at: int
     handling_paused: bool
     handling_reason: str | None
+    assignee: str | None = None
+    status: ConversationStatus = ConversationStatus.OPEN  # as it reads now
+    snoozed_until: int | None = None
     name: str | None = None  # the buyer's display name, as their newest message gave it
     preview: str | None = None  # the start of the conversation's newest line
     unread: int  # counterpart messages newer than the reader's watermark
@@ -76,10 +82,13 @@ def list_customers(
     reader: str = "operator",
     before: str | None = None,
     paused: bool | None = None,
+    view: View = "all",
+    status: ConversationStatus | None = None,
 ) -> list[CustomerSummary]:
     """Newest activity first; `before`, a row's `cursor`, pages on to any depth; `paused`: only
-    customers a human handles (True) or the agent does (False); `search`, as typed (see
-    `search_text`; blank is no search), finds names, titles and what was said."""
+    customers a human handles (True) or the agent does (False); `view`: everyone's, the
+    `reader`'s own (assigned to them) or nobody's; `status`: only those with it now; `search`,
+    as typed (see `search_text`; blank is no search), finds names, titles and what was said."""
     at, last_id = _parse_cursor(before)
     if search is not None and search.strip():
         search = search_text(search)
@@ -98,11 +107,60 @@ def list_customers(
                 "at": at,
                 "id": last_id,
                 "paused": paused,
+                "view": None if view == "all" else view,
+                "me": reader,
+                "status": status,
+                "now": now_ms(),
             },
         ).mappings()
         rows = [dict(row) for row in found]
     unread = unread_counts(store).get(reader, [row["id"] for row in rows])
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
+
+
+class Attention(BaseModel):
+    """What a reader's console tells them about, wherever they are: handoffs nobody has taken,
+    and unread buyer messages in the conversations assigned to them."""
+
+    waiting: dict[int, str]  # customer -> name, newest first
+    mine_unread: dict[int, tuple[str, int]]  # customer -> (name, unread lines)
+
+    @property
+    def badge(self) -> int:
+        return len(self.waiting) + sum(n for _, n in self.mine_unread.values())
+
+
+ATTENTION_ROWS = 50  # a badge counts what a person can act on, not a backlog's size
+
+
+def attention(store: DeliveryStore, reader: str) -> Attention:
+    with store.read() as conn:
+        waiting = {int(c): str(name) for c, name in conn.execute(queries.customer.WAITING_NAMED, {"n": ATTENTION_ROWS})}
+        mine = {
+            int(c): str(name)
+            for c, name in conn.execute(queries.customer.ASSIGNED_NAMED, {"me": reader, "n": ATTENTION_ROWS})
+        }
+    unread = unread_counts(store).get(reader, list(mine))
+    return Attention(waiting=waiting, mine_unread={c: (name, unread[c]) for c, name in mine.items() if unread[c]})
+
+
+def parse_view(value: str) -> View:
+    for view in VIEWS:
+        if value == view:
+            return view
+    raise KefuError(
+        "KEFU_INVALID_INPUT", f"the view must be all, mine or unassigned, not {value[:40]!r}", "pick one of those"
+    )
+
+
+def parse_status(value: str) -> ConversationStatus:
+    try:
+        return ConversationStatus(value)
+    except ValueError:
+        statuses = ", ".join(ConversationStatus)
+        raise KefuError(
+            "KEFU_INVALID_INPUT", f"the status must be one of {statuses}, not {value[:40]!r}", "pick one of those"
+        ) from None
 
 
 def customer_of(store: DeliveryStore, account_id: str, conversation_id: str) -> int | None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from runtime.errors import KefuError
 from runtime.operators.roles import Role as Role  # the roles are named without loading the store (kefu --help)
 from runtime.store import DeliveryStore, now_ms, queries
+from runtime.store.connection import Connection
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # ~50 ms a check: cheap for a login, dear for a guesser
@@ -134,7 +135,19 @@ def record_action(
     detail: str | None = None,
 ) -> None:
     with store.write() as conn:
-        conn.execute(
-            queries.operator_action.RECORD,
-            {"at": now_ms(), "o": operator, "a": action, "c": customer_id, "r": request_id, "d": detail},
-        )
+        record(conn, operator, action, customer_id, request_id, detail)
+
+
+def record(
+    conn: Connection,
+    operator: str,
+    action: str,
+    customer_id: int | None = None,
+    request_id: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Inside the change's own transaction: the change and its record commit together or not at all."""
+    conn.execute(
+        queries.operator_action.RECORD,
+        {"at": now_ms(), "o": operator, "a": action, "c": customer_id, "r": request_id, "d": detail},
+    )

@@ -51,7 +51,7 @@ class Operations(BaseModel):
 
     buyer_messages: int  # ever stored (counterpart lines)
     requests: dict[tuple[str, str], int]  # (origin, state) -> outbox requests
-    handoffs_waiting: int  # customers whose automatic handling is paused
+    handoffs_waiting: int  # handoffs nobody has taken yet (status waiting)
     listeners: dict[str, str]  # account -> listener state
     reply_latency: list[int]  # replies within each REPLY_LATENCY_BOUNDS bound (cumulative)
     reply_latency_count: int
@@ -71,7 +71,7 @@ def operations(store: DeliveryStore) -> Operations:
             (str(origin), str(state)): int(n)
             for origin, state, n in conn.execute(queries.outbox_request.ORIGIN_STATE_COUNTS)
         }
-        handoffs = conn.execute(queries.customer.PAUSED_COUNT).scalar_one()
+        handoffs = conn.execute(queries.customer.WAITING_COUNT).scalar_one()
         listeners = {str(a): str(s) for a, s in conn.execute(queries.account.LISTENER_STATES)}
         latency = conn.execute(queries.outbox_request.reply_latency(REPLY_LATENCY_BOUNDS)).one()
         model = conn.execute(queries.admission_batch.MODEL_USE_SINCE, {"since": now_ms() - MODEL_WINDOW_S * 1000}).one()

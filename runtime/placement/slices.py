@@ -4,8 +4,8 @@ A slice is every delivery row the account owns, with the ids they had on the sou
 session logs and long-term memory. Import keeps every id: customer ids (each shard gives out its
 own range, runtime.placement.shards.customer_id_base), and so session ids `s<customer>-<n>`, the request
 ids hashed from them, batch ids, memory scopes, plan and folder ids and the logs' contents. A
-customer id or session file already taken here refuses the import. Only inbound messages and
-received pages get new ids: per-store counters whose order matters, so they are appended after
+customer id or session file already taken here refuses the import. Only inbound messages,
+received pages and operators' notes get new ids: per-store counters whose order matters, so they are appended after
 this store's rows and the watermarks and cursors pointing into them follow. The credential's
 secret never travels in a slice: it holds the secret's sha256, and the mover hands the secret to
 the target, which checks it against that.
@@ -116,6 +116,7 @@ TABLES: tuple[_Table, ...] = (
     _Table("checkpoint_state", queries.checkpoint_state),
     _Table("input_pause", queries.input_pause, "scope"),
     _Table("customer", queries.customer),
+    _Table("operator_note", queries.operator_note, renumber="note"),
     _Table("inbound_message", queries.inbound_message, renumber="message"),
     _Table("page_receipt", queries.page_receipt),
     _Table("group_receipt", queries.group_receipt),
@@ -132,6 +133,13 @@ TABLES: tuple[_Table, ...] = (
     _Table("buyer_read", queries.buyer_read),
     _Table("reader_watermark", queries.reader_watermark, None),
     _Table("erasure", queries.erasure),  # erased buyers stay erased on the account's new shard
+    # Report facts (runtime.operators.reports): handoffs and resolves move (nothing else on the
+    # new shard records them); those derived from messages and replies do not: the source
+    # deletes them, the new shard counts them again from the rows that moved. Their summaries
+    # (report_hour and the like) are not here: V24's triggers empty them with the facts.
+    _Table("report_event", queries.report_event),
+    _Table("report_activity", queries.report_activity),
+    _Table("reply_wait", queries.reply_wait),
 )
 _BY_NAME = {t.name: t for t in TABLES}
 # What a column refers to, in every table that has it; kept as it is, checked to be the slice's.
@@ -456,7 +464,7 @@ def _insert_slice(
     a, at = s.account_id, now_ms()
     conn.execute("PRAGMA defer_foreign_keys = ON")  # requests refer to requests (follows, retry_of)
     _delete_rows(conn, a, keep_pending=False)  # an earlier life of the account here (tombstone, moved away)
-    ids: dict[str, dict[int, int]] = {"message": {}, "received": {}}
+    ids: dict[str, dict[int, int]] = {"message": {}, "received": {}, "note": {}}
     for media in s.media:  # content-addressed: a copy may be here already
         conn.execute(insert_named("media", media, "INSERT OR IGNORE"), {**media, "data": _b64(media["data"])})
     for spec in TABLES:

@@ -603,6 +603,362 @@ V22 = Migration(
     ("ALTER TABLE operator ADD COLUMN signed_out_at INTEGER NOT NULL DEFAULT 0",),
 )
 
+V23 = Migration(
+    23,
+    "a team's inbox: each conversation's assignee and status, the shop's canned replies, operators' private notes",
+    (
+        # An operator's name (operator.name), or NULL: nobody's. Taking over assigns.
+        "ALTER TABLE customer ADD COLUMN assignee TEXT",
+        # runtime.store.states.ConversationStatus as set, when, and the newest message then: a
+        # buyer's message after it reopens a resolved or snoozed conversation, as does a snooze's
+        # end (queries.customer.effective_status).
+        "ALTER TABLE customer ADD COLUMN status TEXT NOT NULL DEFAULT 'open'",
+        "ALTER TABLE customer ADD COLUMN status_at INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE customer ADD COLUMN status_after INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE customer ADD COLUMN snoozed_until INTEGER",
+        # A conversation the agent handed off and nobody has taken is waiting for the shop.
+        "UPDATE customer SET status = 'waiting' WHERE handling_paused AND handed_off",
+        "CREATE INDEX customer_by_assignee ON customer (assignee, last_activity_at) WHERE assignee IS NOT NULL",
+        """CREATE TABLE canned_reply (
+            id INTEGER PRIMARY KEY,
+            shortcut TEXT NOT NULL UNIQUE,  -- what an operator types after `/`
+            body TEXT NOT NULL,  -- may name {buyer} and {operator}
+            updated_by TEXT NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE operator_note (
+            id INTEGER PRIMARY KEY,
+            customer_id INTEGER NOT NULL REFERENCES customer(id),
+            account_id TEXT NOT NULL,
+            operator TEXT NOT NULL,
+            body TEXT NOT NULL,  -- for operators only: never sent, never in the agent's history
+            created_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX operator_note_by_customer ON operator_note (customer_id, id)",
+    ),
+)
+
+# V24's summaries are kept by triggers from the facts they count (report_activity's rows per
+# conversation and hour, reply_wait's per wait and reply), in the statement that changes a fact:
+# whatever writes or deletes facts (the catch-up, an erasure, a move away) leaves the summaries
+# equal to a count of them, and a summary row that counts nothing is gone. But for a rebuild
+# (another shop zone), which deletes report_state's row first and then facts and summaries
+# wholesale: a delete takes from the summaries only while facts are kept (_KEPT), or deleting a
+# month of facts would hold the write lock for as long as counting them again.
+# Facts' keys are never updated (a conversation's hour stays its hour): report_activity changes
+# by insert, its `messages` and delete; reply_wait by insert, the reply that ends a wait, delete.
+_DAY_MS = 25 * 3600 * 1000  # a day of the shop's zone is 23 to 25 hours long
+_KEPT = "EXISTS (SELECT 1 FROM report_state)"
+
+
+def _other_hour_that_day(row: str) -> str:
+    """Whether `row`'s conversation (NEW or OLD of report_activity) has another hour on its day."""
+    return (
+        f"EXISTS (SELECT 1 FROM report_activity a WHERE a.customer_id = {row}.customer_id"
+        f" AND a.hour_at >= {row}.day_at AND a.hour_at < {row}.day_at + {_DAY_MS}"
+        f" AND a.day_at = {row}.day_at AND a.hour_at != {row}.hour_at)"
+    )
+
+
+def _day_before(row: str) -> str:
+    """`row`'s conversation's latest day before `row`'s with a buyer message; 0: none."""
+    return (
+        f"coalesce((SELECT a.day_at FROM report_activity a WHERE a.customer_id = {row}.customer_id"
+        f" AND a.hour_at < {row}.day_at ORDER BY a.hour_at DESC LIMIT 1), 0)"
+    )
+
+
+def _day_after(row: str) -> str:
+    """`row`'s conversation's first day after `row`'s with a buyer message; NULL: none."""
+    return (
+        f"(SELECT a.day_at FROM report_activity a WHERE a.customer_id = {row}.customer_id"
+        f" AND a.hour_at >= {row}.day_at AND a.day_at > {row}.day_at ORDER BY a.hour_at LIMIT 1)"
+    )
+
+
+def _add(table: str, key: dict[str, str], counts: dict[str, str], when: str = "true") -> str:
+    """`table`'s row of `key` (column -> SQL value) counts `counts` (column -> SQL value) more,
+    when `when` holds; a row is made for a key first counted."""
+    columns, values = ", ".join([*key, *counts]), ", ".join([*key.values(), *counts.values()])
+    more = ", ".join(f"{count} = {count} + excluded.{count}" for count in counts)
+    return (
+        f"INSERT INTO {table} ({columns}) SELECT {values} WHERE {when}"
+        f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {more};"
+    )
+
+
+def _take(table: str, key: dict[str, str], counts: dict[str, str], when: str | None = None) -> str:
+    """`table`'s row of `key` counts `counts` less, when `when` holds; the row goes when its first
+    count is down to none."""
+    match = " AND ".join(f"{column} = {value}" for column, value in key.items())
+    only = f" AND {when}" if when else ""
+    less = ", ".join(f"{count} = {count} - {value}" for count, value in counts.items())
+    return (
+        f"UPDATE {table} SET {less} WHERE {match}{only};"
+        f" DELETE FROM {table} WHERE {match} AND {next(iter(counts))} = 0;"
+    )
+
+
+def _conversation_days(row: str, add: bool) -> str:
+    """report_day as `row` (NEW: a conversation's first hour of a day, added; OLD: its last,
+    deleted) changes it: the day counts the conversation by its day before, and the conversation's
+    next day, counted by the day before that until now, is now counted by this day (or back)."""
+    day, account = f"{row}.day_at", f"{row}.account_id"
+    before, after = _day_before(row), _day_after(row)
+    one = {"conversations": "1"}
+
+    def key(at: str, since: str) -> dict[str, str]:
+        return {"day_at": at, "account_id": account, "since_day": since}
+
+    if add:
+        changes = [
+            _add("report_day", key(day, before), one),
+            _take("report_day", key(after, before), one),
+            _add("report_day", key(after, day), one, f"{after} IS NOT NULL"),
+        ]
+    else:
+        changes = [
+            _take("report_day", key(day, before), one),
+            _take("report_day", key(after, day), one),
+            _add("report_day", key(after, before), one, f"{after} IS NOT NULL"),
+        ]
+    return "\n".join(changes)
+
+
+# A handoff's nearest hours with buyer messages of its conversation, at or before it and after it
+# (report_activity): with them a period's handoffs of its own conversations are read without
+# looking up each one's messages (queries.report_event.HANDOFFS). A conversation's handoffs are
+# found by its id (`+kind`: not by report_event_by_kind, every handoff there is).
+_WROTE_NEAR = (
+    "wrote_before = (SELECT a.hour_at FROM report_activity a WHERE a.customer_id = report_event.customer_id"
+    " AND a.hour_at <= report_event.at ORDER BY a.hour_at DESC LIMIT 1),"
+    " wrote_after = (SELECT a.hour_at FROM report_activity a WHERE a.customer_id = report_event.customer_id"
+    " AND a.hour_at > report_event.at ORDER BY a.hour_at LIMIT 1)"
+)
+
+
+def _reply_counts(row: str, add: bool) -> str:
+    """The counts reply_wait's `row` (NEW or OLD) is in: an answered wait by the day it began,
+    the reply's origin and the reply time as counted (`seconds`), and a manual one also by its
+    operator; a manual reply by the day it was sent and its operator."""
+    change = _add if add else _take
+    operator, account = f"coalesce({row}.operator, '')", f"{row}.account_id"
+    waited, manual = f"{row}.seconds IS NOT NULL", f"{row}.origin = 'manual'"
+    times = {"day_at": f"{row}.day_at", "origin": f"{row}.origin", "seconds": f"{row}.seconds", "account_id": account}
+    ever = {"operator": operator, "seconds": f"{row}.seconds", "account_id": account}
+    sent = {"day_at": f"{row}.answered_day", "operator": operator, "account_id": account}
+    return "\n".join(
+        [
+            change("report_reply_time", times, {"waits": "1", "firsts": f"{row}.first_of_day"}, waited),
+            change(
+                "report_operator_time", {**ever, "day_at": f"{row}.day_at"}, {"waits": "1"}, f"{waited} AND {manual}"
+            ),
+            change("report_operator_ever", ever, {"waits": "1"}, f"{waited} AND {manual}"),
+            change("report_operator_replies", sent, {"replies": "1"}, f"{row}.answered_day IS NOT NULL AND {manual}"),
+        ]
+    )
+
+
+V24 = Migration(
+    24,
+    "response-time and volume reports: facts kept from the store's rows as they come, and their summaries"
+    " (runtime.operators.reports)",
+    (
+        # How far the facts below are kept: inbound messages up to `message_id`, replies sent up to
+        # `sent_at`, hours and days in `zone` (another shop zone rebuilds them). One row.
+        """CREATE TABLE report_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            zone TEXT NOT NULL,
+            message_id INTEGER NOT NULL,
+            sent_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        # Buyer messages per conversation and shop-zone hour: an hour's rows are its conversations.
+        """CREATE TABLE report_activity (
+            customer_id INTEGER NOT NULL,
+            hour_at INTEGER NOT NULL,  -- the hour's start in the shop's zone (ms)
+            account_id TEXT NOT NULL,
+            day_at INTEGER NOT NULL,  -- the start of the hour's day in the shop's zone
+            messages INTEGER NOT NULL,
+            PRIMARY KEY (customer_id, hour_at)
+        ) WITHOUT ROWID""",
+        # A buyer's wait for the shop and the reply that ended it; or a reply that ended none.
+        """CREATE TABLE reply_wait (
+            id INTEGER PRIMARY KEY,
+            customer_id INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            started_at INTEGER,  -- the first unanswered buyer message's receive time; NULL: no wait
+            day_at INTEGER,  -- the start of started_at's day in the shop's zone
+            first_of_day INTEGER NOT NULL DEFAULT 0,  -- the conversation's first wait of its day
+            answered_at INTEGER,  -- the reply's sent time; NULL: still waiting
+            answered_day INTEGER,  -- the start of answered_at's day in the shop's zone
+            seconds INTEGER,  -- an answered wait's reply time as counted (facts.reply_seconds)
+            origin TEXT,  -- the reply's: auto or manual
+            operator TEXT,  -- a manual reply's operator (NULL: sent unnamed, from the CLI)
+            request_id TEXT  -- the reply
+        )""",
+        "CREATE UNIQUE INDEX reply_wait_by_request ON reply_wait (request_id) WHERE request_id IS NOT NULL",
+        "CREATE INDEX reply_wait_open ON reply_wait (customer_id) WHERE answered_at IS NULL",
+        "CREATE INDEX reply_wait_open_by_start ON reply_wait (started_at, account_id) WHERE answered_at IS NULL",
+        "CREATE INDEX reply_wait_by_customer ON reply_wait (customer_id, started_at)",
+        # The summaries a report reads (a month of a busy shop's facts is 10^5-10^6 rows; these
+        # are a few thousand), each per account so that a source's are a sum and a move leaves
+        # with its facts. Buyer messages and conversations per hour:
+        """CREATE TABLE report_hour (
+            hour_at INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            messages INTEGER NOT NULL,
+            conversations INTEGER NOT NULL,
+            PRIMARY KEY (hour_at, account_id)
+        ) WITHOUT ROWID""",
+        # Conversations per day, by the conversation's day before with a buyer message: a period's
+        # conversations are those of its days counted by a day before it, each once.
+        """CREATE TABLE report_day (
+            day_at INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            since_day INTEGER NOT NULL,  -- 0: the conversation had no day before
+            conversations INTEGER NOT NULL,
+            PRIMARY KEY (day_at, account_id, since_day)
+        ) WITHOUT ROWID""",
+        # Answered waits by the day they began, the reply's origin and the reply time (rounded up:
+        # a day's are a few hundred rows however many waits it had), in reply-time order.
+        """CREATE TABLE report_reply_time (
+            day_at INTEGER NOT NULL,
+            origin TEXT NOT NULL,  -- of the reply that ended them: auto or manual
+            seconds INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            waits INTEGER NOT NULL,
+            firsts INTEGER NOT NULL,  -- of them, conversations' first waits of the day
+            PRIMARY KEY (day_at, origin, seconds, account_id)
+        ) WITHOUT ROWID""",
+        # The waits an operator's reply ended, by reply time and the day they began; and by reply
+        # time alone, ever: a period's are one look each at the days of the reply times an operator
+        # ever took (a few hundred), not a row per day and reply time. Operator '': sent unnamed
+        # (the CLI). And the manual replies sent, by the day they were sent.
+        """CREATE TABLE report_operator_time (
+            operator TEXT NOT NULL,
+            seconds INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            day_at INTEGER NOT NULL,
+            waits INTEGER NOT NULL,
+            PRIMARY KEY (operator, seconds, account_id, day_at)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE report_operator_ever (
+            operator TEXT NOT NULL,
+            seconds INTEGER NOT NULL,
+            account_id TEXT NOT NULL,
+            waits INTEGER NOT NULL,
+            PRIMARY KEY (operator, seconds, account_id)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE report_operator_replies (
+            day_at INTEGER NOT NULL,
+            operator TEXT NOT NULL,
+            account_id TEXT NOT NULL,
+            replies INTEGER NOT NULL,
+            PRIMARY KEY (day_at, operator, account_id)
+        ) WITHOUT ROWID""",
+        f"""CREATE TRIGGER report_activity_on_insert AFTER INSERT ON report_activity
+        BEGIN
+            INSERT INTO report_hour (hour_at, account_id, messages, conversations)
+            VALUES (NEW.hour_at, NEW.account_id, NEW.messages, 1)
+            ON CONFLICT (hour_at, account_id) DO UPDATE
+            SET messages = messages + excluded.messages, conversations = conversations + 1;
+            UPDATE report_event SET {_WROTE_NEAR} WHERE customer_id = NEW.customer_id AND +kind = 'handoff';
+        END""",
+        """CREATE TRIGGER report_activity_on_more AFTER UPDATE OF messages ON report_activity
+        BEGIN
+            UPDATE report_hour SET messages = messages + NEW.messages - OLD.messages
+            WHERE hour_at = NEW.hour_at AND account_id = NEW.account_id;
+        END""",
+        f"""CREATE TRIGGER report_activity_on_delete AFTER DELETE ON report_activity WHEN {_KEPT}
+        BEGIN
+            UPDATE report_hour SET messages = messages - OLD.messages, conversations = conversations - 1
+            WHERE hour_at = OLD.hour_at AND account_id = OLD.account_id;
+            DELETE FROM report_hour WHERE hour_at = OLD.hour_at AND account_id = OLD.account_id AND conversations = 0;
+            UPDATE report_event SET {_WROTE_NEAR} WHERE customer_id = OLD.customer_id AND +kind = 'handoff';
+        END""",
+        f"""CREATE TRIGGER report_day_on_insert AFTER INSERT ON report_activity
+            WHEN NOT {_other_hour_that_day("NEW")}
+        BEGIN
+            {_conversation_days("NEW", add=True)}
+        END""",
+        f"""CREATE TRIGGER report_day_on_delete AFTER DELETE ON report_activity
+            WHEN {_KEPT} AND NOT {_other_hour_that_day("OLD")}
+        BEGIN
+            {_conversation_days("OLD", add=False)}
+        END""",
+        f"""CREATE TRIGGER report_replies_on_insert AFTER INSERT ON reply_wait WHEN NEW.answered_at IS NOT NULL
+        BEGIN
+            {_reply_counts("NEW", add=True)}
+        END""",
+        f"""CREATE TRIGGER report_replies_on_update AFTER UPDATE ON reply_wait
+        BEGIN
+            {_reply_counts("OLD", add=False)}
+            {_reply_counts("NEW", add=True)}
+        END""",
+        f"""CREATE TRIGGER report_replies_on_delete AFTER DELETE ON reply_wait
+            WHEN {_KEPT} AND OLD.answered_at IS NOT NULL
+        BEGIN
+            {_reply_counts("OLD", add=False)}
+        END""",
+        # When the agent handed a conversation to a human, and when an operator resolved one, as
+        # they happen: nothing else keeps a handoff's time (an alert is pruned), and operator
+        # actions stay on their shard when an account moves (these move with it).
+        """CREATE TABLE report_event (
+            customer_id INTEGER NOT NULL,
+            at INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('handoff', 'resolve')),
+            account_id TEXT NOT NULL,
+            operator TEXT,  -- who resolved it
+            wrote_before INTEGER,  -- a handoff's: its conversation's last hour with buyer messages at or before it
+            wrote_after INTEGER,  -- and its first after it (NULL: none; kept by the triggers on report_activity)
+            PRIMARY KEY (customer_id, at, kind)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX report_event_by_kind ON report_event (kind, at, account_id, operator, wrote_before, wrote_after)",
+        # A handoff however it comes (the trigger below, an account moved here) gets its hours.
+        f"""CREATE TRIGGER report_event_on_insert AFTER INSERT ON report_event WHEN NEW.kind = 'handoff'
+        BEGIN
+            UPDATE report_event SET {_WROTE_NEAR}
+            WHERE customer_id = NEW.customer_id AND at = NEW.at AND kind = NEW.kind;
+        END""",
+        # The handoffs of the last month, from their alerts; the resolves recorded so far.
+        "INSERT OR IGNORE INTO report_event (customer_id, at, kind, account_id)"
+        " SELECT customer_id, raised_at, 'handoff', account_id FROM alert WHERE kind = 'handoff'"
+        " AND customer_id IS NOT NULL",
+        "INSERT OR IGNORE INTO report_event (customer_id, at, kind, account_id, operator)"
+        " SELECT o.customer_id, o.at, 'resolve', c.account_id, o.operator FROM operator_action o"
+        " JOIN customer c ON c.id = o.customer_id WHERE o.action = 'resolve'",
+        # The pause stamps status_at (queries.customer.PAUSE_HANDLING) with the core's clock.
+        f"""CREATE TRIGGER report_event_on_handoff AFTER UPDATE OF handling_paused ON customer
+            WHEN NEW.handling_paused AND NOT OLD.handling_paused AND NEW.handed_off
+        BEGIN
+            INSERT OR IGNORE INTO report_event (customer_id, at, kind, account_id)
+            VALUES (NEW.id, CASE WHEN NEW.status_at > 0 THEN NEW.status_at ELSE {_NOW_MS} END, 'handoff',
+                    NEW.account_id);
+        END""",
+        """CREATE TRIGGER report_event_on_resolve AFTER INSERT ON operator_action
+            WHEN NEW.action = 'resolve' AND NEW.customer_id IS NOT NULL
+        BEGIN
+            INSERT OR IGNORE INTO report_event (customer_id, at, kind, account_id, operator)
+            SELECT id, NEW.at, 'resolve', account_id, NEW.operator FROM customer WHERE id = NEW.customer_id;
+        END""",
+        # A message's id is the largest plus one: deleting the newest messages (an erasure, a move
+        # away) gives their ids again, so the facts' mark comes down with them.
+        """CREATE TRIGGER report_mark_on_delete AFTER DELETE ON inbound_message
+            WHEN OLD.id > coalesce((SELECT max(id) FROM inbound_message), 0)
+        BEGIN
+            UPDATE report_state SET message_id = coalesce((SELECT max(id) FROM inbound_message), 0)
+            WHERE message_id > coalesce((SELECT max(id) FROM inbound_message), 0);
+        END""",
+        # Replies sent in a time range (the facts' catch-up).
+        "CREATE INDEX outbox_attempt_sent ON outbox_attempt (finished_at) WHERE state = 'sent'",
+        # Every console page counts the failed sends (queries.customer.NOTICE_COUNTS): without an
+        # index that read every reply ever stored (30 ms at 370,000 of them), as outbox_unknown
+        # spares the count of unknown ones.
+        "CREATE INDEX outbox_failed ON outbox_request (updated_at) WHERE state = 'failed'",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -626,5 +982,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     V20,
     V21,
     V22,
+    V23,
+    V24,
 )
 LATEST_VERSION = latest(MIGRATIONS)

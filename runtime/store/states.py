@@ -137,3 +137,12 @@ class QuestionState(StrEnum):
     PENDING = "pending"  # asked; no later turn has seen it yet
     OFFERED = "offered"  # a later batch's turn was given it (again on that batch's retries)
     SUPERSEDED = "superseded"  # the agent asked something else before any turn saw it
+
+
+class ConversationStatus(StrEnum):
+    """customer.status: where a conversation stands for the shop's team (runtime.customers.assignment)."""
+
+    OPEN = "open"
+    WAITING = "waiting"  # the agent handed off and no operator has taken it: waiting for the shop
+    RESOLVED = "resolved"  # an operator resolved it and the agent handles it again
+    SNOOZED = "snoozed"  # out of the open list until `snoozed_until` or the buyer's next message

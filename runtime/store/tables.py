@@ -21,6 +21,7 @@ from runtime.store.connection import Connection
 from runtime.store.states import (
     AttemptState,
     BatchState,
+    ConversationStatus,
     ListenerState,
     MessageState,
     OutboxState,
@@ -111,6 +112,11 @@ class Customer(SQLModel):
     handed_off: bool = False  # paused by the agent asking for a human, not by an operator
     session_id: str | None = None
     last_activity_at: int
+    assignee: str | None = None  # the operator the conversation is assigned to
+    status: ConversationStatus = ConversationStatus.OPEN  # as set; queries.customer.EFFECTIVE_STATUS as it reads now
+    status_at: int = 0
+    status_after: int = 0  # the newest inbound message id when the status was set
+    snoozed_until: int | None = None
 
 
 class InboundMessageRow(SQLModel):
@@ -479,3 +485,160 @@ ROWS: tuple[type[SQLModel], ...] = (
     PlacementImport,
     Erasure,
 )
+
+
+class CannedReply(SQLModel):
+    __tablename__: ClassVar[str] = "canned_reply"
+
+    """A reply the shop's operators keep for reuse, found by its shortcut after `/`."""
+
+    id: int | None = None
+    shortcut: str
+    body: str  # may name {buyer} and {operator}
+    updated_by: str
+    updated_at: int
+
+
+class OperatorNote(SQLModel):
+    __tablename__: ClassVar[str] = "operator_note"
+
+    """A private note between operators on a conversation: never sent, never the agent's."""
+
+    id: int | None = None
+    customer_id: int
+    account_id: str
+    operator: str
+    body: str
+    created_at: int
+
+
+class ReportState(SQLModel):
+    __tablename__: ClassVar[str] = "report_state"
+
+    """How far the report facts are kept (runtime.operators.reports.facts): one row."""
+
+    id: int = 1
+    zone: str  # the shop zone their hours and days are in
+    message_id: int  # inbound messages up to this id are counted
+    sent_at: int  # replies sent up to this time are placed
+    updated_at: int
+
+
+class ReportActivity(SQLModel):
+    __tablename__: ClassVar[str] = "report_activity"
+
+    """A conversation's buyer messages in one hour of the shop's zone."""
+
+    customer_id: int
+    hour_at: int
+    account_id: str
+    day_at: int
+    messages: int
+
+
+class ReplyWait(SQLModel):
+    __tablename__: ClassVar[str] = "reply_wait"
+
+    """A buyer's wait for the shop and the reply that ended it, or a reply that ended none."""
+
+    id: int | None = None
+    customer_id: int
+    account_id: str
+    started_at: int | None = None  # None: a reply while nobody waited
+    day_at: int | None = None  # the start of started_at's day in the shop's zone
+    first_of_day: bool = False
+    answered_at: int | None = None  # None: still waiting
+    answered_day: int | None = None  # the start of answered_at's day in the shop's zone
+    seconds: int | None = None  # an answered wait's reply time as counted (reports.facts.reply_seconds)
+    origin: Literal["auto", "manual"] | None = None
+    operator: str | None = None
+    request_id: str | None = None
+
+
+class ReportHour(SQLModel):
+    __tablename__: ClassVar[str] = "report_hour"
+
+    """An account's buyer messages and conversations in one hour of the shop's zone (V24's
+    triggers keep it from report_activity)."""
+
+    hour_at: int
+    account_id: str
+    messages: int
+    conversations: int
+
+
+class ReportDay(SQLModel):
+    __tablename__: ClassVar[str] = "report_day"
+
+    """An account's conversations of a day with a buyer message, by their day before with one
+    (V24's triggers keep it from report_activity)."""
+
+    day_at: int
+    account_id: str
+    since_day: int  # 0: none before
+    conversations: int
+
+
+class ReportReplyTime(SQLModel):
+    __tablename__: ClassVar[str] = "report_reply_time"
+
+    """How many waits begun on a day took so many seconds (as counted) to be answered, by the
+    reply's origin (V24's triggers keep it from reply_wait)."""
+
+    day_at: int
+    origin: Literal["auto", "manual"]
+    seconds: int
+    account_id: str
+    waits: int
+    firsts: int  # of them, conversations' first waits of the day
+
+
+class ReportOperatorTime(SQLModel):
+    __tablename__: ClassVar[str] = "report_operator_time"
+
+    """How many waits begun on a day an operator's reply ended in so many seconds (V24's
+    triggers keep it from reply_wait)."""
+
+    operator: str  # '' for none (sent from the CLI)
+    seconds: int
+    account_id: str
+    day_at: int
+    waits: int
+
+
+class ReportOperatorEver(SQLModel):
+    __tablename__: ClassVar[str] = "report_operator_ever"
+
+    """How many waits an operator's reply ever ended in so many seconds: the reply times a
+    period's are looked up by (V24's triggers keep it from reply_wait)."""
+
+    operator: str  # '' for none (sent from the CLI)
+    seconds: int
+    account_id: str
+    waits: int
+
+
+class ReportOperatorReplies(SQLModel):
+    __tablename__: ClassVar[str] = "report_operator_replies"
+
+    """How many manual replies an operator sent on a day (V24's triggers keep it from reply_wait)."""
+
+    day_at: int
+    operator: str  # '' for none (sent from the CLI)
+    account_id: str
+    replies: int
+
+
+class ReportEvent(SQLModel):
+    __tablename__: ClassVar[str] = "report_event"
+
+    """The agent handed a conversation to a human, or an operator resolved one (V24's triggers
+    write them with the change)."""
+
+    customer_id: int
+    at: int
+    kind: Literal["handoff", "resolve"]
+    account_id: str
+    operator: str | None = None  # who resolved it
+    wrote_before: int | None = None  # a handoff's: its conversation's last hour with buyer messages at or before it
+    wrote_after: int | None = None  # and its first after it

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -168,6 +169,21 @@ def console(request, settings, shop) -> Iterator[str]:
 
 @pytest.fixture
 def browser(console) -> Iterator[WebDriver]:  # quits before the console stops: no event stream holds it open
+    with chromium(console) as driver:
+        yield driver
+
+
+@pytest.fixture
+def other_browser(console) -> Iterator[WebDriver]:
+    """A second operator's browser, beside `browser`: its own profile, cookies and streams."""
+    with chromium(console) as driver:
+        yield driver
+
+
+@contextmanager
+def chromium(console: str) -> Iterator[WebDriver]:
+    """Headless Chromium on a fresh profile, allowed to show the console's notifications (as an
+    operator allows them at the browser's prompt)."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
@@ -180,6 +196,7 @@ def browser(console) -> Iterator[WebDriver]:  # quits before the console stops: 
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
         try:
+            driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": console, "permissions": ["notifications"]})
             yield driver
         finally:
             driver.quit()

@@ -22,6 +22,7 @@ def kefu(tmp_path, fake_dingtalk):
         "KEFU_DATA_DIR": str(tmp_path / "var"),
         "KEFU_DINGTALK__OPENAPI_URL": fake_dingtalk.url,
         "COLUMNS": "200",
+        "KEFU_LANGUAGE": "en",  # the words asserted here are English (kefu speaks Chinese by default)
     }
 
     def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:

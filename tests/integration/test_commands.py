@@ -20,7 +20,8 @@ BIN = Path(sys.executable).parent
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_") or k == "KEFU_TEST_REDIS_URL"}
-    return {**env, **extra}
+    # The words asserted here are English (kefu speaks Chinese by default).
+    return {**env, "KEFU_LANGUAGE": "en", **extra}
 
 
 def _spawn(args: list[str], cwd: Path, log: Path, **env: str) -> subprocess.Popen:
@@ -217,8 +218,10 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     b1 = next(c["id"] for c in listed if c["conversation_id"] == "sim-direct-b1")
     # The shop's replies are in the history with their fate, and the agent's notes for operators.
     lines = _kefu(tmp_path, "history", str(b1), "--limit", "2", **demo_dir).stdout.splitlines()
-    assert any("[assistant reply]" in line and line.endswith("· sent") for line in lines), lines
-    assert any("[agent, for operators] [called im_send_message]" in line for line in lines), lines
+    assert any("] 智能客服 " in line and line.endswith("· sent") for line in lines), lines
+    assert not any("im_send_message" in line for line in lines), lines  # a send is its reply line, no note
+    assert any(line.endswith("secondary notes of the agent hidden: --notes shows them)") for line in lines), lines
+    assert "time: Asia/Shanghai (UTC+08:00), the simulated conversation's script time" in lines, lines
     assert lines[-1].startswith(f"(older: kefu history {b1} --before ")
     cursor = lines[-1].removeprefix(f"(older: kefu history {b1} --before ").removesuffix(")")
     whole = json.loads(_kefu(tmp_path, "history", str(b1), "--limit", "500", "--json", **demo_dir).stdout)
@@ -251,7 +254,7 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
 
     (tmp_path / "chart").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     send_chart = ("send", str(b2["id"]), "见尺码表", "--file", str(tmp_path / "chart"), "--request-id", "op-1")
-    sent = _kefu(tmp_path, *send_chart, **demo_dir)
+    sent = _kefu(tmp_path, *send_chart, LOGNAME="bob", **demo_dir)
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert "request op-1.file: sent simmsg-" in sent.stdout and "request op-1: sent simmsg-" in sent.stdout
     parts = [r for r in platform.received() if r.client_ref.startswith("op-1")]
@@ -259,8 +262,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     again = _kefu(tmp_path, *send_chart, **demo_dir)
     assert again.returncode == 0 and len([r for r in platform.received() if r.client_ref.startswith("op-1")]) == 2
     history = _kefu(tmp_path, "history", str(b2["id"]), "--limit", "2", **demo_dir).stdout
-    assert "[operator from console] [image chart.png]  · sent" in history
-    assert "[operator from console] 见尺码表  · sent" in history
+    assert "客服 bob（命令行） [image chart.png]  · sent" in history  # `kefu send`: the login name
+    assert "客服 bob（命令行） 见尺码表  · sent" in history
 
     read = _kefu(tmp_path, "read", str(b2["id"]), **demo_dir)
     assert read.returncode == 0 and "read by operator up to message" in read.stdout

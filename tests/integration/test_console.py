@@ -64,7 +64,9 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
 
     browser.find_element(By.ID, "reason").send_keys("VIP")
     browser.find_element(By.ID, "take-over").click()
-    after_submit(browser).until(lambda d: "VIP (by alice)" in text_of(d, "handling"))
+    after_submit(browser).until(
+        lambda d: "VIP" in text_of(d, "handling") and text_of(d, "assignee") == "assigned to alice"
+    )
     browser.find_element(By.ID, "text").send_keys("您好，我是店长，马上为您安排。")
     browser.find_element(By.ID, "send").click()
     WebDriverWait(browser, 10).until(
@@ -72,7 +74,7 @@ def test_an_operator_watches_live_takes_over_and_sends(worker, console, browser,
     )
     # Read in one script: the live view may replace the lines at any moment.
     label = browser.execute_script("return document.querySelector('#lines li.console-operator .label').textContent")
-    assert label == "[operator alice from console]"
+    assert label == "operator alice (console)"  # the suite's language: English
     assert platform.received("shop")[-1].text == "您好，我是店长，马上为您安排。"  # delivered on the platform
     with store.read() as conn:
         actions = conn.execute("SELECT operator, action FROM operator_action ORDER BY id").all()
@@ -125,6 +127,9 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
     browser.get(f"{console}/c/{customer}")
     assert not browser.find_elements(By.ID, "take-over")  # a viewer is offered no action
     with httpx.Client(base_url=console, follow_redirects=True) as client:
+        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)[1]  # type: ignore[index]
+        wrong = client.post("/login", data={"csrf": token, "name": "victor", "password": "not-it"})
+        assert "login-error" in wrong.text and 'value="victor"' in wrong.text  # the name stays typed
         token = http_sign_in(client, "victor")
         refused = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
         assert refused.status_code == 403 and "KEFU_ROLE_REQUIRED" in refused.text
@@ -132,16 +137,19 @@ def test_a_viewer_is_refused_actions_and_no_action_passes_without_its_csrf_token
         token = http_sign_in(client, "alice")
         empty = client.post(f"/c/{customer}/send", data={"csrf": token, "request_id": "console-1", "text": " "})
         assert empty.status_code == 400 and "KEFU_INVALID_INPUT" in empty.text  # and nothing registered:
+        assert "Value error" not in empty.text and "give either text or a file" in empty.text
+        assert 'id="who"' in empty.text and f'href="/c/{customer}" id="back"' in empty.text  # a way on
         assert client.get("/?before=not-a-cursor").status_code == 400
         forged = client.post(f"/c/{customer}/take-over", data={"reason": "x"})  # no token: another site's form
         assert forged.status_code == 403 and "KEFU_CSRF_INVALID" in forged.text
         taken = client.post(f"/c/{customer}/take-over", data={"csrf": token, "reason": "x"}, follow_redirects=False)
         assert taken.status_code == 303
-        assert "王五" in client.get("/ops").text.split('id="handoffs"')[1].split("</ul>")[0]  # waiting for a human
+        waiting = client.get("/ops").text.split('id="handoffs"')[1].split("</ul>")[0]
+        assert "王五" not in waiting  # alice has it: nobody waits for a human
         assert client.get("/readyz").text == "ready"
         scraped = client.get("/metrics")
     families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
-    assert families["kefu_handoffs_waiting"].samples[0].value == 1
+    assert families["kefu_handoffs_waiting"].samples[0].value == 0
     depths = {sample.labels["queue"]: sample.value for sample in families["kefu_queue_depth"].samples}
     assert set(depths) == {queue_name(family, "default") for family in FAMILIES}  # asked of Redis
     with store.read() as conn:

@@ -25,7 +25,8 @@ BIN = Path(sys.executable).parent
 
 
 def _env(settings) -> dict[str, str]:
-    return worker_env(settings, KEFU_RECONCILE__GRACE_S="600")  # no catch-up: only listeners bring messages in
+    # No catch-up: only listeners bring messages in. English: the words `kefu accounts pause` is asserted by.
+    return worker_env(settings, KEFU_RECONCILE__GRACE_S="600", KEFU_LANGUAGE="en")
 
 
 def _listener_state(store, account: str) -> str:

@@ -182,6 +182,7 @@ def test_kefu_demo_answers_through_the_llm_path(tmp_path, fake):
         KEFU_AGENT__OPENAI__BASE_URL=fake.base_url,
         KEFU_AGENT__OPENAI__API_KEY="sk-demo",
         KEFU_AGENT__OPENAI__MODEL="fake-model",
+        KEFU_LANGUAGE="en",  # the verdict line asserted below, in English
     )
     run = subprocess.run(
         [str(Path(sys.executable).parent / "kefu"), "demo"],

@@ -143,7 +143,12 @@ def _folders(shard: Shard, customer_id: int) -> int:
 def _kefu(args: list[str], env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "kefu"), *args],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}, **env, "COLUMNS": "200"},
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("KEFU_")},
+            "KEFU_LANGUAGE": "en",  # the words asserted here are English (kefu speaks Chinese by default)
+            **env,
+            "COLUMNS": "200",
+        },
         capture_output=True,
         text=True,
         timeout=timeout_s,

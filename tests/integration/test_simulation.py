@@ -62,7 +62,7 @@ def conversation(n: int) -> dict[str, Any]:
 
 def run_kefu(tmp_path: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}
-    env |= {"KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200", "KEFU_SIMULATOR__ECHOES": "true"}
+    env |= {"KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200", "KEFU_SIMULATOR__ECHOES": "true", "KEFU_LANGUAGE": "en"}
     command = [str(Path(sys.executable).parent / "kefu"), *args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 

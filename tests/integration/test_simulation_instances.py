@@ -163,7 +163,7 @@ def test_an_operator_dm_reaches_the_agent_under_test_and_never_the_buyer(
 
     fake.script.append(Step(body=completion("收到，之后我会回答得更简洁。")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_")}
-    env |= worker_env(serving, COLUMNS="200")
+    env |= worker_env(serving, COLUMNS="200", KEFU_LANGUAGE="en")  # "accepted", asserted below, in English
     command = [str(Path(sys.executable).parent / "kefu"), "simulate", "operator-dm", instance.id]
     dm = [*command, "之后请回答得简洁一些", "--request-id", "dm-1", "--wait", "60"]
     done = subprocess.run(dm, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ ACCOUNT = "shop-really-long-account-identifier-0001"
 
 
 @pytest.fixture
-def at_80() -> Iterator[None]:
+def at_80(kefu) -> Iterator[None]:  # `kefu`: the test's settings, whose words are English
     width = console.width
     console.width = 80
     yield

@@ -77,11 +77,11 @@ def test_the_transcript_shows_the_shops_sends_with_their_states_and_who_sent_the
     ingest_page(store, transport.echo_page("shop", platform.received("shop")[0]))  # the echo: shown once, as the send
     with store.read() as conn:
         assert conn.execute("SELECT count(*) FROM inbound_message").scalar_one() == 2
-    shown = [(line.speaker, line.label, line.text, line.state) for line in transcript(store, customer).lines]
+    shown = [(line.speaker, line.author, line.via, line.text, line.state) for line in transcript(store, customer).lines]
     assert shown == [
-        ("buyer", "[counterpart 张三]", "在吗", None),
-        ("console-operator", "[operator alice from console]", "在的", "sent"),
-        ("console-operator", "[operator from console]", "稍等", "result-unknown"),
+        ("buyer", "张三", None, "在吗", None),
+        ("console-operator", "alice", "console", "在的", "sent"),
+        ("console-operator", None, "cli", "稍等", "result-unknown"),  # no name: an older `kefu send`
     ]
     assert transcript_version(store, customer) != version  # the live view's trigger moved
 
@@ -133,13 +133,16 @@ def test_the_transcript_shows_the_agents_words_for_operators_beside_its_reply(
     rules = RulesProvider(load_knowledge(None))
     run_turn(store, rules, customer, settings.sessions_dir, settings.zone, settings.agent)
     shown = [
-        (line.speaker, line.text) for line in transcript(store, customer, sessions_dir=settings.sessions_dir).lines
+        (line.speaker, line.text, line.folded)
+        for line in transcript(store, customer, sessions_dir=settings.sessions_dir).lines
     ]
-    assert [speaker for speaker, _ in shown] == ["buyer", "agent-note", "assistant", "agent-note"]
-    assert (shown[1][1], shown[3][1]) == (
-        "[called im_send_message]",
-        "已回复顾客。",
-    )  # the reply, then its closing words
+    # The send call is the reply line itself; the closing words stay, folded away as secondary.
+    assert [(speaker, folded) for speaker, _, folded in shown] == [
+        ("buyer", False),
+        ("assistant", False),
+        ("agent-note", True),
+    ]
+    assert shown[2][1] == "已回复顾客。"
     assert [line.speaker for line in transcript(store, customer).lines] == ["buyer", "assistant"]  # the store only
 
 
@@ -158,7 +161,8 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     send_manual(store, ManualSend(request_id="op-1", customer_id=first, text="在的"))
     grant = begin_attempt(store, "op-1", "w", 60)
     record_failure(store, "op-1", grant.attempt_no, SendFailure("unknown", "TIMEOUT"))
-    pause_handling(store, first, "VIP")
+    pause_handling(store, first, "VIP")  # an operator took it: nobody waits
+    pause_handling(store, second, "handoff: 退款", handoff=True)  # the agent asked: waiting for the shop
     text = generate_latest(registry_for(store, settings)).decode()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -169,7 +173,9 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     assert samples[("kefu_sends_result_unknown", (("shard", "default"),))] == 1
     assert samples[("kefu_handoffs_waiting", (("shard", "default"),))] == 1
     assert samples[("kefu_queue_depth", (("queue", "kefu.agent.default"), ("shard", "default")))] == 0  # embedded
-    assert samples[("kefu_alerts_undelivered", (("shard", "default"),))] == 1  # the unknown send; "VIP" is no handoff
+    assert (
+        samples[("kefu_alerts_undelivered", (("shard", "default"),))] == 2
+    )  # the unknown send and the agent's handoff; "VIP" is none
     key = ("kefu_outbox_requests", (("origin", "manual"), ("shard", "default"), ("state", "result-unknown")))
     assert samples[key] == 1
     assert samples[("kefu_listener_state", (("account", "shop"), ("shard", "default"), ("state", "stopped")))] == 1

@@ -91,7 +91,7 @@ def test_the_command_prints_warnings_and_exits_0_unless_something_failed(store: 
 
 
 def kefu(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"KEFU_DATA_DIR": str(data_dir), "PATH": os.environ["PATH"], "COLUMNS": "200"}
+    env = {"KEFU_DATA_DIR": str(data_dir), "PATH": os.environ["PATH"], "COLUMNS": "200", "KEFU_LANGUAGE": "en"}
     command = [str(Path(sys.executable).parent / "kefu"), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 

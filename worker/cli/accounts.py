@@ -14,6 +14,8 @@ from pydantic import SecretStr
 
 from runtime.errors import KefuError
 from worker.cli.common import (
+    N_,
+    _,
     celery_app,
     cli,
     console,
@@ -99,7 +101,7 @@ def add_wangwang(
         credentials = WangwangCredentials(
             gateway_url=gateway_url,
             app_key=app_key,
-            app_secret=_secret(secret_env, "app secret"),
+            app_secret=_secret(secret_env, _("app secret")),
             seller_id=seller_id,
             sign_method=sign_method,  # type: ignore[arg-type]  # a str from Typer; pydantic checks it
         )
@@ -161,23 +163,36 @@ def _preview_and_confirm(
     op_id = op_id or f"account-add-{uuid.uuid4().hex[:12]}"
     replayed = replayed_account(store, op_id)
     if replayed is not None:
-        console.print(f"account {replayed.id} ({replayed.platform} {replayed.identity}) was saved by operation {op_id}")
+        console.print(
+            _("account {id} ({platform} {identity}) was saved by operation {op_id}").format(
+                id=replayed.id, platform=replayed.platform, identity=replayed.identity, op_id=op_id
+            )
+        )
         return
     with operator_errors():  # the directory must not place it on another shard
         placement = place_new_account(runtime_for(celery_app()).coordination, spec.id, current_settings().shard)
     setups = AccountSetups(current_settings().account_setup_ttl_ms)
     preview = setups.preview(store, spec, credentials, verify)
     console.print(
-        f"verified: {spec.platform} {spec.identity} as account {spec.id} (workspace {spec.workspace});"
-        f" confirm within {preview.expires_in_s:g} s",
+        _("verified: {platform} {identity} as account {id} (workspace {workspace}); confirm within {seconds} s").format(
+            platform=spec.platform,
+            identity=spec.identity,
+            id=spec.id,
+            workspace=spec.workspace,
+            seconds=f"{preview.expires_in_s:g}",
+        ),
         soft_wrap=True,
     )
     if not yes:
-        typer.confirm("save this account?", abort=True)
+        typer.confirm(_("save this account?"), abort=True)
     saved = setups.confirm(store, preview.setup_id, op_id)
     with store.write() as conn:
         record_placement(conn, placement)
-    console.print(f"account {saved.id} saved (revision {saved.revision}, operation {op_id}); add a route so it listens")
+    console.print(
+        _("account {id} saved (revision {revision}, operation {op_id}); add a route so it listens").format(
+            id=saved.id, revision=saved.revision, op_id=op_id
+        )
+    )
 
 
 @accounts.command("list")
@@ -186,16 +201,16 @@ def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
     from runtime.accounts.registry import list_accounts
 
     columns = [
-        "id",
-        "platform",
-        "identity",
-        "workspace",
-        "revision",
-        "connection_intent",
-        "listener_state",
-        "last_error",
+        N_("id"),
+        N_("platform"),
+        N_("identity"),
+        N_("workspace"),
+        N_("revision"),
+        N_("connection_intent"),
+        N_("listener_state"),
+        N_("last_error"),
     ]
-    print_rows(list_accounts(open_store()), as_json, "accounts", columns)
+    print_rows(list_accounts(open_store()), as_json, _("accounts"), columns)
 
 
 @accounts.command()
@@ -215,7 +230,9 @@ def _set_intent(account: str, intent: Literal["connected", "disconnected"]) -> N
 
     with operator_errors():
         revision = set_connection_intent(open_store(), account, intent)
-    console.print(f"account {account}: {intent} (revision {revision})")
+    console.print(
+        _("account {account}: {intent} (revision {revision})").format(account=account, intent=intent, revision=revision)
+    )
 
 
 @cli.command()
@@ -228,10 +245,10 @@ def listen() -> None:
     open_store()
     supervisor = build_supervisor(celery_app(), observe=lambda change: console.print(change.describe(), soft_wrap=True))
     supervisor.start()
-    console.print("listening; Ctrl-C stops")
+    console.print(_("listening; Ctrl-C stops"))
     _until_stopped()
     supervisor.stop()
-    console.print("listeners stopped")
+    console.print(_("listeners stopped"))
 
 
 @cli.command("dingtalk-callback")
@@ -247,10 +264,14 @@ def dingtalk_callback(
     serve_shard()
 
     def listening(bound: int) -> None:
-        console.print(f"receiving DingTalk callbacks at http://{host}:{bound}/dingtalk/<account id>; Ctrl-C stops")
+        console.print(
+            _("receiving DingTalk callbacks at {url}; Ctrl-C stops").format(
+                url=f"http://{host}:{bound}/dingtalk/<account id>"
+            )
+        )
 
     serve_callbacks(open_store(), broker_publisher(celery_app()), host, port, listening)
-    console.print("callback receiver stopped")
+    console.print(_("callback receiver stopped"))
 
 
 def _until_stopped() -> None:
@@ -276,7 +297,7 @@ def delete(
             with store.read() as conn:
                 revision = require_account(conn, account).revision
         delete_account(store, account, revision, op_id or f"account-delete-{uuid.uuid4().hex[:12]}")
-    console.print(f"account {account} deleted; its history stays")
+    console.print(_("account {account} deleted; its history stays").format(account=account))
 
 
 @accounts.command()
@@ -312,12 +333,12 @@ def renew(
             )
         fresh = {**stored, **{k: v for k, v in given.items() if v is not None}}
         if found.platform == "dingtalk":
-            fresh |= {"client_secret": _secret(secret_env, "new ClientSecret"), "robot_code": found.identity}
+            fresh |= {"client_secret": _secret(secret_env, _("new ClientSecret")), "robot_code": found.identity}
             dingtalk = DingTalkCredentials.model_validate(fresh)
             _verify_dingtalk(dingtalk)
             storable = dingtalk.storable()
         elif found.platform == "wangwang":
-            fresh |= {"app_secret": _secret(secret_env, "new app secret"), "seller_id": found.identity}
+            fresh |= {"app_secret": _secret(secret_env, _("new app secret")), "seller_id": found.identity}
             wangwang = WangwangCredentials.model_validate(fresh)
             _verify_wangwang(wangwang)
             storable = wangwang.storable()
@@ -325,4 +346,8 @@ def renew(
             raise KefuError("KEFU_INVALID_INPUT", f"account {account!r} is simulated: it has no credentials to renew")
         op_id = op_id or f"account-renew-{uuid.uuid4().hex[:12]}"
         renewed = renew_account(store, account, found.revision if revision is None else revision, storable, op_id)
-    console.print(f"account {account}: credentials renewed and verified (revision {renewed}); its listener restarts")
+    console.print(
+        _("account {account}: credentials renewed and verified (revision {revision}); its listener restarts").format(
+            account=account, revision=renewed
+        )
+    )

@@ -20,6 +20,9 @@ from config import Settings
 from config.settings import SHARD_NAME, SHARD_RULE
 from runtime.customers.outside_text import visible
 from runtime.errors import KefuError, validation_problems
+from worker.cli.words import N_ as N_  # the CLI's words: every command module takes them from here
+from worker.cli.words import TranslatedGroup
+from worker.cli.words import _ as _
 
 if TYPE_CHECKING:  # loaded by the commands that use them: `kefu --help` loads none of them
     import sqlalchemy.exc
@@ -29,7 +32,10 @@ if TYPE_CHECKING:  # loaded by the commands that use them: `kefu --help` loads n
     from runtime.pipeline import FollowUp
     from runtime.store import DeliveryStore
 
-cli = typer.Typer(add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker.")
+
+cli = typer.Typer(
+    cls=TranslatedGroup, add_completion=False, no_args_is_help=True, help="kefu: IM customer-service worker."
+)
 console = Console()
 
 
@@ -78,7 +84,11 @@ def serve_shard() -> None:
 def open_store() -> DeliveryStore:
     settings = current_settings()
     if not settings.delivery_path.exists():
-        console.print(f"no delivery store at {settings.delivery_path} yet (nothing has run with this data dir)")
+        console.print(
+            _("no delivery store at {path} yet (nothing has run with this data dir)").format(
+                path=settings.delivery_path
+            )
+        )
         raise typer.Exit(1)
     return ensure_store()
 
@@ -164,15 +174,33 @@ def report_source(source: str) -> Source:
 
 
 def hint_simulation(what: str, command: str) -> None:
-    """One line after an empty real report when simulated rows exist: they are kept apart, not lost."""
+    """One line after an empty real report when simulated rows exist: they are kept apart, not
+    lost. `what` is a msgid (marked with N_ where it is written)."""
     console.print(
-        f"no real {what} yet; simulated ones (e.g. from `kefu demo`): kefu {command} --source simulation",
+        _("no real {what} yet; simulated ones (e.g. from `kefu demo`): kefu {command} --source simulation").format(
+            what=_(what), command=command
+        ),
         soft_wrap=True,
     )
 
 
+def source_words(source: str) -> str:
+    """A --source in a title's words ("real customers"); the option's values stay as typed."""
+    return _("simulation") if source == "simulation" else _("real")
+
+
 def shop_time(ms: int) -> str:
+    """A stored time in the shop's zone, bare: the table or page it is in names the zone once
+    (`shop_zone`), so its columns stay narrow."""
     return datetime.fromtimestamp(ms / 1000, tz=current_settings().zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def shop_zone() -> str:
+    """The one line that says which clock `shop_time`s are on, in the words the console's
+    header uses (runtime.agent.rendering.zone_label: the zone and its offset from UTC now)."""
+    from runtime.agent.rendering import zone_label
+
+    return _("time: {zone}").format(zone=zone_label(current_settings().zone))
 
 
 def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: list[str], flexible: str = "") -> None:
@@ -183,7 +211,7 @@ def print_rows(rows: Sequence[BaseModel], as_json: bool, title: str, columns: li
     for row in rows:
         values = row.model_dump()
         cells.append([shop_time(values[c]) if c.endswith("_at") else _cell(values[c]) for c in columns])
-    print_table(title, columns, cells, flexible)
+    print_table(title, columns, cells, flexible, timed=any(c.endswith("_at") for c in columns))
 
 
 def _cell(value: object) -> str:
@@ -193,28 +221,40 @@ def _cell(value: object) -> str:
 FLEXIBLE_MIN = 12  # a preview column wraps down to this width before a table becomes records
 
 
-def print_table(title: str, columns: list[str], rows: list[list[str]], flexible: str = "") -> None:
+def print_table(title: str, columns: list[str], rows: list[list[str]], flexible: str = "", timed: bool = False) -> None:
     """A table when it fits the terminal, else one block of `field  value` lines per row: ids,
     codes and times are never cut or broken, at 80 columns as on a wide screen. Only the
-    `flexible` column (a preview) wraps onto more lines to fit."""
-    widths = [max([cell_len(column), *(cell_len(row[i]) for row in rows)]) for i, column in enumerate(columns)]
+    `flexible` column (a preview) wraps onto more lines to fit. A `timed` table (one with
+    `shop_time` cells) says under it which zone they are in. `columns` are msgids (field
+    names, marked with N_): the headers are shown translated, the title comes translated."""
+    caption = shop_zone() if timed and rows else None
+    headers = [_(column) for column in columns]
+    widths = [max([cell_len(header), *(cell_len(row[i]) for row in rows)]) for i, header in enumerate(headers)]
     natural = sum(widths) + 3 * len(columns) + 1  # rich's box: a border and a space either side of each cell
     shrinkable = widths[columns.index(flexible)] - FLEXIBLE_MIN if flexible in columns else 0
     if natural - max(shrinkable, 0) <= console.width:
         table = Table(title=title)
-        for column in columns:
-            table.add_column(column, no_wrap=column != flexible, overflow="fold")  # only the flexible one wraps
+        for column, header in zip(columns, headers, strict=True):
+            table.add_column(header, no_wrap=column != flexible, overflow="fold")  # only the flexible one wraps
         for row in rows:
             table.add_row(*(outside(cell) for cell in row))
         console.print(table)
-        return
+    else:
+        _print_records(title, headers, rows)
+    if caption is not None:
+        console.print(caption, style="dim", highlight=False)
+
+
+def _print_records(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table too wide for the terminal, as one block of `field  value` lines per row."""
     console.print(Text(title, style="bold"))
     pad = max(cell_len(column) for column in columns)
     for index, row in enumerate(rows):
         if index:
             console.print()
         for column, cell in zip(columns, row, strict=True):
-            console.print(outside(f"  {column.ljust(pad)}  {cell}"), soft_wrap=True)
+            padded = column + " " * (pad - cell_len(column))  # by cells: a Chinese header is two wide a character
+            console.print(outside(f"  {padded}  {cell}"), soft_wrap=True)
 
 
 def enqueue(work: FollowUp) -> str:
@@ -224,5 +264,5 @@ def enqueue(work: FollowUp) -> str:
     try:
         send(celery_app(), work)
     except Exception as error:  # the broker is down: SQLite still has it, and the reconciler finds it
-        return f"not queued ({type(error).__name__}); a worker's reconciler picks it up later"
-    return "queued for a worker"
+        return _("not queued ({error}); a worker's reconciler picks it up later").format(error=type(error).__name__)
+    return _("queued for a worker")

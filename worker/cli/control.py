@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli.common import CustomerId, cli, console, enqueue, open_store, operator_errors
+from worker.cli.common import CustomerId, _, cli, console, enqueue, open_store, operator_errors
 
 
 @cli.command()
@@ -21,7 +21,11 @@ def read(
 
     with operator_errors():
         watermark = ack_customer_read(open_store(), customer_id, reader, upto)
-    console.print(f"customer {customer_id}: read by {reader} up to message {watermark}")
+    console.print(
+        _("customer {id}: read by {reader} up to message {message}").format(
+            id=customer_id, reader=reader, message=watermark
+        )
+    )
 
 
 @cli.command("pause-input")
@@ -35,15 +39,19 @@ def pause_input_command(
     store = open_store()
     with operator_errors():
         pause_input(store, account)
-    console.print(f"input paused for {account or 'the whole host'}")
+    console.print(_("input paused for {what}").format(what=account or _("the whole host")))
     if wait is not None:
         deadline = time.monotonic() + wait
         while (left := in_flight(store, account)) and time.monotonic() < deadline:
             time.sleep(0.1)
         if left:
-            console.print(f"not drained after {wait:g}s: {left} page(s) or turn(s) in flight")
+            console.print(
+                _("not drained after {seconds}s: {left} page(s) or turn(s) in flight").format(
+                    seconds=f"{wait:g}", left=left
+                )
+            )
             raise typer.Exit(1)
-        console.print("drained: no page or turn in flight")
+        console.print(_("drained: no page or turn in flight"))
 
 
 @cli.command("resume-input")
@@ -56,7 +64,11 @@ def resume_input_command(
     with operator_errors():
         resumed = resume(open_store(), account)
     notes = {enqueue(work) for work in resumed.follow_ups}
-    console.print(f"input resumed for {account or 'the whole host'}; {resumed.outcome}: {', '.join(notes) or '-'}")
+    console.print(
+        _("input resumed for {what}; {outcome}: {notes}").format(
+            what=account or _("the whole host"), outcome=resumed.outcome, notes=", ".join(notes) or "-"
+        )
+    )
 
 
 @cli.command()
@@ -68,7 +80,11 @@ def pause(
 
     with operator_errors():
         state = pause_handling(open_store(), customer_id, reason)
-    console.print(f"customer {customer_id}: paused (epoch {state.epoch}, reason {state.reason})")
+    console.print(
+        _("customer {id}: paused (epoch {epoch}, reason {reason})").format(
+            id=customer_id, epoch=state.epoch, reason=state.reason
+        )
+    )
 
 
 @cli.command()
@@ -78,4 +94,5 @@ def resume(customer_id: CustomerId) -> None:
 
     with operator_errors():
         state = resume_handling(open_store(), customer_id)
-    console.print(f"customer {customer_id}: {'paused' if state.paused else 'handled automatically'}")
+    handling = _("paused") if state.paused else _("handled automatically")
+    console.print(_("customer {id}: {handling}").format(id=customer_id, handling=handling))

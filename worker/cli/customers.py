@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from worker.cli.common import (
+    N_,
     CustomerId,
     SourceOption,
+    _,
     cli,
     console,
     current_settings,
@@ -21,6 +23,7 @@ from worker.cli.common import (
     print_table,
     report_source,
     shop_time,
+    source_words,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +39,9 @@ def customers(
     search: Annotated[str | None, typer.Option(help="literal substring of title, conversation or sender name")] = None,
     account: Annotated[str | None, typer.Option(help="only this account")] = None,
     source: SourceOption = "real",
-    reader: Annotated[str, typer.Option(help="whose unread counts (see `kefu read`)")] = "operator",
+    reader: Annotated[str, typer.Option(help="whose unread counts, and who `--view mine` is")] = "operator",
+    view: Annotated[str, typer.Option(help="all, mine (assigned to --reader) or unassigned")] = "all",
+    status: Annotated[str | None, typer.Option(help="only open, waiting, resolved or snoozed ones")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="customers per page")] = 50,
     before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
@@ -44,21 +49,27 @@ def customers(
     """Customers (conversations), most recently active first, with the buyer's name and newest line."""
     if ctx.invoked_subcommand is not None:
         return
-    from runtime.customers.summaries import list_customers
+    from runtime.customers.summaries import list_customers, parse_status, parse_view
 
     kind = report_source(source)
     store = open_store()
     with operator_errors():
-        rows = list_customers(store, kind, account, search, limit + 1, reader, before)
+        only = parse_status(status) if status is not None else None
+        rows = list_customers(
+            store, kind, account, search, limit + 1, reader, before, view=parse_view(view), status=only
+        )
     page, more = rows[:limit], len(rows) > limit
-    columns = ["id", "name", "preview", "unread", "handling_paused", "last_activity_at"]
-    print_rows(page, as_json, f"{source} customers", columns, flexible="preview")
+    columns = [N_("id"), N_("name"), N_("preview"), N_("unread"), N_("status"), N_("assignee")]
+    columns += [N_("handling_paused"), N_("last_activity_at")]
+    title = _("{source} customers").format(source=source_words(kind))
+    print_rows(page, as_json, title, columns, flexible="preview")
     if as_json:
         return
     if more:
-        console.print(f"(older: kefu customers --source {source} --before {page[-1].cursor})", soft_wrap=True)
+        older = f"kefu customers --source {source} --before {page[-1].cursor}"
+        console.print(_("(older: {command})").format(command=older), soft_wrap=True)
     if not page and kind == "real" and before is None and list_customers(store, "simulation", limit=1):
-        hint_simulation("customers", "customers")
+        hint_simulation(N_("customers"), "customers")
 
 
 @customers_cli.command()
@@ -105,22 +116,33 @@ def _confirm(plan: ErasureReport, group: bool, yes: bool) -> None:
         raise typer.Exit(2)
     if not yes:
         _print(plan)
-        typer.confirm(f"erase customer {plan.customer_id}? this cannot be undone", abort=True)
+        typer.confirm(_("erase customer {id}? this cannot be undone").format(id=plan.customer_id), abort=True)
 
 
 def _print(report: ErasureReport) -> None:
     when = shop_time(report.erased_at or 0)
     if report.erased_at is None:
-        head = f"customer {report.customer_id} ({report.conversation_type} on {report.account_id}): would erase"
+        head = _("customer {id} ({type} on {account}): would erase").format(
+            id=report.customer_id, type=report.conversation_type, account=report.account_id
+        )
     elif report.dry_run:
-        head = f"customer {report.customer_id}: erased at {when} by {report.operator}; files left"
+        head = _("customer {id}: erased at {time} by {operator}; files left").format(
+            id=report.customer_id, time=when, operator=report.operator
+        )
     else:
-        head = f"customer {report.customer_id}: erased at {when} by {report.operator}"
+        head = _("customer {id}: erased at {time} by {operator}").format(
+            id=report.customer_id, time=when, operator=report.operator
+        )
     counts = report.counts.model_dump()
-    print_table(head, ["what", "count"], [[name.replace("_", " "), str(n)] for name, n in counts.items()])
+    rows = [[_(name.replace("_", " ")), str(n)] for name, n in counts.items()]  # ErasureCounts' fields, in words
+    print_table(head, [N_("what"), N_("count")], rows, timed=report.erased_at is not None)  # the head's time
     if report.wal_pending:
         console.print(
-            "[yellow]the delivery store's write-ahead log was busy: erased rows leave it at its next checkpoint"
-            " (run the erase again to retry now)[/yellow]",
+            "[yellow]"
+            + _(
+                "the delivery store's write-ahead log was busy: erased rows leave it at its next checkpoint"
+                " (run the erase again to retry now)"
+            )
+            + "[/yellow]",
             soft_wrap=True,
         )

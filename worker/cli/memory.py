@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from worker.cli.common import (
+    N_,
     SourceOption,
+    _,
     cli,
     console,
     current_settings,
@@ -19,6 +21,7 @@ from worker.cli.common import (
     print_table,
     report_source,
     shop_time,
+    source_words,
 )
 
 if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
@@ -34,7 +37,9 @@ def _store() -> MemoryStore:
 
     path = current_settings().memory_path
     if not path.exists():
-        console.print(f"no memory store at {path} yet (nothing has been archived with this data dir)")
+        console.print(
+            _("no memory store at {path} yet (nothing has been archived with this data dir)").format(path=path)
+        )
         raise typer.Exit(1)
     with operator_errors():
         return MemoryStore(path)
@@ -53,7 +58,7 @@ def show(
     store = _store()
     scopes = [scope_of(customer)] if customer is not None else store.scopes()
     if not scopes and not as_json:
-        console.print("no archived memory yet")
+        console.print(_("no archived memory yet"))
     if as_json:
         dumped = {
             scope: {
@@ -71,7 +76,7 @@ def show(
         folders = [f for f, _ in recalled]
         rows = []
         for f, in_block in recalled:
-            state = " (review)" if f.review else " (in recall block)" if in_block else ""
+            state = _(" (review)") if f.review else _(" (in recall block)") if in_block else ""
             rows.append(
                 [
                     f.id,
@@ -85,14 +90,15 @@ def show(
                     str(f.chars),
                 ]
             )
-        columns = ["id", "title", "α", "β", "source", "keywords", "event", "time", "chars"]
-        print_table(f"memory {scope}", columns, rows, flexible="keywords")
+        columns = [N_("id"), N_("title"), "α", "β", N_("source"), N_("keywords"), N_("event"), N_("time")]
+        columns.append(N_("chars"))
+        print_table(_("memory {scope}").format(scope=scope), columns, rows, flexible="keywords")
         if text:
             for f in folders:
                 console.print(f"--- {f.id}", highlight=False)
                 console.print(store.text(f.id), markup=False, highlight=False, soft_wrap=True)
         if not folders:
-            console.print(f"{scope}: no archived memory")
+            console.print(_("{scope}: no archived memory").format(scope=scope))
 
 
 def _simulated_customers() -> set[int]:
@@ -123,12 +129,13 @@ def report(
     if as_json:
         print(json.dumps([r.model_dump() for r in rows], ensure_ascii=False))
         return
-    columns = list(rows[0].model_dump()) if rows else ["scope"]
-    print_table(f"{kind} memory report", columns, [[str(v) for v in row.model_dump().values()] for row in rows])
+    columns = list(rows[0].model_dump()) if rows else [N_("scope")]  # ScopeReport's fields
+    title = _("{source} memory report").format(source=source_words(kind))
+    print_table(title, columns, [[str(v) for v in row.model_dump().values()] for row in rows])
     if not rows and kind == "real" and simulated:
         with operator_errors():
             if memory_report(path, only=simulated):
-                hint_simulation("memory", "memory report")
+                hint_simulation(N_("memory"), "memory report")
 
 
 @memory_cli.command()
@@ -153,17 +160,18 @@ def audit(
     if as_json:
         print(json.dumps(found.model_dump() | {"findings": found.findings()}, ensure_ascii=False))
         return
-    columns = ["scope", "folders", "cap %", "pending", "stale", "review", "unindexed", "dangling"]
+    columns = [N_("scope"), N_("folders"), N_("cap %"), N_("pending"), N_("stale"), N_("review")]
+    columns += [N_("unindexed"), N_("dangling")]
     rows = [
         [s.scope, str(s.folders), f"{s.cap_percent:.1f}", str(s.pending), str(s.stale_pending), str(s.review),
          str(s.unindexed), str(s.dangling)]
         for s in found.scopes
     ]  # fmt: skip
-    print_table("memory audit", columns, rows)
-    for line in found.findings() or ["nothing needs upkeep"]:
+    print_table(_("memory audit"), columns, rows)
+    for line in found.findings() or [_("nothing needs upkeep")]:
         console.print(line, markup=False, highlight=False)
     for line in found.applied:
-        console.print(f"applied: {line}", markup=False, highlight=False)
+        console.print(_("applied: {what}").format(what=line), markup=False, highlight=False)
 
 
 @memory_cli.command()
@@ -174,7 +182,7 @@ def selfcheck() -> None:
 
     settings = current_settings()
     if not settings.memory_path.exists():
-        console.print(f"no memory store at {settings.memory_path}")
+        console.print(_("no memory store at {path}").format(path=settings.memory_path))
         raise typer.Exit(1)
     stale_ms = int(settings.memory.heuristic_after_s * 1000)
     checks = memory_selfcheck(settings.memory_path, settings.sessions_dir, stale_ms)
@@ -183,5 +191,9 @@ def selfcheck() -> None:
         line = f"[{colours[c.status]}]{c.status}[/] {c.name}" + (f": {c.detail}" if c.detail else "")
         console.print(line, soft_wrap=True)
     counts = Counter(c.status for c in checks)
-    console.print(f"selfcheck: {counts['PASS']} passed, {counts['WARN']} warnings, {counts['FAIL']} failed")
+    console.print(
+        _("selfcheck: {passed} passed, {warnings} warnings, {failed} failed").format(
+            passed=counts["PASS"], warnings=counts["WARN"], failed=counts["FAIL"]
+        )
+    )
     raise typer.Exit(1 if counts["FAIL"] else 0)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli.common import cli, console, current_settings, open_store, operator_errors, print_rows
+from worker.cli.common import N_, _, cli, console, current_settings, open_store, operator_errors, print_rows
 
 routes = typer.Typer(no_args_is_help=True, help="Routes: which conversations the agent answers, and when.")
 cli.add_typer(routes, name="routes")
@@ -55,7 +55,11 @@ def add_route(
             raise KefuError("KEFU_ROUTE_INVALID", problems, "fix the options and try again") from None
         batch = current_settings().admission.batch_size
         saved = create_route(open_store(), spec, _op(op_id, "add"), batch_size=batch)
-    console.print(f"route {saved.id} added for account {saved.account_id} (revision {saved.revision})")
+    console.print(
+        _("route {id} added for account {account} (revision {revision})").format(
+            id=saved.id, account=saved.account_id, revision=saved.revision
+        )
+    )
 
 
 @routes.command("list")
@@ -66,8 +70,9 @@ def list_command(
     """Routes with their triggers, state and revision."""
     from runtime.admission.routes import list_routes
 
-    columns = ["id", "account_id", "conversation_type", "target", "conversation_id", "enabled", "revision"]
-    print_rows(list_routes(open_store(), account), as_json, "routes", columns)
+    columns = [N_("id"), N_("account_id"), N_("conversation_type"), N_("target"), N_("conversation_id")]
+    columns += [N_("enabled"), N_("revision")]
+    print_rows(list_routes(open_store(), account), as_json, _("routes"), columns)
 
 
 @routes.command()
@@ -89,7 +94,10 @@ def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
     with operator_errors():
         changes = RouteChanges(enabled=enabled)
         saved = update_route(store, route, current_revision(store, route), changes, _op(op_id, "update"))
-    console.print(f"route {saved.id}: {'enabled' if saved.enabled else 'disabled'} (revision {saved.revision})")
+    state = _("enabled") if saved.enabled else _("disabled")
+    console.print(
+        _("route {id}: {state} (revision {revision})").format(id=saved.id, state=state, revision=saved.revision)
+    )
 
 
 @routes.command()
@@ -100,4 +108,4 @@ def delete(route: str, op_id: OpId = None) -> None:
     store = open_store()
     with operator_errors():
         delete_route(store, route, current_revision(store, route), _op(op_id, "delete"))
-    console.print(f"route {route} deleted")
+    console.print(_("route {id} deleted").format(id=route))

@@ -10,8 +10,10 @@ import typer
 
 from runtime.store.states import OutboxState
 from worker.cli.common import (
+    N_,
     CustomerId,
     SourceOption,
+    _,
     celery_app,
     cli,
     console,
@@ -22,6 +24,7 @@ from worker.cli.common import (
     operator_errors,
     print_rows,
     report_source,
+    source_words,
 )
 
 outbox_cli = typer.Typer(help="Outbox requests: list them, query one, settle or retry result-unknown ones.")
@@ -47,13 +50,13 @@ def outbox(
     store = open_store()
     with operator_errors():
         rows = list_requests(store, state, source=kind)
-    columns = ["request_id", "customer_id", "origin", "state", "error_code", "updated_at"]
-    print_rows(rows, as_json, f"{kind} outbox", columns)
+    columns = [N_("request_id"), N_("customer_id"), N_("origin"), N_("state"), N_("error_code"), N_("updated_at")]
+    print_rows(rows, as_json, _("{source} outbox").format(source=source_words(kind)), columns)
     if not rows and not as_json and kind == "real":
         with operator_errors():
             simulated = list_requests(store, state, limit=1, source="simulation")
         if simulated:
-            hint_simulation("outbox requests", "outbox" + (f" --state {state}" if state else ""))
+            hint_simulation(N_("outbox requests"), "outbox" + (f" --state {state}" if state else ""))
 
 
 @outbox_cli.command("confirm")
@@ -67,7 +70,7 @@ def outbox_confirm(
 
     with operator_errors():
         request = confirm_result(open_store(), request_id, delivered, platform_message_id)
-    console.print(f"request {request.request_id}: {request.state}")
+    console.print(_("request {id}: {state}").format(id=request.request_id, state=request.state))
 
 
 def _deliver(request_ids: list[str]) -> bool:
@@ -95,15 +98,34 @@ def _deliver(request_ids: list[str]) -> bool:
         request = query_manual(runtime.store, request_id)
         all_sent &= request.state == OutboxState.SENT
         detail = request.platform_message_id or request.error_code or ""
-        console.print(f"request {request_id}: {request.state} {detail} {note}".rstrip(), soft_wrap=True)
+        said = _("request {id}: {state}").format(id=request_id, state=request.state)
+        console.print(f"{said} {detail} {note}".rstrip(), soft_wrap=True)
         if request.state == OutboxState.RESULT_UNKNOWN:
             console.print(
-                "  the platform may or may not have it: check there, then "
-                f"`kefu outbox confirm {request_id} --delivered|--not-delivered`, "
-                f"or send it again with `kefu outbox retry <new id> {request_id}`",
+                _(
+                    "  the platform may or may not have it: check there, then `{confirm}`,"
+                    " or send it again with `{retry}`"
+                ).format(
+                    confirm=f"kefu outbox confirm {request_id} --delivered|--not-delivered",
+                    retry=f"kefu outbox retry <new id> {request_id}",
+                ),
                 soft_wrap=True,
             )
     return all_sent
+
+
+def cli_operator() -> str | None:
+    """Who sends from this terminal, as `kefu customers erase` records it: `cli:` and the login
+    name, so the transcript tells a command-line send from a console one by the stored row
+    alone (runtime.customers.transcript). None where the system knows no login name."""
+    import getpass
+
+    from runtime.customers.transcript import CLI_OPERATOR_PREFIX
+
+    try:
+        return f"{CLI_OPERATOR_PREFIX}{getpass.getuser()}"
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        return None
 
 
 def _new_request_id() -> str:
@@ -133,7 +155,7 @@ def outbox_retry(new_request_id: str, previous_request_id: str) -> None:
     from runtime.outbox.manual import retry_manual
 
     with operator_errors():
-        request = retry_manual(open_store(), new_request_id, previous_request_id)
+        request = retry_manual(open_store(), new_request_id, previous_request_id, cli_operator())
     raise typer.Exit(0 if _deliver([request.request_id]) else 1)
 
 
@@ -155,5 +177,6 @@ def send(
     request_id = request_id or _new_request_id()
     with operator_errors():
         attached = read_media_file(file, settings.media_max_bytes) if file is not None else None
-        registered = send_manual_parts(store, message_parts(request_id, customer_id, text, attached))
+        parts = message_parts(request_id, customer_id, text, attached, cli_operator())
+        registered = send_manual_parts(store, parts)
     raise typer.Exit(0 if _deliver([r.request_id for r in registered]) else 1)

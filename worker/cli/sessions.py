@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from worker.cli.common import cli, console, current_settings, open_store, operator_errors, print_rows, shop_time
+from worker.cli.common import (
+    N_,
+    _,
+    cli,
+    console,
+    current_settings,
+    open_store,
+    operator_errors,
+    print_rows,
+    shop_time,
+)
 
 sessions_cli = typer.Typer(help="A customer's agent sessions: list, rotate, fork.", no_args_is_help=True)
 cli.add_typer(sessions_cli, name="sessions")
@@ -26,8 +36,9 @@ def list_sessions(
     settings = current_settings()
     with operator_errors():
         rows = list_sessions(open_store(), settings.sessions_dir, customer_id)
-    columns = ["id", "current", "created_at", "origin", "reason", "parent", "inherited", "model", "events"]
-    print_rows(rows, as_json, f"sessions of customer {customer_id}", columns)
+    columns = [N_("id"), N_("current"), N_("created_at"), N_("origin"), N_("reason"), N_("parent"), N_("inherited")]
+    columns += [N_("model"), N_("events")]
+    print_rows(rows, as_json, _("sessions of customer {customer}").format(customer=customer_id), columns)
 
 
 @sessions_cli.command()
@@ -43,7 +54,9 @@ def rotate(customer_id: CustomerArgument) -> None:
         runtime = runtime_for(app)
         header = rotate_by_operator(runtime.store, customer_id, settings.sessions_dir, runtime.memory, settings.agent)
     console.print(
-        f"customer {customer_id}: new session {header.id} (after {header.parent}, {shop_time(header.created_at)})"
+        _("customer {id}: new session {session} (after {parent}, {time})").format(
+            id=customer_id, session=header.id, parent=header.parent, time=shop_time(header.created_at)
+        )
     )
 
 
@@ -63,6 +76,7 @@ def fork(
     with operator_errors():
         header = fork_by_operator(open_store(), customer_id, settings.sessions_dir, settings.agent, at)
     console.print(
-        f"customer {customer_id}: new session {header.id}, forked from {header.parent} keeping events"
-        f" 0..{header.inherited - 1}"
+        _("customer {id}: new session {session}, forked from {parent} keeping events 0..{last}").format(
+            id=customer_id, session=header.id, parent=header.parent, last=header.inherited - 1
+        )
     )

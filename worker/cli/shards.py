@@ -15,7 +15,7 @@ from config import Settings
 from runtime.errors import KefuError
 from runtime.store.states import MoveStep, PlacementState
 from worker.cli.accounts import accounts
-from worker.cli.common import celery_app, cli, console, current_settings, operator_errors, print_table
+from worker.cli.common import N_, _, celery_app, cli, console, current_settings, operator_errors, print_table
 from worker.queues import FAMILIES, queue_name
 
 if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
@@ -73,21 +73,21 @@ def shards(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         return
     rows = []
     for view in views:
-        accounts_cell = ", ".join([*view.accounts, *(f"{a} (moving)" for a in view.moving)])
+        accounts_cell = ", ".join([*view.accounts, *(_("{account} (moving)").format(account=a) for a in view.moving)])
         queued = ", ".join(f"{q.split('.')[1]} {n}" for q, n in view.queued.items() if n) or "0"
         rows.append(
             [
                 view.shard,
-                view.holder or "nobody",
+                view.holder or _("nobody"),
                 str(view.token or "-"),
-                f"{view.expires_in_s} s" if view.expires_in_s is not None else "-",
+                _("{seconds} s").format(seconds=view.expires_in_s) if view.expires_in_s is not None else "-",
                 ", ".join(view.standbys) or "-",
                 accounts_cell or "-",
                 queued,
             ]
         )
-    columns = ["shard", "held by", "token", "expires in", "standbys", "accounts", "queued"]
-    print_table("kefu shards", columns, rows)
+    columns = [N_("shard"), N_("held by"), N_("token"), N_("expires in"), N_("standbys"), N_("accounts"), N_("queued")]
+    print_table(_("kefu shards"), columns, rows)
 
 
 @accounts.command()
@@ -130,7 +130,12 @@ def move(
             )
     took = time.monotonic() - started
     console.print(
-        f"move {record.op_id}: {record.step} in {took:.1f} s ({json.dumps(record.detail, ensure_ascii=False)})"
+        _("move {op_id}: {step} in {seconds} s ({detail})").format(
+            op_id=record.op_id,
+            step=record.step,
+            seconds=f"{took:.1f}",
+            detail=json.dumps(record.detail, ensure_ascii=False),
+        )
     )
 
 
@@ -155,7 +160,9 @@ def _drive(coordination: Coordinator, record: MoveRecord, timeout_s: float) -> M
         actor = record.actor() or record.source
         if record.step != sent_step or time.monotonic() - sent_at > RESEND_S:
             if record.step != sent_step:
-                console.print(f"move {record.op_id}: {record.step} (shard {actor})")
+                console.print(
+                    _("move {op_id}: {step} (shard {shard})").format(op_id=record.op_id, step=record.step, shard=actor)
+                )
             celery_app().tasks["kefu.placement.advance"].apply_async(
                 (record.op_id,), queue=queue_name("placement", actor)
             )
@@ -228,7 +235,7 @@ def move_views(coordination: Coordinator) -> list[MoveView]:
             waiting=r.detail.get("waiting") if r.step == MoveStep.STOPPING else None,
             next=r.actor(),
             bound_s=r.bound_s(),
-            then="rolls back" if r.step in PRE_FLIP_STEPS else "goes on",
+            then=N_("rolls back") if r.step in PRE_FLIP_STEPS else N_("goes on"),
         )
         for r in open_moves(coordination)
     ]
@@ -251,12 +258,17 @@ def moves_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
             v.account,
             f"{v.source} → {v.target}",
             v.step.value,
-            f"{v.age_s:g} s",
+            _("{seconds} s").format(seconds=f"{v.age_s:g}"),
             v.error or v.waiting or "-",
             v.next or "-",
-            f"{v.in_step_s:g}/{v.bound_s:g} s, then {v.then}" if v.bound_s is not None else "-",
+            _("{in_step}/{bound} s, then {then}").format(
+                in_step=f"{v.in_step_s:g}", bound=f"{v.bound_s:g}", then=_(v.then)
+            )
+            if v.bound_s is not None
+            else "-",
         ]
         for v in views
     ]
-    columns = ["op id", "account", "shards", "step", "age", "error / waiting", "next", "in step / bound"]
-    print_table("kefu accounts moves", columns, rows)
+    columns = [N_("op id"), N_("account"), N_("shards"), N_("step"), N_("age"), N_("error / waiting"), N_("next")]
+    columns.append(N_("in step / bound"))
+    print_table(_("kefu accounts moves"), columns, rows)

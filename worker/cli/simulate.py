@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from worker.cli.common import cli, console, current_settings, enqueue, operator_errors, outside, print_table
+from worker.cli.common import N_, _, cli, console, current_settings, enqueue, operator_errors, outside, print_table
 from worker.sample_shop import SAMPLE_ROUTE, SAMPLE_SHOP
 
 if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
@@ -64,23 +64,35 @@ def print_report(report: BatchReport) -> None:
     for n, c in enumerate(report.conversations, 1):
         passed = sum(check.passed for check in c.checks)
         first = f"{c.first_reply_ms / 1000:.1f}" if c.first_reply_ms is not None else "-"
-        verdict = "PASS" if c.passed else "FAIL"
+        verdict = "PASS" if c.passed else "FAIL"  # a verdict to grep for, as selfcheck's
         rows.append(
-            [str(n), c.name, str(c.steps), str(c.replies), "yes" if c.handed_off else "no", str(c.result_unknown),
-             first, f"{passed}/{len(c.checks)}", verdict]
+            [str(n), c.name, str(c.steps), str(c.replies), _("yes") if c.handed_off else _("no"),
+             str(c.result_unknown), first, f"{passed}/{len(c.checks)}", verdict]
         )  # fmt: skip
-    columns = ["#", "conversation", "steps", "replies", "handoff", "unknown", "first reply s", "checks", "result"]
-    print_table("simulation batch", columns, rows, flexible="conversation")
+    columns = ["#", N_("conversation"), N_("steps"), N_("replies"), N_("handoff"), N_("unknown"), N_("first reply s")]
+    columns += [N_("checks"), N_("result")]
+    print_table(_("simulation batch"), columns, rows, flexible="conversation")
     for n, c in enumerate(report.conversations, 1):
         if c.error:
             console.print(f"{n} {c.name}: {c.error}", markup=False, highlight=False)
         for check in c.checks:
             if not check.passed:
-                console.print(f"{n} {c.name}: step {check.step}: expected {check.expectation}", markup=False)
+                said = _("{n} {name}: step {step}: expected {expectation}").format(
+                    n=n, name=c.name, step=check.step, expectation=check.expectation
+                )
+                console.print(said, markup=False)
     failed = sum(not c.passed for c in report.conversations)
     console.print(
-        f"batch: {len(report.conversations)} conversations in {report.seconds:.1f}s"
-        f" ({report.per_minute:.1f} per minute), {len(report.conversations) - failed} passed, {failed} failed",
+        _(
+            "batch: {conversations} conversations in {seconds}s ({per_minute} per minute),"
+            " {passed} passed, {failed} failed"
+        ).format(
+            conversations=len(report.conversations),
+            seconds=f"{report.seconds:.1f}",
+            per_minute=f"{report.per_minute:.1f}",
+            passed=len(report.conversations) - failed,
+            failed=failed,
+        ),
         highlight=False,
     )
 
@@ -118,12 +130,16 @@ def new(
         text = persona.read_text(encoding="utf-8").strip() if persona else None
         instance = new_instance(store, platform, route, name, text)
     console.print(
-        f"{instance.id}: {instance.kind} instance on {instance.account_id} ({instance.conversation_id})",
+        _("{id}: {kind} instance on {account} ({conversation})").format(
+            id=instance.id, kind=instance.kind, account=instance.account_id, conversation=instance.conversation_id
+        ),
         highlight=False,
     )
     if manual:
         console.print(
-            f"type as the buyer: kefu simulate say {instance.id} TEXT · end: kefu simulate stop {instance.id}"
+            _("type as the buyer: {say} · end: {stop}").format(
+                say=f"kefu simulate say {instance.id} TEXT", stop=f"kefu simulate stop {instance.id}"
+            )
         )
         return
     _run_paired(instance.id, start_worker)
@@ -159,7 +175,10 @@ def _run_paired(instance_id: str, start_worker: bool) -> None:
             buyer_log_path(settings, instance),
             max_turns=settings.simulator.buyer_max_turns,
             on_line=lambda who, text: console.print(
-                outside(f"{instance.buyer_name} ▸ {text}" if who == "buyer" else f"    客服 ◂ {text}"), soft_wrap=True
+                outside(
+                    f"{instance.buyer_name} ▸ {text}" if who == "buyer" else _("    shop ◂ {text}").format(text=text)
+                ),
+                soft_wrap=True,
             ),
         )
         env = {"KEFU_DATA_DIR": str(settings.data_dir), "KEFU_BROKER_URL": settings.broker_url}
@@ -180,7 +199,7 @@ def say_command(
     """Say something as the buyer of a manual instance (the agent under test answers as usual)."""
     from worker.simulation_instances import instance_or_fail, say_as_buyer
 
-    platform, _ = _platform_and_store()
+    platform = _platform_and_store()[0]
     with operator_errors():
         instance = instance_or_fail(platform, instance_id)
         say_as_buyer(platform, instance, text)
@@ -210,9 +229,11 @@ def operator_dm_command(
         from runtime.pipeline import Admit
 
         queued = enqueue(Admit(dm.customer_id))
+        accepted = _("accepted") if dm.created else _("was accepted before")
         console.print(
-            f"{instance.id}: message {dm.message_id} {'accepted' if dm.created else 'was accepted before'}"
-            f" (request {dm.request_id}); {queued}",
+            _("{id}: message {message} {accepted} (request {request}); {queued}").format(
+                id=instance.id, message=dm.message_id, accepted=accepted, request=dm.request_id, queued=queued
+            ),
             highlight=False,
         )
         if not wait:
@@ -220,14 +241,18 @@ def operator_dm_command(
         deadline = time.monotonic() + wait
         while (answer := answer_of(store, settings.sessions_dir, dm)) is None:
             if time.monotonic() > deadline:
-                console.print(f"no answer within {wait:.0f}s; it is in the conversation's transcript once it comes")
+                console.print(
+                    _("no answer within {seconds}s; it is in the conversation's transcript once it comes").format(
+                        seconds=f"{wait:.0f}"
+                    )
+                )
                 raise typer.Exit(1)
             time.sleep(POLL_S)
     if answer.outcome == "revoked":
-        console.print("a human took the conversation over before the agent answered")
+        console.print(_("a human took the conversation over before the agent answered"))
         return
-    for said in answer.texts or ["(the agent answered with tools only)"]:
-        console.print(outside(f"    agent ◂ {said}"), soft_wrap=True)
+    for said in answer.texts or [_("(the agent answered with tools only)")]:
+        console.print(outside(_("    agent ◂ {text}").format(text=said)), soft_wrap=True)
 
 
 @simulate_cli.command("stop")
@@ -248,10 +273,11 @@ def stop_command(
 @simulate_cli.command("list")
 def list_command(as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False) -> None:
     """Simulation instances: kind, buyer, state."""
-    platform, _ = _platform_and_store()
+    platform = _platform_and_store()[0]
     instances = platform.instances()
     if as_json:
         print(json.dumps([i.model_dump() | {"id": i.id} for i in instances], ensure_ascii=False))
         return
     rows = [[i.id, i.kind, i.account_id, i.buyer_name, i.conversation_id, i.state.value] for i in instances]
-    print_table("simulation instances", ["id", "kind", "account", "buyer", "conversation", "state"], rows)
+    columns = [N_("id"), N_("kind"), N_("account"), N_("buyer"), N_("conversation"), N_("state")]
+    print_table(_("simulation instances"), columns, rows)

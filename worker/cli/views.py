@@ -10,8 +10,10 @@ from rich.table import Table
 
 from config.settings import masked_url
 from worker.cli.common import (
+    N_,
     CustomerId,
     SourceOption,
+    _,
     check_shard_name,
     cli,
     console,
@@ -25,6 +27,8 @@ from worker.cli.common import (
     print_table,
     report_source,
     shop_time,
+    shop_zone,
+    source_words,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +53,7 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
 def config() -> None:
     """Print the effective settings (secrets masked)."""
     settings = current_settings()
-    table = Table("variable", "value", title="effective kefu settings")
+    table = Table(_("variable"), _("value"), title=_("effective kefu settings"))
     dumped = json.loads(settings.model_dump_json())  # SecretStr dumps as '**********'
     for key, value in dumped.items():
         for name, shown in _flatten(f"KEFU_{key.upper()}", value):
@@ -90,11 +94,14 @@ def _status_of(shard: str, source: Source) -> None:
             check_shard_name(shard)
         path = settings.model_copy(update={"shard": shard}).delivery_path
         if not path.exists():
-            console.print(f"shard {shard}: no store in this data dir (see `kefu shards` for who serves it)")
+            console.print(
+                _("shard {shard}: no store in this data dir (see `kefu shards` for who serves it)").format(shard=shard)
+            )
             return
         with operator_errors():
             store = DeliveryStore(path, settings.delivery)
-    table = Table("stage", "state", "count", title=f"kefu status · shard {shard} · {source}")
+    title = _("kefu status · shard {shard} · {source}").format(shard=shard, source=source_words(source))
+    table = Table(_("stage"), _("state"), _("count"), title=title)
     with operator_errors():
         stages = stage_counts(store, source)
     for stage in stages:
@@ -109,7 +116,7 @@ def _status_of(shard: str, source: Source) -> None:
         with operator_errors():
             simulated = _counted(stage_counts(store, "simulation"))
         if simulated:
-            hint_simulation("rows", "status" if shard == settings.shard else f"status --shard {shard}")
+            hint_simulation(N_("rows"), "status" if shard == settings.shard else f"status --shard {shard}")
 
 
 def _print_load(store: DeliveryStore) -> None:
@@ -122,15 +129,17 @@ def _print_load(store: DeliveryStore) -> None:
     settings = current_settings()
     names = [queue_name(family, settings.shard) for family in FAMILIES]
     depths = [f"{name} {depth}" for name, depth in queue_depths(settings, names).items() if depth >= 0]
-    console.print(f"broker queues: {', '.join(depths) if depths else 'not readable'}")
+    console.print(_("broker queues: {queues}").format(queues=", ".join(depths) if depths else _("not readable")))
     with operator_errors():
         now = operations(store)
-    window = f"last {MODEL_WINDOW_S // 60} min"
+    window = _("last {minutes} min").format(minutes=MODEL_WINDOW_S // 60)
     if now.model_call_mean_s is None:
-        console.print(f"model calls ({window}): none")
+        console.print(_("model calls ({window}): none").format(window=window))
     else:
         console.print(
-            f"model calls ({window}): {now.model_calls}, mean {now.model_call_mean_s:.2f} s (slot wait included)"
+            _("model calls ({window}): {calls}, mean {seconds} s (slot wait included)").format(
+                window=window, calls=now.model_calls, seconds=f"{now.model_call_mean_s:.2f}"
+            )
         )
 
 
@@ -148,23 +157,23 @@ def _print_damaged_sessions(store: DeliveryStore, source: Source) -> None:
         damaged = [r for r in damaged_sessions(conn) if (r.customer_id in simulated) == (source == "simulation")]
     if not damaged:
         return
-    columns = ["customer", "session", "continued in", "detected", "kept at"]
+    columns = [N_("customer"), N_("session"), N_("continued in"), N_("detected"), N_("kept at")]
     rows = [[str(r.customer_id), r.session_id, r.replaced_by, shop_time(r.detected_at), r.kept_path] for r in damaged]
-    print_table("damaged session logs (kept, not repaired)", columns, rows)
+    print_table(_("damaged session logs (kept, not repaired)"), columns, rows, timed=True)
 
 
 def _print_checkpoints(account: str | None, source: Source) -> bool:
     """The table of `source`'s checkpoints; False when it had none."""
     from runtime.inbound.checkpoints import checkpoint_views
 
-    columns = ["account", "generation", "pending", "input", "outbox", "turns", "reception", "listener"]
-    columns += ["last reported", "reporting"]
+    columns = [N_("account"), N_("generation"), N_("pending"), N_("input"), N_("outbox"), N_("turns")]
+    columns += [N_("reception"), N_("listener"), N_("last reported"), N_("reporting")]
     with operator_errors():
         views = checkpoint_views(open_store(), account, source)
     rows = []
     for view in views:
         report = view.report
-        reporting = "stopped (lease rejected)" if view.stopped else view.failure_class or "ok"
+        reporting = _("stopped (lease rejected)") if view.stopped else view.failure_class or _("ok")
         rows.append(
             [
                 report.account_id,
@@ -175,11 +184,11 @@ def _print_checkpoints(account: str | None, source: Source) -> bool:
                 str(report.pending.turns),
                 report.reception,
                 view.listener_state + (f" ({view.listener_error})" if view.listener_error else ""),
-                shop_time(view.last_reported_at) if view.last_reported_at else "never",
+                shop_time(view.last_reported_at) if view.last_reported_at else _("never"),
                 reporting,
             ]
         )
-    print_table(f"{source} checkpoints", columns, rows)
+    print_table(_("{source} checkpoints").format(source=source_words(source)), columns, rows, timed=True)
     return bool(views)
 
 
@@ -198,12 +207,16 @@ def checkpoint(
     if resume is not None:
         with operator_errors():
             generation = resume_checkpoint(open_store(), resume)
-        console.print(f"checkpoint {resume}: reporting resumes under generation {generation}")
+        console.print(
+            _("checkpoint {account}: reporting resumes under generation {generation}").format(
+                account=resume, generation=generation
+            )
+        )
     if not _print_checkpoints(account, kind) and kind == "real":
         with operator_errors():
             simulated = checkpoint_views(open_store(), account, "simulation")
         if simulated:
-            hint_simulation("checkpoints", "checkpoint" + (f" --account {account}" if account else ""))
+            hint_simulation(N_("checkpoints"), "checkpoint" + (f" --account {account}" if account else ""))
 
 
 @cli.command()
@@ -211,7 +224,10 @@ def history(
     customer_id: CustomerId,
     limit: Annotated[int, typer.Option(min=1, max=500, help="stored lines per page")] = 50,
     before: Annotated[str | None, typer.Option(help="page further back: the cursor the last page printed")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+    notes: Annotated[
+        bool, typer.Option("--notes", help="also the agent's secondary notes: closing words, tools that only read")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts (every line, folded ones marked)")] = False,
 ) -> None:
     """A conversation, oldest first: the buyer's lines, the shop's replies with what became of
     each (sent, failed, result-unknown, read by the buyer) and the agent's notes for operators."""
@@ -225,24 +241,38 @@ def history(
     if as_json:
         print(page.model_dump_json())
         return
+    from worker.transcript_words import said, who
+
+    folded = 0
     for line in page.lines:
+        if line.folded and not notes:
+            folded += 1
+            continue
         console.print(
-            outside(f"[{shop_time(line.shown_at)}] {line.label} {line.text}{_outcome(line)}"),
+            outside(f"[{shop_time(line.shown_at)}] {who(line, _)} {said(line, _)}{_outcome(line)}"),
+            style="dim" if line.folded else None,
             highlight=False,
             soft_wrap=True,
         )
+    # The clock once: a simulation's script time is not the shop's.
+    clock = shop_zone() + (_(", the simulated conversation's script time") if page.script_time else "")
+    console.print(clock, style="dim", highlight=False)
+    if folded:
+        hidden = _("({count} secondary notes of the agent hidden: --notes shows them)").format(count=folded)
+        console.print(hidden, style="dim", highlight=False)
     if page.older is not None:
-        console.print(f"(older: kefu history {customer_id} --before {page.older})", soft_wrap=True, highlight=False)
+        older = f"kefu history {customer_id} --before {page.older}"
+        console.print(_("(older: {command})").format(command=older), soft_wrap=True, highlight=False)
 
 
 def _outcome(line: TranscriptLine) -> str:
     """A shop message's fate, with its request id wherever an operator may have to act on it."""
     if line.state is None:
         return ""
-    if line.state == "sent":
-        return "  · sent, read by the buyer" if line.read else "  · sent"
+    if line.state == "sent":  # the state's name stays as stored; what the buyer did is said
+        return "  · sent" + (_(", read by the buyer") if line.read else "")
     code = f" {line.error_code}" if line.error_code else ""
-    return f"  · {line.state}{code} (request {line.request_id})"
+    return "  · " + _("{state}{code} (request {request})").format(state=line.state, code=code, request=line.request_id)
 
 
 @cli.command()
@@ -282,8 +312,9 @@ def rounds(
         if salvage:
             _salvage(found, settings.sessions_dir, settings.agent.turn_lease_s, as_json)
             return
-    columns = ["customer_id", "session_id", "turn", "kind", "started_at", "status", "reason", "settled", "successful"]
-    print_rows(found, as_json, "rounds", columns)
+    columns = [N_("customer_id"), N_("session_id"), N_("turn"), N_("kind"), N_("started_at"), N_("status")]
+    columns += [N_("reason"), N_("settled"), N_("successful")]
+    print_rows(found, as_json, _("rounds"), columns)
 
 
 def _salvage(found: list[Round], sessions_dir: Path, lease_s: float, as_json: bool) -> None:
@@ -292,5 +323,8 @@ def _salvage(found: list[Round], sessions_dir: Path, lease_s: float, as_json: bo
 
     done = salvage(open_store(), sessions_dir, found, lease_s)
     for customer_id in sorted({s.customer_id for s in done if s.outcome == "closed" and s.batch_open}):
-        console.print(f"customer {customer_id}: follow-up turn {enqueue(RunTurn(customer_id))}")
-    print_rows(done, as_json, "salvaged rounds", ["customer_id", "session_id", "turn", "outcome", "batch_open"])
+        console.print(
+            _("customer {id}: follow-up turn {queued}").format(id=customer_id, queued=enqueue(RunTurn(customer_id)))
+        )
+    columns = [N_("customer_id"), N_("session_id"), N_("turn"), N_("outcome"), N_("batch_open")]
+    print_rows(done, as_json, _("salvaged rounds"), columns)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from runtime.operators.roles import Role
-from worker.cli.common import celery_app, cli, console, enqueue, ensure_store, operator_errors, print_rows
+from worker.cli.common import N_, _, celery_app, cli, console, enqueue, ensure_store, operator_errors, print_rows
 
 DEFAULT_PORT = 8470
 operators_cli = typer.Typer(help="Console operators: add one (or change their role or password), list them.")
@@ -29,10 +29,10 @@ def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str |
     from runtime.operators.accounts import add_operator
 
     if password is None:
-        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+        password = typer.prompt(_("password"), hide_input=True, confirmation_prompt=True)
     with operator_errors():
         operator = add_operator(ensure_store(), name, role, password)
-    console.print(f"operator {operator.name}: {operator.role}")
+    console.print(_("operator {name}: {role}").format(name=operator.name, role=operator.role))
 
 
 @operators_cli.command("disable")
@@ -43,7 +43,7 @@ def operators_disable(name: str) -> None:
     if not disable_operator(ensure_store(), name):
         console.print(f"[red]KEFU_OPERATOR_UNKNOWN: no enabled operator {name!r}[/red]")
         raise typer.Exit(2)
-    console.print(f"operator {name}: disabled")
+    console.print(_("operator {name}: disabled").format(name=name))
 
 
 @operators_cli.command("list")
@@ -51,7 +51,7 @@ def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON fo
     """The operators who may sign in."""
     from runtime.operators.accounts import list_operators
 
-    print_rows(list_operators(ensure_store()), as_json, "operators", ["name", "role"])
+    print_rows(list_operators(ensure_store()), as_json, _("operators"), [N_("name"), N_("role")])
 
 
 @cli.command("console")
@@ -73,9 +73,12 @@ def serve_console(host: str, port: int) -> None:
     with operator_errors():
         runtime = runtime_for(celery_app())
         if not list_operators(runtime.store):
-            console.print("no operator can sign in yet: add one with `kefu operators add NAME`")
+            console.print(_("no operator can sign in yet: add one with `kefu operators add NAME`"))
         web = create_app(runtime, dispatch=enqueue)
-    console.print(f"console on http://{host}:{port}/ for shard {runtime.settings.shard}", soft_wrap=True)
+    console.print(
+        _("console on {url} for shard {shard}").format(url=f"http://{host}:{port}/", shard=runtime.settings.shard),
+        soft_wrap=True,
+    )
     trusted = runtime.settings.console.trusted_proxies.strip()
     uvicorn.run(
         web,

@@ -1,44 +1,87 @@
-"""The console's actions: take over and hand back, send, settle an unknown send, retry a
-failed one, mark read, pause and resume input. Each goes through the same runtime function as
-the CLI and is recorded with the operator's name (runtime.operators.accounts)."""
+"""The console's actions: take over and hand back, assign, resolve, snooze and reopen, send,
+settle an unknown send, retry a failed one, mark read, pause and resume input. Each goes
+through the same runtime function as the CLI and is recorded with the operator's name."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from runtime import pipeline
-from runtime.admission.handling import pause_handling, resume_handling
+from runtime.customers import assignment
 from runtime.customers.summaries import ack_customer_read
+from runtime.errors import KefuError
 from runtime.inbound.input_pause import pause_input
-from runtime.operators.accounts import Role, record_action
+from runtime.operators.accounts import Operator, Role, record_action
 from runtime.outbox.manual import message_parts, retry_manual, send_manual_parts
 from runtime.outbox.media import check_media_size
 from runtime.outbox.requests import confirm_result
+from runtime.store import DeliveryStore, now_ms
 from worker.console.context import FORM_MAX_BYTES, back, console_of
 from worker.context import WorkerRuntime
 
+MAX_SNOOZE_HOURS = 24 * 31
+
 
 async def take_over(request: Request) -> Response:
-    console = console_of(request)
-    operator, form = await console.act(request, Role.OPERATOR)
-    customer_id = int(request.path_params["customer_id"])
-    reason = str(form.get("reason") or "").strip() or "taken over"
-    await run_in_threadpool(pause_handling, console.store, customer_id, f"{reason} (by {operator.name})")
-    await run_in_threadpool(record_action, console.store, operator.name, "take-over", customer_id, None, reason)
-    return back(customer_id)
+    return await _on_conversation(
+        request,
+        lambda store, customer_id, operator, form: assignment.take_over(
+            store, customer_id, operator.name, str(form.get("reason") or "")
+        ),
+    )
 
 
 async def hand_back(request: Request) -> Response:
+    return await _on_conversation(request, lambda store, c, operator, _: assignment.hand_back(store, c, operator.name))
+
+
+async def assign(request: Request) -> Response:
+    """To an operator (`assignee`), to the one asking (`assignee` = "me"), or to nobody (empty)."""
+
+    def give(store: DeliveryStore, customer_id: int, operator: Operator, form: FormData) -> object:
+        chosen = str(form.get("assignee") or "").strip()
+        assignee = operator.name if chosen == "me" else chosen or None
+        return assignment.assign(store, customer_id, assignee, operator.name)
+
+    return await _on_conversation(request, give)
+
+
+async def resolve(request: Request) -> Response:
+    return await _on_conversation(request, lambda store, c, operator, _: assignment.resolve(store, c, operator.name))
+
+
+async def snooze(request: Request) -> Response:
+    """For `hours` (a number from the form: 1, 4, 24 ...), at most a month."""
+
+    def hold(store: DeliveryStore, customer_id: int, operator: Operator, form: FormData) -> object:
+        hours = str(form.get("hours") or "")
+        if not (hours.isascii() and hours.isdigit() and 1 <= int(hours) <= MAX_SNOOZE_HOURS):
+            raise KefuError(
+                "KEFU_INVALID_INPUT", f"snooze for 1 to {MAX_SNOOZE_HOURS} hours", "pick a time from the list"
+            )
+        return assignment.snooze(store, customer_id, now_ms() + int(hours) * 3_600_000, operator.name)
+
+    return await _on_conversation(request, hold)
+
+
+async def reopen(request: Request) -> Response:
+    return await _on_conversation(request, lambda store, c, operator, _: assignment.reopen(store, c, operator.name))
+
+
+async def _on_conversation(
+    request: Request, change: Callable[[DeliveryStore, int, Operator, FormData], object]
+) -> Response:
+    """An operator's change of a conversation's handling or place in the inbox
+    (runtime.customers.assignment, which records it), then the conversation again."""
     console = console_of(request)
-    operator, _ = await console.act(request, Role.OPERATOR)
+    operator, form = await console.act(request, Role.OPERATOR)
     customer_id = int(request.path_params["customer_id"])
-    await run_in_threadpool(resume_handling, console.store, customer_id)
-    await run_in_threadpool(record_action, console.store, operator.name, "hand-back", customer_id)
+    await run_in_threadpool(change, console.store, customer_id, operator, form)
     return back(customer_id)
 
 

@@ -1,10 +1,11 @@
 """The console app: its routes, sessions and refusals. Pages read through runtime (customers,
 transcript: worker.console.pages); actions go through the same runtime functions as the CLI
-and are recorded with the operator's name (worker.console.actions). Simulation instances have
-a page of their own (worker.console.simulations).
+and are recorded with the operator's name (worker.console.actions). Simulation instances, the
+team's canned replies and notes (worker.console.team) and the reports (worker.console.reports)
+have modules of their own.
 
-A conversation page follows the store live: its event stream pushes the transcript again
-whenever the conversation changes (a new line, a send's new state, a take-over)."""
+Pages follow the store live over server-sent events (worker.console.live): a conversation's
+transcript and controls, the conversations list, and what needs the operator's attention."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.convertors import IntegerConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
@@ -25,16 +27,22 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from runtime import pipeline
+from runtime.agent.rendering import zone_label
 from runtime.customers.outside_text import visible
 from runtime.errors import KefuError
 from worker.console import actions, pages
-from worker.console.auth import SignInThrottle, session_secret
+from worker.console.auth import SignInThrottle, csrf_token, session_secret, signed_in
 from worker.console.context import Console, MemoryReader, console_of
 from worker.console.headers import SecurityHeaders
+from worker.console.live import StoreChanges
 from worker.console.metrics import registry_for
+from worker.console.reports import report_routes
 from worker.console.simulations import simulation_routes
 from worker.console.streams import StreamSlots
+from worker.console.team import team_routes
 from worker.context import WorkerRuntime
+from worker.i18n import translations
+from worker.transcript_words import said, who
 
 
 class _IdConvertor(IntegerConvertor):
@@ -65,6 +73,7 @@ def create_app(runtime: WorkerRuntime, dispatch: Callable[[pipeline.FollowUp], o
         templates=_templates(runtime),
         throttle=SignInThrottle(),
         streams=StreamSlots(),
+        changes=StoreChanges(runtime.store.path),
         memory=MemoryReader(settings.memory_path),
         registry=registry_for(runtime.store, settings),
     )
@@ -94,6 +103,14 @@ def _templates(runtime: WorkerRuntime) -> Jinja2Templates:
     templates.env.filters["when"] = lambda ms: (
         datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
     )
+    templates.env.add_extension("jinja2.ext.i18n")  # {{ _("take over") }}: worker.i18n
+    words = translations(runtime.settings.language, "console")
+    templates.env.install_gettext_translations(words, newstyle=True)  # type: ignore[attr-defined]
+    templates.env.globals["who"] = lambda line: who(line, words.gettext)  # worker.transcript_words
+    templates.env.globals["said"] = lambda line: said(line, words.gettext)
+    templates.env.globals["language"] = runtime.settings.language.replace("_", "-")  # <html lang>
+    templates.env.filters["combine"] = lambda base, change: {**base, **change}  # a link's query, one part changed
+    templates.env.globals["zone"] = zone_label(zone)  # every time a page shows is in it: said once, in the header
     return templates
 
 
@@ -106,11 +123,17 @@ def _routes(console: Console) -> list[BaseRoute]:
         Route("/login", pages.login, methods=["POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
         Route("/", pages.conversations),
+        Route("/events", pages.list_events),
+        Route("/attention", pages.attention_events),
         Route("/c/{customer_id:id}", pages.conversation),
         Route("/c/{customer_id:id}/events", pages.events),
         Route("/c/{customer_id:id}/image/{sha256}", pages.image),
         Route("/c/{customer_id:id}/take-over", actions.take_over, methods=["POST"]),
         Route("/c/{customer_id:id}/hand-back", actions.hand_back, methods=["POST"]),
+        Route("/c/{customer_id:id}/assign", actions.assign, methods=["POST"]),
+        Route("/c/{customer_id:id}/resolve", actions.resolve, methods=["POST"]),
+        Route("/c/{customer_id:id}/snooze", actions.snooze, methods=["POST"]),
+        Route("/c/{customer_id:id}/reopen", actions.reopen, methods=["POST"]),
         Route("/c/{customer_id:id}/send", actions.send, methods=["POST"]),
         Route("/c/{customer_id:id}/read", actions.mark_read, methods=["POST"]),
         Route("/outbox/{request_id}/confirm", actions.confirm, methods=["POST"]),
@@ -119,6 +142,8 @@ def _routes(console: Console) -> list[BaseRoute]:
         Route("/ops/input/pause", actions.input_pause, methods=["POST"]),
         Route("/ops/input/resume", actions.input_resume, methods=["POST"]),
         *simulations,
+        *team_routes(),
+        *report_routes(),
         Route("/healthz", pages.healthz),
         Route("/readyz", pages.readyz),
         Route("/metrics", pages.metrics),
@@ -134,13 +159,22 @@ async def _refused(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     if error.status_code == 401:
         return RedirectResponse("/login", status_code=303)
-    page = console_of(request).templates.get_template("error.html").render(detail=error.detail)
+    console = console_of(request)
+    customer_id = request.path_params.get("customer_id")
+    back = f"/c/{customer_id}" if customer_id is not None and request.method == "POST" else None
+    try:  # the header's navigation, for who is signed in; a store that cannot say still gets the page
+        operator = signed_in(request, console.store)
+    except DBAPIError:
+        operator = None
+    page = console.templates.get_template("error.html").render(
+        detail=error.detail, back=back, operator=operator, csrf=csrf_token(request)
+    )
     return HTMLResponse(page, error.status_code)
 
 
 def _problem(error: Exception) -> str:
     if isinstance(error, KefuError):
         return f"{error.code}: {error.message}"
-    if isinstance(error, ValidationError):
-        return "KEFU_INVALID_INPUT: " + "; ".join(str(e["msg"]) for e in error.errors())
+    if isinstance(error, ValidationError):  # pydantic's "Value error, " says nothing to an operator
+        return "KEFU_INVALID_INPUT: " + "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in error.errors())
     return f"KEFU_INVALID_INPUT: {error}"

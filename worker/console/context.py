@@ -21,16 +21,19 @@ from starlette.templating import Jinja2Templates
 
 from runtime import pipeline
 from runtime.admission.batches import load_customer
-from runtime.customers.transcript import transcript
+from runtime.customers.assignment import assignment
+from runtime.customers.notes import list_notes
+from runtime.customers.transcript import TranscriptLine, transcript
 from runtime.errors import KefuError
 from runtime.memory.engine import scope_of
 from runtime.memory.recall import folders_recalled
 from runtime.memory.store import Folder, MemoryStore
-from runtime.operators.accounts import Operator, Role
+from runtime.operators.accounts import Operator, Role, list_operators
 from runtime.operators.status import notices
 from runtime.store import DeliveryStore
 from runtime.store.tables import Customer
 from worker.console.auth import SignInThrottle, check_csrf, csrf_token, require, signed_in
+from worker.console.live import StoreChanges
 from worker.console.streams import StreamSlots
 from worker.context import WorkerRuntime
 
@@ -44,6 +47,7 @@ class Console:
     templates: Jinja2Templates
     throttle: SignInThrottle
     streams: StreamSlots
+    changes: StoreChanges  # what every live view waits on
     memory: MemoryReader
     registry: CollectorRegistry
 
@@ -61,9 +65,29 @@ class Console:
             context["notices"] = notices(self.store)
         return self.templates.TemplateResponse(request, template, context)
 
-    def live_fragment(self, customer_id: int) -> str:
-        lines = transcript(self.store, customer_id, sessions_dir=self.runtime.settings.sessions_dir).lines
-        return self.templates.get_template("_live.html").render(customer=self.customer(customer_id), lines=lines)
+    def lines(self, customer_id: int) -> list[TranscriptLine]:
+        return transcript(self.store, customer_id, sessions_dir=self.runtime.settings.sessions_dir).lines
+
+    def live_fragment(
+        self, customer_id: int, operator: Operator, csrf: str, lines: list[TranscriptLine] | None = None
+    ) -> str:
+        """What the conversation page replaces as it changes: its transcript, and its handling
+        and assignment with the controls they allow now (a take-over button never outlives the
+        take-over)."""
+        lines = self.lines(customer_id) if lines is None else lines
+        return self.templates.get_template("_live.html").render(
+            customer=self.customer(customer_id),
+            lines=lines,
+            assigned=assignment(self.store, customer_id),
+            operators=self.operator_names(),
+            notes=list_notes(self.store, customer_id),
+            operator=operator,
+            csrf=csrf,
+        )
+
+    def operator_names(self) -> list[str]:
+        """Who a conversation can be assigned to."""
+        return [o.name for o in list_operators(self.store) if o.role.allows(Role.OPERATOR)]
 
     async def act(self, request: Request, role: Role, max_bytes: int = FORM_MAX_BYTES) -> tuple[Operator, FormData]:
         """Who acts (from the cookie alone: nobody's form is read before that), then the form."""

@@ -44,7 +44,9 @@ class StoreCollector(Collector):
         waiting.add_metric(shard, by_state[OutboxState.PENDING] + by_state[OutboxState.SENDING])
         yield waiting
         handoffs = GaugeMetricFamily(
-            "kefu_handoffs_waiting", "Customers a human handles (automatic handling paused)", labels=["shard"]
+            "kefu_handoffs_waiting",
+            "Conversations the agent handed off that no operator has taken yet",
+            labels=["shard"],
         )
         handoffs.add_metric(shard, now.handoffs_waiting)
         yield handoffs

@@ -3,40 +3,50 @@ stream and its buyers' images), the ops page, and the probes. Each reads through
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+from urllib.parse import urlencode
 
+from markupsafe import Markup
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from runtime.accounts.registry import list_accounts
-from runtime.customers.summaries import display_name, list_customers
-from runtime.customers.transcript import transcript, transcript_version
+from runtime.customers.summaries import (
+    SOURCES,
+    CustomerSummary,
+    Source,
+    View,
+    attention,
+    display_name,
+    list_customers,
+    parse_status,
+    parse_view,
+)
+from runtime.customers.transcript import transcript_version
 from runtime.inbound.checkpoints import checkpoint_views
 from runtime.inbound.input_pause import input_pauses
 from runtime.inbound.media import buyer_image
-from runtime.operators.accounts import Role, authenticate, sign_out
+from runtime.operators.accounts import Operator, Role, authenticate, sign_out
 from runtime.operators.alerts import backlog
 from runtime.outbox.requests import list_requests
 from runtime.store import now_ms, queries
-from runtime.store.states import OutboxState
-from worker.console.auth import check_csrf, require, sign_in, signed_in
-from worker.console.context import console_of, read_form
+from runtime.store.states import ConversationStatus, OutboxState
+from worker.console.auth import check_csrf, csrf_token, require, sign_in, signed_in
+from worker.console.context import Console, console_of, read_form
+from worker.console.live import live_stream, seen_param
 
-LIVE_POLL_S = 0.5
-STREAM_FOR_S = 25  # a stream ends after this and the browser reconnects: no stream outlives a shutdown long
 PAGE_ROWS = 50
+WAITING = ConversationStatus.WAITING
 
 
 def login_page(request: Request) -> Response:
-    return console_of(request).page(request, "login.html", None, error=None)
+    return console_of(request).page(request, "login.html", None, error=False)
 
 
 async def login(request: Request) -> Response:
@@ -47,7 +57,7 @@ async def login(request: Request) -> Response:
     attempt = console.throttle.begin(name, request.client.host if request.client else "-")
     operator = await run_in_threadpool(authenticate, console.store, name, password)
     if operator is None:
-        return console.page(request, "login.html", None, error="unknown operator or wrong password")
+        return console.page(request, "login.html", None, error=True, name=name[:64])  # the words: login.html
     console.throttle.succeeded(attempt)
     sign_in(request, operator)
     return RedirectResponse("/", status_code=303)
@@ -71,19 +81,83 @@ def conversations(request: Request) -> Response:
     operator = signed_in(request, console.store)
     if operator is None:
         return RedirectResponse("/login", status_code=303)
-    source: Literal["real", "simulation"] = (
-        "simulation" if request.query_params.get("source") == "simulation" else "real"
-    )
-    search = request.query_params.get("q") or None
+    shown = _list_filters(request)
     before = request.query_params.get("before") or None
+    rows, next_cursor = _list_rows(console, operator, shown, before)
+    rows_html = Markup(console.templates.get_template("_rows.html").render(rows=rows, shown=shown))
+    live = None if before else f"/events?{urlencode(shown.query | {'seen': seen_param({'rows': rows_html})})}"
+    return console.page(
+        request, "conversations.html", operator, rows_html=rows_html, shown=shown, next_cursor=next_cursor, live=live
+    )
+
+
+class ListFilters(BaseModel):
+    """What a conversations list shows: one source, whose, which status, what was searched."""
+
+    source: Source = "real"
+    view: View = "all"
+    status: ConversationStatus | None = None
+    search: str = ""
+
+    @property
+    def query(self) -> dict[str, str]:
+        return {"source": self.source, "view": self.view, "status": self.status or "", "q": self.search}
+
+
+def _list_filters(request: Request) -> ListFilters:
+    params = request.query_params
+    status = params.get("status") or None
+    return ListFilters(
+        source="simulation" if params.get("source") == "simulation" else "real",
+        view=parse_view(params.get("view") or "all"),
+        status=parse_status(status) if status else None,
+        search=params.get("q") or "",
+    )
+
+
+def _list_rows(
+    console: Console, operator: Operator, shown: ListFilters, before: str | None
+) -> tuple[list[CustomerSummary], str | None]:
     rows = list_customers(
-        console.store, source, search=search, limit=PAGE_ROWS + 1, reader=operator.name, before=before
+        console.store,
+        shown.source,
+        search=shown.search or None,
+        limit=PAGE_ROWS + 1,
+        reader=operator.name,
+        before=before,
+        view=shown.view,
+        status=shown.status,
     )
     more = len(rows) > PAGE_ROWS
     rows = rows[:PAGE_ROWS]
-    next_cursor = rows[-1].cursor if more else None
-    return console.page(
-        request, "conversations.html", operator, rows=rows, source=source, search=search or "", next_cursor=next_cursor
+    return rows, rows[-1].cursor if more else None
+
+
+async def list_events(request: Request) -> Response:
+    """The conversations list's first page again whenever it changes, and what needs the
+    operator's attention, as server-sent events."""
+    console = console_of(request)
+    operator = require(await run_in_threadpool(signed_in, request, console.store), Role.VIEWER)
+    shown = _list_filters(request)
+    rows_template = console.templates.get_template("_rows.html")
+
+    def events() -> list[tuple[str, str]]:
+        rows, _ = _list_rows(console, operator, shown, None)
+        return [("rows", rows_template.render(rows=rows, shown=shown)), _attention(console, operator)]
+
+    return live_stream(request, console.streams, _slot_owner(request, operator), console.changes, events)
+
+
+async def attention_events(request: Request) -> Response:
+    """What needs the operator's attention, for a page that shows nothing else live."""
+    console = console_of(request)
+    operator = require(await run_in_threadpool(signed_in, request, console.store), Role.VIEWER)
+    return live_stream(
+        request,
+        console.streams,
+        _slot_owner(request, operator),
+        console.changes,
+        lambda: [_attention(console, operator)],
     )
 
 
@@ -94,41 +168,55 @@ def conversation(request: Request) -> Response:
         return RedirectResponse("/login", status_code=303)
     customer_id = int(request.path_params["customer_id"])
     customer = console.customer(customer_id)
+    lines = console.lines(customer_id)
+    live_html = Markup(console.live_fragment(customer_id, operator, csrf_token(request), lines))
     return console.page(
         request,
         "conversation.html",
         operator,
         customer=customer,
         name=display_name(console.store, customer_id) or customer.conversation_id,
-        lines=transcript(console.store, customer_id, sessions_dir=console.runtime.settings.sessions_dir).lines,
+        lines=lines,
+        live_html=live_html,
+        live=f"/c/{customer_id}/events?seen={seen_param({'transcript': live_html})}",
         memory=console.memory.notes(customer_id),
         request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
     )
 
 
 async def events(request: Request) -> Response:
-    """The conversation's transcript again whenever it changes, as server-sent events."""
+    """The conversation's transcript and controls again whenever they change, and what needs
+    the operator's attention, as server-sent events."""
     console = console_of(request)
     operator = require(await run_in_threadpool(signed_in, request, console.store), Role.VIEWER)
     customer_id = int(request.path_params["customer_id"])
     await run_in_threadpool(console.customer, customer_id)  # 404 for no such customer
-    slot = console.streams.take(f"{operator.name}\0{request.session.get('since')}")  # or 429
+    csrf = csrf_token(request)
+    seen: list[tuple[object, ...]] = []
+    fragment: list[tuple[str, str]] = []
 
-    async def stream() -> AsyncIterator[str]:
-        with console.streams.holding(slot):
-            seen: tuple[object, ...] | None = None
-            ends = time.monotonic() + STREAM_FOR_S  # the reconnect signs in again: a disabled operator stops
-            yield "retry: 500\n\n"
-            while time.monotonic() < ends and not await request.is_disconnected():
-                version = await run_in_threadpool(transcript_version, console.store, customer_id)
-                if version != seen:
-                    seen = version
-                    html = await run_in_threadpool(console.live_fragment, customer_id)
-                    yield f"event: transcript\ndata: {json.dumps(html)}\n\n"
-                await asyncio.sleep(LIVE_POLL_S)
+    def events() -> list[tuple[str, str]]:
+        version = transcript_version(console.store, customer_id)
+        if [version] != seen:  # the transcript is read (session logs too) only when it changed
+            seen[:] = [version]
+            fragment[:] = [("transcript", console.live_fragment(customer_id, operator, csrf))]
+        return [*fragment, _attention(console, operator)]
 
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return live_stream(request, console.streams, _slot_owner(request, operator), console.changes, events)
+
+
+def _attention(console: Console, operator: Operator) -> tuple[str, str]:
+    now = attention(console.store, operator.name)
+    data = {
+        "badge": now.badge,
+        "waiting": [[c, name] for c, name in now.waiting.items()],
+        "mine": [[c, name, unread] for c, (name, unread) in now.mine_unread.items()],
+    }
+    return "attention", json.dumps(data, ensure_ascii=False)
+
+
+def _slot_owner(request: Request, operator: Operator) -> str:
+    return f"{operator.name}\0{request.session.get('since')}"
 
 
 def image(request: Request) -> Response:
@@ -153,14 +241,17 @@ def ops(request: Request) -> Response:
         "ops.html",
         operator,
         accounts=list_accounts(store),
-        handoffs=list_customers(store, "real", paused=True, limit=200, reader=operator.name)
-        + list_customers(store, "simulation", paused=True, limit=200, reader=operator.name),
+        handoffs=[  # nobody took them yet; what a human already handles is in their list
+            row
+            for source in SOURCES
+            for row in list_customers(store, source, limit=200, reader=operator.name, status=WAITING, paused=True)
+        ],
         unknown=list_requests(store, OutboxState.RESULT_UNKNOWN, limit=200),
         failed=list_requests(store, OutboxState.FAILED, limit=200),
         checkpoints=checkpoint_views(store),
         pauses=input_pauses(store),
         alerts=backlog(store),
-        alert_sink="a webhook" if console.runtime.settings.alerts.webhook_url is not None else "the worker log",
+        webhook=console.runtime.settings.alerts.webhook_url is not None,  # else alerts go to the worker log
     )
 
 

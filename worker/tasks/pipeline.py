@@ -13,6 +13,7 @@ from celery import Task
 from runtime import pipeline
 from runtime.customers.retention import prune
 from runtime.operators.alerts import deliver_alerts
+from runtime.operators.reports.facts import catch_up
 from runtime.store import now_ms
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
@@ -118,9 +119,12 @@ def alerts(self: Task) -> int:
 
 @kefu_task("kefu.receipts.retention")
 def retention(self: Task) -> dict[str, int]:
-    """Beat: prune what the retention policy no longer keeps (runtime.customers.retention; default: nothing)."""
+    """Beat: bring the reports' facts up to date (runtime.operators.reports: what is pruned next
+    is counted first, and a report asked for later has little left to read), then prune what the
+    retention policy no longer keeps (runtime.customers.retention; default: nothing)."""
     runtime = runtime_for(self.app)
     settings = runtime.settings
+    catch_up(runtime.store, settings.zone)
     return prune(
         runtime.store, settings.sessions_dir, settings.retention, memory_images_dir=settings.memory_images_dir
     ).model_dump()

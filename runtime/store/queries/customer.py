@@ -3,17 +3,65 @@
 from runtime.store.queries.inbound_message import AGENT_INPUT_ROLES
 
 HANDLING = "SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"
-# A pause bumps the handling epoch: automatic work admitted under an older one is stale.
+# A pause bumps the handling epoch: automatic work admitted under an older epoch is stale. The
+# agent's handoff (:h) leaves the conversation waiting for the shop; an operator's is theirs.
 PAUSE_HANDLING = (
     "UPDATE customer SET handling_paused = 1, handling_epoch = handling_epoch + 1,"
-    " handling_reason = :r, handed_off = :h WHERE id = :c"
+    " handling_reason = :r, handed_off = :h,"
+    " status = CASE WHEN :h THEN 'waiting' ELSE 'open' END, status_at = :at WHERE id = :c"
 )
-RESUME_HANDLING = "UPDATE customer SET handling_paused = 0, handling_reason = NULL WHERE id = :c"
+# Handing back: nobody waits for the shop any more (a resolve sets its own status after this).
+RESUME_HANDLING = (
+    "UPDATE customer SET handling_paused = 0, handling_reason = NULL,"
+    " status = CASE WHEN status = 'waiting' THEN 'open' ELSE status END WHERE id = :c"
+)
 
-PAUSED_COUNT = "SELECT count(*) FROM customer WHERE handling_paused"
+
+def effective_status(c: str) -> str:
+    """SQL of the status of customer row `c` as it reads at :now: a resolved or snoozed
+    conversation is open again once the buyer writes after it was set, a snoozed one also when
+    its time comes (runtime.customers.assignment)."""
+    return (
+        f"CASE WHEN {c}.status IN ('resolved', 'snoozed') AND ({c}.snoozed_until <= :now"
+        f" OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = {c}.id AND m.id > {c}.status_after"
+        f" AND m.sender_role = 'external')) THEN 'open' ELSE {c}.status END"
+    )
+
+
+# A conversation's place in the team's inbox (runtime.customers.assignment.Assignment).
+ASSIGNMENT = (
+    "SELECT c.id AS customer_id, c.assignee, " + effective_status("c") + " AS status, c.snoozed_until,"
+    " c.handling_paused, c.handling_reason FROM customer c WHERE c.id = :c"
+)
+ASSIGN = "UPDATE customer SET assignee = :o WHERE id = :c"
+# An operator takes a conversation already paused (a handoff nobody took): theirs, and open.
+TAKE_PAUSED = (
+    "UPDATE customer SET assignee = :o, handling_reason = :r, status = 'open', status_at = :at"
+    " WHERE id = :c AND handling_paused"
+)
+# A new status, as of the conversation's newest message (a buyer's message after it reopens it).
+SET_STATUS = (
+    "UPDATE customer SET status = :s, status_at = :at, snoozed_until = :until,"
+    " status_after = coalesce((SELECT max(id) FROM inbound_message WHERE customer_id = :c), 0) WHERE id = :c"
+)
+
+# Handoffs nobody has taken yet (the agent asked for a human; no operator took over).
+WAITING_COUNT = "SELECT count(*) FROM customer WHERE status = 'waiting' AND handling_paused"
+# The newest handoffs nobody has taken (id, name for people), of either source: what the console notifies.
+WAITING_NAMED = (
+    "SELECT c.id, coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+    " AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1), c.conversation_id)"
+    " FROM customer c WHERE c.status = 'waiting' AND c.handling_paused ORDER BY c.last_activity_at DESC LIMIT :n"
+)
+# The newest conversations assigned to :me (id, name for people).
+ASSIGNED_NAMED = (
+    "SELECT c.id, coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
+    " AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1), c.conversation_id)"
+    " FROM customer c WHERE c.assignee = :me ORDER BY c.last_activity_at DESC LIMIT :n"
+)
 # What needs a human now: handoffs waiting, sends result-unknown, sends failed.
 NOTICE_COUNTS = (
-    "SELECT (SELECT count(*) FROM customer WHERE handling_paused),"
+    "SELECT (SELECT count(*) FROM customer WHERE status = 'waiting' AND handling_paused),"
     " (SELECT count(*) FROM outbox_request WHERE state = 'result-unknown'),"
     " (SELECT count(*) FROM outbox_request WHERE state = 'failed')"
 )
@@ -173,11 +221,15 @@ LIST_PAGE = (
     "  ELSE '[' || m.content_type || ']' END FROM inbound_message m WHERE m.customer_id = c.id"
     "  AND m.sender_role NOT IN ('ai', 'operator-dm') ORDER BY m.id DESC LIMIT 1) AS preview"
     " FROM (SELECT c.id, c.account_id, c.conversation_id, c.conversation_type, c.title,"
-    "  c.last_activity_at, c.handling_paused, c.handling_reason"
+    "  c.last_activity_at, c.handling_paused, c.handling_reason, c.assignee, c.snoozed_until,"
+    f"  {effective_status('c')} AS status"
     "  FROM customer c JOIN account a ON a.id = c.account_id"
     "  WHERE a.simulated = :sim AND (:a IS NULL OR c.account_id = :a)"
     "  AND (:at IS NULL OR c.last_activity_at < :at OR (c.last_activity_at = :at AND c.id < :id))"
     "  AND (:paused IS NULL OR c.handling_paused = :paused)"
+    # :view: 'mine' (assigned to :me), 'unassigned', or NULL (everyone's); :status: one status or NULL.
+    "  AND (:view IS NULL OR (:view = 'mine' AND c.assignee = :me) OR (:view = 'unassigned' AND c.assignee IS NULL))"
+    f"  AND (:status IS NULL OR {effective_status('c')} = :status)"
     "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
     "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
     f"    AND (m.sender_name LIKE :q ESCAPE '!' OR ({SAID}) LIKE :q ESCAPE '!')))"

@@ -48,7 +48,8 @@ TRANSCRIPT_VERSION = (
     " (SELECT count(*) FROM inbound_message WHERE customer_id = :c AND content_type = 'image'"
     "  AND json_extract(body, '$.media') IS NOT NULL),"  # an image fetched
     " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
-    " handling_paused, handling_reason FROM customer WHERE id = :c"
+    " (SELECT max(id) FROM operator_note WHERE customer_id = :c),"
+    " handling_paused, handling_reason, assignee, status, status_at, snoozed_until FROM customer WHERE id = :c"
 )
 # `im_query_history`: the conversation's messages before `:before` (None: the newest), newest first.
 HISTORY_PAGE = (

@@ -1,0 +1,134 @@
+"""The console's reports (issue 41, item 4): buyer messages, conversations, reply times, handoffs
+and resolves of a period, as a page with plots and as a CSV. The figures are
+runtime.operators.reports' (their definitions are in its docstring), the same `kefu report`
+prints; this module only reads the request, asks for them and lays the plots out for the
+template, which draws them as inline SVG (no script: the console's content policy allows none
+inline, and a chart needs none).
+
+Any signed-in operator may read them (viewer and up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from runtime.customers.summaries import Source, parse_source
+from runtime.operators.reports.export import report_csv
+from runtime.operators.reports.figures import Report, build_report
+from runtime.operators.reports.periods import period_of
+from runtime.operators.roles import Role
+from worker.console.auth import require, signed_in
+from worker.console.context import console_of
+
+CHART_WIDTH, CHART_HEIGHT = 720.0, 160.0
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str  # its hour or day; with its values, the bar's tooltip (in the template's words)
+    messages: int
+    conversations: int
+
+
+@dataclass
+class Chart:
+    """Bars (buyer messages) and a line (conversations) on one scale: a bucket's conversations
+    are never more than its messages."""
+
+    top: int  # the value at the top of the plot
+    bars: list[Bar] = field(default_factory=list)
+    line: str = ""  # the polyline's points
+    ticks: list[tuple[float, str]] = field(default_factory=list)  # (x, label) under the plot
+    width: float = CHART_WIDTH
+    height: float = CHART_HEIGHT
+
+
+def chart(buckets: list[tuple[str, int, int]], every: int = 1) -> Chart:
+    """`buckets`: (label, messages, conversations) in order; every `every`-th label is shown."""
+    top = max([messages for _, messages, _ in buckets] + [1])
+    step = CHART_WIDTH / max(len(buckets), 1)
+    drawn = Chart(top=top)
+    points = []
+    for index, (label, messages, conversations) in enumerate(buckets):
+        x = index * step
+        height = CHART_HEIGHT * messages / top
+        drawn.bars.append(
+            Bar(
+                round(x + step * 0.1, 2),
+                round(CHART_HEIGHT - height, 2),
+                round(step * 0.8, 2),
+                round(height, 2),
+                label,
+                messages,
+                conversations,
+            )
+        )
+        points.append(f"{x + step / 2:.2f},{CHART_HEIGHT - CHART_HEIGHT * conversations / top:.2f}")
+        if index % every == 0:
+            drawn.ticks.append((round(x + step / 2, 2), label))
+    drawn.line = " ".join(points)
+    return drawn
+
+
+def charts(report: Report) -> dict[str, Chart]:
+    """The hourly plot (labelled every 3 hours of a day, or at each day's start), and the
+    daily one for a period of several days."""
+    days = len(report.days)
+    hourly = [
+        (
+            hour.start.strftime("%H:%M") if days == 1 else hour.start.strftime("%m-%d %H:%M"),
+            hour.messages,
+            hour.conversations,
+        )
+        for hour in report.hours
+    ]
+    plots = {"hours": chart(hourly, every=3 if days == 1 else 24 * max(1, days // 8))}
+    if days > 1:
+        daily = [(day.day.strftime("%m-%d"), day.messages, day.conversations) for day in report.days]
+        plots["days"] = chart(daily, every=max(1, days // 10))
+    return plots
+
+
+def _asked(request: Request) -> tuple[Report, Source]:
+    console = console_of(request)
+    params = request.query_params
+    zone = console.runtime.settings.zone
+    period = period_of(zone, params.get("from") or None, params.get("to") or None)
+    source = parse_source(params.get("source") or "real")
+    return build_report(console.store, period, source), source
+
+
+def reports_page(request: Request) -> Response:
+    console = console_of(request)
+    operator = signed_in(request, console.store)
+    if operator is None:
+        return RedirectResponse("/login", status_code=303)
+    require(operator, Role.VIEWER)
+    report, source = _asked(request)
+    query = {"from": report.period.first_day.isoformat(), "to": report.period.last_day.isoformat(), "source": source}
+    return console.page(request, "reports.html", operator, report=report, charts=charts(report), query=query)
+
+
+def reports_csv(request: Request) -> Response:
+    require(signed_in(request, console_of(request).store), Role.VIEWER)
+    report, source = _asked(request)
+    period = report.period
+    name = f"kefu-report-{source}-{period.first_day.isoformat()}-{period.last_day.isoformat()}.csv"
+    # With a byte order mark: a spreadsheet opened on a Chinese desktop then reads UTF-8.
+    return Response(
+        ("\ufeff" + report_csv(report)).encode(),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+def report_routes() -> list[Route]:
+    """The page and its CSV, for the console's routes (worker.console.app)."""
+    return [Route("/reports", reports_page, methods=["GET"]), Route("/reports.csv", reports_csv, methods=["GET"])]
