@@ -218,7 +218,7 @@ def test_kefu_demo_answers_every_buyer_message_once(tmp_path):
     b1 = next(c["id"] for c in listed if c["conversation_id"] == "sim-direct-b1")
     # The shop's replies are in the history with their fate, and the agent's notes for operators.
     lines = _kefu(tmp_path, "history", str(b1), "--limit", "2", **demo_dir).stdout.splitlines()
-    assert any("] 智能客服 " in line and line.endswith("· sent") for line in lines), lines
+    assert any("] agent " in line and line.endswith("· sent") for line in lines), lines  # English: the suite's
     assert not any("im_send_message" in line for line in lines), lines  # a send is its reply line, no note
     assert any(line.endswith("secondary notes of the agent hidden: --notes shows them)") for line in lines), lines
     assert "time: Asia/Shanghai (UTC+08:00), the simulated conversation's script time" in lines, lines
@@ -262,8 +262,8 @@ def test_operator_send_read_query_and_retry_against_the_demo_data_dir(tmp_path):
     again = _kefu(tmp_path, *send_chart, **demo_dir)
     assert again.returncode == 0 and len([r for r in platform.received() if r.client_ref.startswith("op-1")]) == 2
     history = _kefu(tmp_path, "history", str(b2["id"]), "--limit", "2", **demo_dir).stdout
-    assert "客服 bob（命令行） [image chart.png]  · sent" in history  # `kefu send`: the login name
-    assert "客服 bob（命令行） 见尺码表  · sent" in history
+    assert "operator bob (command line) [image chart.png]  · sent" in history  # `kefu send`: the login name
+    assert "operator bob (command line) 见尺码表  · sent" in history
 
     read = _kefu(tmp_path, "read", str(b2["id"]), **demo_dir)
     assert read.returncode == 0 and "read by operator up to message" in read.stdout
