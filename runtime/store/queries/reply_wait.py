@@ -1,8 +1,8 @@
 """The `reply_wait` table's statements: each buyer's wait for the shop and the reply that ended
 it, and replies that ended none (runtime.operators.reports); and reads of the operators'
 summaries V24's triggers keep from its rows (`report_operator_time`, `report_operator_ever`,
-`report_operator_replies`, which have no statements of their own: nothing else writes them). Bind `:sim` as
-account.of_source says."""
+`report_operator_replies`: no statements of their own, as nothing else writes them). Bind
+`:sim` as account.of_source says."""
 
 from runtime.store.queries.account import of_source
 
