@@ -45,6 +45,11 @@ def is_current(conn: Connection, customer_id: int, epoch: int) -> bool:
 MAX_REASON_CHARS = 200  # a reason is a line for other operators: a longer one (a model's, a form's) is cut
 
 
+def clip_reason(reason: str) -> str:
+    """A reason kept to one line for other operators (a model's or a form's may be any length)."""
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
+
+
 def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
     """Pause automatic handling. Idempotent: pausing a paused customer changes nothing.
     `handoff`: the agent asks for a human (an alert, runtime.operators.alerts; the conversation
@@ -55,8 +60,7 @@ def pause_handling(store: DeliveryStore, customer_id: int, reason: str, handoff:
 
 def pause_in(conn: Connection, customer_id: int, reason: str, handoff: bool = False) -> HandlingState:
     """`pause_handling` inside the caller's write transaction (a take-over assigns in the same one)."""
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    reason = clip_reason(reason)
     state = _state(conn, customer_id)
     if state.paused:
         return state

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from runtime.admission.handling import MAX_REASON_CHARS, pause_in, resume_in
+from runtime.admission.handling import clip_reason, pause_in, resume_in
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.operators.accounts import record
 from runtime.operators.roles import Role
@@ -59,9 +59,7 @@ def take_over(store: DeliveryStore, customer_id: int, operator: str, reason: str
                 f"ask {now.assignee}, or have the conversation assigned to you (kefu assign {customer_id} {operator})",
             )
         # A handoff keeps the agent's reason: it says what the buyer needs. Who took it is the assignee.
-        reason = (
-            reason.strip()[:MAX_REASON_CHARS] or (now.handling_reason if now.handling_paused else None) or "taken over"
-        )
+        reason = clip_reason(reason.strip()) or (now.handling_reason if now.handling_paused else None) or "taken over"
         if now.handling_paused:
             conn.execute(queries.customer.TAKE_PAUSED, {"c": customer_id, "o": operator, "r": reason, "at": now_ms()})
         else:

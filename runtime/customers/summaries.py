@@ -67,10 +67,14 @@ class CustomerSummary(BaseModel):
         return f"{self.last_activity_at}.{self.id}"
 
 
+def like_escaped(text: str) -> str:
+    """`text` for a LIKE pattern with `ESCAPE '!'`: its `%` and `_` are not wildcards."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
 def _literal(search: str) -> str:
-    """A LIKE pattern matching `search` as a plain substring (`%` and `_` are not wildcards)."""
-    escaped = search.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    return f"%{escaped}%"
+    """A LIKE pattern matching `search` as a plain substring."""
+    return f"%{like_escaped(search)}%"
 
 
 def list_customers(

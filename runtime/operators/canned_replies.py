@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from runtime.customers.summaries import display_name
+from runtime.customers.summaries import display_name, like_escaped
 from runtime.errors import KefuError
 from runtime.operators.accounts import record
 from runtime.store import DeliveryStore, now_ms, queries
@@ -142,13 +142,9 @@ def list_replies(store: DeliveryStore) -> list[CannedReply]:
         return [CannedReply.model_validate(r) for r in conn.execute(queries.canned_reply.ALL).mappings()]
 
 
-def _like(text: str) -> str:
-    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-
-
 def search_replies(store: DeliveryStore, query: str, limit: int = SEARCH_LIMIT) -> list[CannedReply]:
     """Replies whose shortcut starts with `query` first, then those whose shortcut or body holds it."""
-    text = _like(query.strip().removeprefix("/"))
+    text = like_escaped(query.strip().removeprefix("/"))
     params = {"prefix": f"{text}%", "within": f"%{text}%", "n": limit}
     with store.read() as conn:
         return [CannedReply.model_validate(r) for r in conn.execute(queries.canned_reply.SEARCH, params).mappings()]
