@@ -16,7 +16,8 @@ stream's first event, one update of the live list (its stream's first event: the
 again, drawn, and the operator's attention counted: what every open list pays per change of
 the store), and the reports (yesterday's page and CSV, the whole fill's page, and
 yesterday's page again after each of the repeats stored 100 new messages, so that its
-catch-up is in the time). The baseline in the same run is the console's `/healthz` (the HTTP
+catch-up is in the time), and the live list's latency: from a page of new messages committed
+to an open list's stream sending its rows again. The baseline in the same run is the console's `/healthz` (the HTTP
 and app overhead with no store read). The report facts are built once after the fill, timed
 apart (the catch-up a first report on an existing store pays once).
 
@@ -26,6 +27,7 @@ apart (the catch-up a first report on an existing store pays once).
 from __future__ import annotations
 
 import argparse
+import queue
 import random
 import re
 import statistics
@@ -244,13 +246,49 @@ def first_event(client: httpx.Client, path: str) -> None:
                 return
 
 
-def new_messages(runtime: WorkerRuntime, customers: int) -> Callable[[int], None]:
+def live_list_latency(base: str, cookies: httpx.Cookies, store_page: Callable[[int], None], repeat: int) -> list[float]:
+    """Milliseconds from a page of new messages committed to an open list's stream sending its
+    rows again: the time an operator waits to see a buyer's message in the list. Each time a
+    stream is opened on its own thread and connection, as a browser tab holds it, and the page
+    is stored at a random moment of its polling (a stream asks every live.POLL_S)."""
+    rng, times = random.Random(repeat), []
+    for n in range(repeat):
+        arrived: queue.Queue[float] = queue.Queue()
+        listener = threading.Thread(target=_rows_events, args=(base, cookies, arrived), daemon=True)
+        listener.start()
+        arrived.get(timeout=120)  # the list as it is
+        time.sleep(rng.uniform(0, 1))
+        began = time.perf_counter()
+        store_page(n)
+        times.append((arrived.get(timeout=120) - began) * 1000)
+        listener.join(10)
+    return times
+
+
+def _rows_events(base: str, cookies: httpx.Cookies, arrived: queue.Queue[float]) -> None:
+    """Puts the time of the list stream's first two rows events on `arrived`."""
+    with (
+        httpx.Client(base_url=base, cookies=cookies, timeout=120) as own,
+        own.stream("GET", "/events?source=simulation") as stream,
+    ):
+        event, left = "", 2
+        for line in stream.iter_lines():
+            if line.startswith("event:"):
+                event = line.removeprefix("event:").strip()
+            elif line.startswith("data:") and event == "rows":
+                arrived.put(time.perf_counter())
+                left -= 1
+                if not left:
+                    return
+
+
+def new_messages(runtime: WorkerRuntime, customers: int, name: str = "new") -> Callable[[int], None]:
     """Stores a page of 100 new lines (of 100 customers) now: what a report's catch-up then reads."""
 
     def store_page(n: int) -> None:
         said = [(time.time_ns() // 1_000_000, (n * 100 + i) % customers) for i in range(100)]
         minute = said[0][0] // 60_000
-        page = _page(minute, said).model_copy(update={"page_op_id": f"new-{n}"})
+        page = _page(minute, said).model_copy(update={"page_op_id": f"{name}-{n}"})
         ingest_page(runtime.store, page, admit_batch_size=runtime.settings.admission.batch_size)
 
     return store_page
@@ -275,7 +313,9 @@ def main() -> None:
             add_operator(runtime.store, name, Role.OPERATOR, PASSWORD)
         began = time.perf_counter()
         replies = fill(runtime, args.customers, args.messages, args.days, random.Random(args.seed))
-        for customer in range(1, args.customers + 1, 100):
+        with runtime.store.read() as conn:
+            written = [int(row[0]) for row in conn.execute("SELECT id FROM customer ORDER BY id")]
+        for customer in written[::100]:  # fewer messages than customers a day leaves some silent
             assign(runtime.store, customer, "bench", "bench")
         console.print(
             f"filled: {args.customers:,} customers, {args.messages:,} messages, {replies:,} replies over"
@@ -323,6 +363,9 @@ def main() -> None:
                 results = {name: timed(fetch, args.repeat) for name, fetch in pages.items()}
                 results["reports, a day, after 100 new messages"] = timed(
                     lambda: client.get(f"/reports?{day}"), args.repeat, new_messages(runtime, args.customers)
+                )
+                results["live list, a new message to its event"] = live_list_latency(
+                    base, client.cookies, new_messages(runtime, args.customers, "live"), args.repeat
                 )
                 shown = client.get(f"/reports?{day}").text
                 figure = re.search(r'id="total-messages">(\d+)<', shown)

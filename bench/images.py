@@ -1,8 +1,8 @@
-"""The cost of fetching and storing one buyer image (runtime.inbound.media.fetch_image).
+"""The cost of fetching and storing one buyer image (runtime.inbound.media.fetch_media).
 
 A local fake DingTalk (the test suite's, over loopback HTTP) holds --count pictures of --kib
 KiB each; each one arrives as a picture message through ingest, then kefu fetches it the way the
-worker's `kefu.ingest.fetch_image` task does: the download code through the OpenAPI (a token,
+worker's `kefu.ingest.fetch_media` task does: the download code through the OpenAPI (a token,
 then `messageFiles/download` for a URL), the bytes read within the size limit, checked to be an
 image, stored content-addressed in the delivery store, the outcome written into the message.
 The baseline, in the same run: the same two HTTP requests with a bare httpx client and the
@@ -31,7 +31,7 @@ from rich.table import Table
 from config import load_settings
 from runtime.accounts.registry import AccountSpec, create_account
 from runtime.inbound.ingest import ingest_page
-from runtime.inbound.media import fetch_image
+from runtime.inbound.media import fetch_media
 from runtime.inbound.pages import ConversationGroup, ImageContent, InboundMessage, InboundPage, Sender
 from runtime.store import DeliveryStore
 from tests.fakes.dingtalk import FakeDingTalk
@@ -81,12 +81,12 @@ def main() -> None:
             client_id=fake.client_id, client_secret=fake.client_secret, robot_code=fake.robot_code
         )
         transport = DingTalkTransport(settings.dingtalk, lambda _: credentials)
-        ids = [ingest_page(store, page(n, code)).images[0] for n, code in enumerate(codes)]
+        ids = [ingest_page(store, page(n, code)).media[0] for n, code in enumerate(codes)]
 
         kefu = []
         for message_id in ids:
             began = time.perf_counter()
-            body = fetch_image(store, lambda _: transport, message_id, settings.media_max_bytes)
+            body = fetch_media(store, lambda _: transport, message_id, settings.media_max_bytes)
             kefu.append(time.perf_counter() - began)
             assert body is not None and body.state == "stored"
 
@@ -117,7 +117,7 @@ def main() -> None:
     table.add_column("path")
     table.add_column("ms per image", justify="right")
     table.add_row(
-        "kefu: fetch_image (OpenAPI, size and type checks, store, outcome)", f"{statistics.median(kefu) * 1000:.2f}"
+        "kefu: fetch_media (OpenAPI, size and type checks, store, outcome)", f"{statistics.median(kefu) * 1000:.2f}"
     )
     table.add_row("baseline: httpx, the same two requests + raw sqlite3 insert", f"{statistics.median(raw) * 1000:.2f}")
     Console().print(table)

@@ -64,7 +64,7 @@ class Steps:
 SEND_NOT_SUBMITTED = Steps((1, 2, 5, 10, 30, 60))
 
 # A buyer's image the platform did not hand over: the fetch task's own retries first …
-IMAGE_FETCH = Steps((5, 10))
+MEDIA_FETCH = Steps((5, 10))
 # … then the reconciler leaves it alone until this long after the failure, so a platform that
 # is down is not asked again on every pass (30 s, then 2 min).
 IMAGE_RESCUE = Backoff(first_s=30, factor=4)

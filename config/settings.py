@@ -68,6 +68,88 @@ class OpenAISettings(_Section):
     max_concurrency: int = Field(512, ge=1, le=10_000)
 
 
+# The top-level agent settings are the profile of every route that names none (SPEC 3.2's
+# `agent_preset`); a route may also name it explicitly.
+DEFAULT_PROFILE = "default"
+PROFILE_NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
+PROFILE_RULE = "must be 1-32 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
+# The model's tools a profile may allow (runtime.agent.tools.TOOLS and runtime.memory.tools.
+# MEMORY_TOOLS; tests/unit/test_agent_profiles.py keeps the two lists equal).
+AGENT_TOOLS = ("im_send_message", "im_query_history", "im_handoff", "memory_recall", "memory_judge", "memory_image")
+MEMORY_TOOL_NAMES = frozenset({"memory_recall", "memory_judge", "memory_image"})
+PERSONA_FILE_MAX_CHARS = 20_000
+
+
+class AgentProfileSettings(_Section):
+    """A named agent (`[agent.profiles.<name>]`, `KEFU_AGENT__PROFILES__<NAME>__…`) that a route
+    chooses by name, so that one shop runs, say, a pre-sales robot and an after-sales group with
+    their own prompt and knowledge. What a profile leaves unset is the top-level agent's."""
+
+    persona: str | None = Field(None, min_length=1, max_length=4000)  # the system prompt's first section
+    persona_file: Path | None = None  # ... or read from this UTF-8 file (not both)
+    knowledge_file: Path | None = None  # the rules agent's FAQ
+    provider: Literal["rules", "openai"] | None = None
+    # With the openai provider: the model, and the endpoint when it is not KEFU_AGENT__OPENAI__'s.
+    model: str | None = Field(None, min_length=1, max_length=200)
+    base_url: str | None = Field(None, pattern=r"^https?://")
+    api_key: SecretStr | None = None
+    # The tools the model is offered (unset: all of them; memory tools only with memory on).
+    tools: list[str] | None = None
+    # Long-term memory for this profile's customers (only where KEFU_MEMORY__ENABLED is on).
+    memory: bool = True
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """An environment variable may list them comma-separated as well as in JSON."""
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in AGENT_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; the tools are {', '.join(AGENT_TOOLS)}")
+        if "im_send_message" not in value:
+            raise ValueError("must include im_send_message: without it the agent can never answer a buyer")
+        return list(dict.fromkeys(value))
+
+    @field_validator("persona_file", "knowledge_file")
+    @classmethod
+    def _a_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"{value} is not a file")
+        return value.expanduser() if value is not None else None
+
+    @field_validator("persona_file")
+    @classmethod
+    def _readable_prompt(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                text = value.read_text("utf-8").strip()
+            except (OSError, UnicodeDecodeError) as error:
+                raise ValueError(f"cannot read {value} as UTF-8 text ({type(error).__name__})") from None
+            if not 1 <= len(text) <= PERSONA_FILE_MAX_CHARS:
+                raise ValueError(f"{value} must hold 1-{PERSONA_FILE_MAX_CHARS} characters of prompt")
+        return value
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> AgentProfileSettings:
+        if self.persona is not None and self.persona_file is not None:
+            raise ValueError("set persona or persona_file, not both")
+        return self
+
+    def prompt(self) -> str | None:
+        """The profile's own system prompt section (None: the top-level persona)."""
+        if self.persona_file is not None:
+            return self.persona_file.read_text("utf-8").strip()
+        return self.persona
+
+
 class AgentSettings(_Section):
     provider: Literal["rules", "openai"] = "rules"
     persona: str = Field(
@@ -89,13 +171,72 @@ class AgentSettings(_Section):
     # across, runtime.agent.rotation) when its last event is older than this; unset: never.
     session_idle_h: float | None = Field(None, gt=0, le=87_600)
     # ... and when the configured model is not the one the session began with.
+    # ... and when the customer's route now names another profile (see `profiles`).
     rotate_on_model_change: bool = True
     openai: OpenAISettings = OpenAISettings()
+    # Named agents a route may choose (runtime.agent.profiles); the settings above are the default.
+    profiles: dict[str, AgentProfileSettings] = {}
 
     @property
     def model_name(self) -> str:
         """The model a session's header and request headers name."""
         return "rules" if self.provider == "rules" else f"openai:{self.openai.model or 'default'}"
+
+    @property
+    def profile_names(self) -> frozenset[str]:
+        """Every profile a route may name, the default one included."""
+        return frozenset({DEFAULT_PROFILE, *self.profiles})
+
+    @property
+    def uses_openai(self) -> bool:
+        """Some profile's turns wait on a model behind the network (worker pool, inline turns)."""
+        return self.provider == "openai" or any(self.profile_provider(p) == "openai" for p in self.profiles.values())
+
+    def profile_provider(self, profile: AgentProfileSettings) -> Literal["rules", "openai"]:
+        return profile.provider or self.provider
+
+    def profile_openai(self, profile: AgentProfileSettings) -> OpenAISettings:
+        """The profile's endpoint: the top-level one with what the profile sets instead."""
+        own = {"model": profile.model, "base_url": profile.base_url, "api_key": profile.api_key}
+        return self.openai.model_copy(update={k: v for k, v in own.items() if v is not None})
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, value: dict[str, AgentProfileSettings]) -> dict[str, AgentProfileSettings]:
+        for name in value:
+            if name == DEFAULT_PROFILE:
+                raise ValueError(
+                    f"{name!r} is the top-level agent settings' profile: set KEFU_AGENT__… for it, or pick another name"
+                )
+            if not re.fullmatch(PROFILE_NAME, name):
+                raise ValueError(f"profile name {name!r} {PROFILE_RULE}")
+        return value
+
+    @model_validator(mode="after")
+    def _profiles_complete(self) -> AgentSettings:
+        """A profile's provider may be the top-level one: its model settings are checked against
+        the provider it ends up with, naming the variable to fix."""
+        problems = []
+        for name, profile in sorted(self.profiles.items()):
+            prefix = f"KEFU_AGENT__PROFILES__{name.upper()}__"
+            if self.profile_provider(profile) == "rules":
+                stray = [f for f in ("model", "base_url", "api_key") if getattr(profile, f) is not None]
+                if stray:
+                    problems.append(
+                        f"{', '.join(prefix + f.upper() for f in stray)}: only for the openai provider, and profile"
+                        f" {name!r} uses rules (set {prefix}PROVIDER=openai, or leave them out)"
+                    )
+                continue
+            endpoint = self.profile_openai(profile)
+            missing = [f for f in ("base_url", "api_key", "model") if getattr(endpoint, f) is None]
+            if missing:
+                problems.append(
+                    f"profile {name!r} uses the openai provider and needs "
+                    + ", ".join(f"{prefix}{f.upper()} (or KEFU_AGENT__OPENAI__{f.upper()})" for f in missing)
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class OutboxSettings(_Section):
@@ -158,7 +299,7 @@ class ListenerSettings(_Section):
     reconnect_initial_ms: int = Field(1000, ge=1, le=600_000)
     reconnect_max_ms: int = Field(30_000, ge=1, le=600_000)
     reconnect_max_attempts: int = Field(3, ge=0, le=20)  # 0: no reconnect at all
-    reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the initial delay
+    reconnect_stable_ms: int = Field(60_000, ge=0, le=3_600_000)  # a run this long restores the budget and delay
     heartbeat_timeout_ms: int = Field(90_000, ge=1000, le=3_600_000)  # silence this long = a dead connection
     supervise_interval_ms: int = Field(2000, ge=50, le=600_000)  # how soon listeners follow account changes
     lease_s: float = Field(30.0, ge=1, le=3600)  # an account's listener lease, renewed on every supervise pass
@@ -208,8 +349,9 @@ class DingTalkSettings(_Section):
     oapi_url: str = Field("https://oapi.dingtalk.com", pattern=r"^https?://")  # media upload
     timeout_s: float = Field(10.0, gt=0, le=120)
     ack_wait_s: float = Field(10.0, gt=0, le=60)  # a stream callback waits this long for the broker
-    read_status_checks: int = Field(3, ge=0, le=10)  # read-status queries per sent 1:1 message, then stop
-    read_status_interval_s: float = Field(300.0, ge=1, le=86_400)  # between those queries
+    # Read status (SPEC 3.9): at most one query per sent 1:1 message, no polling (20 QPS per app).
+    read_status_checks: int = Field(1, ge=0, le=1)  # 1: ask once per sent 1:1 message; 0: never ask
+    read_status_interval_s: float = Field(300.0, ge=1, le=86_400)  # how long after the send it is asked
 
     @property
     def longest_send_s(self) -> float:
@@ -330,6 +472,9 @@ class Settings(BaseSettings):
     # The words of the console and of the CLI's output: Simplified Chinese, or English.
     language: Literal["zh_CN", "en"] = "zh_CN"
     media_max_bytes: int = Field(10 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
+    # A buyer's video (runtime.inbound.media): a phone clip runs past a photo's or a document's size;
+    # kept in the delivery store, whose write lock a copy holds while it is written.
+    media_video_max_bytes: int = Field(20 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     account_setup_ttl_ms: int = Field(300_000, ge=1_000, le=3_600_000)  # a preview's material lives this long
     delivery: DeliverySettings = DeliverySettings()
     admission: AdmissionSettings = AdmissionSettings()

@@ -23,14 +23,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from config.retries import IMAGE_FETCH, SEND_NOT_SUBMITTED
+from config.retries import MEDIA_FETCH, SEND_NOT_SUBMITTED
 from runtime.admission.batches import (
     batches_left_open,
     customers_waiting,
     customers_waiting_in,
     evaluate,
+    load_customer,
     stranded_batches,
 )
+from runtime.agent.profiles import UNKNOWN as UNKNOWN_PROFILE
+from runtime.agent.profiles import ProfileUnknown, governing_route, profile_name_of, report_unknown
 from runtime.agent.turn import run_turn
 from runtime.errors import KefuError, PageRejected, invalid_fields
 from runtime.inbound import media as inbound_media
@@ -46,7 +49,7 @@ from runtime.inbound.inbox import (
 from runtime.inbound.ingest import NEVER_INGESTED, committed_cursor, ingest_page
 from runtime.inbound.input_pause import InputPaused, hold_page, resume_input
 from runtime.inbound.pages import InboundPage, parse_page
-from runtime.outbox.read_checks import checked, due_read_checks, schedule_read_checks
+from runtime.outbox.read_checks import claim_due_read_check, schedule_read_checks
 from runtime.outbox.read_receipts import accept_buyer_receipt
 from runtime.outbox.requests import (
     AttemptGrant,
@@ -76,6 +79,7 @@ log = logging.getLogger(__name__)
 # then the reconciler's grace takes over. A throttling hint is honoured up to MAX_THROTTLE_WAIT_S.
 MAX_THROTTLE_WAIT_S = 600
 RECONCILE_LIMIT = 1000  # of each kind of work per pass: the next pass takes the rest
+READ_CHECKS_PER_ROUND = 100  # read-status queries per beat round: the next round takes the rest
 _handed_out: dict[Path, int] = {}  # store -> the last customer a full pass handed out for admission
 
 
@@ -125,12 +129,12 @@ class Archive:
 
 
 @dataclass(frozen=True)
-class FetchImage:
+class FetchMedia:
     message_id: int
     countdown_s: float = 0.0
 
 
-FollowUp = Ingest | RecordRead | Admit | RunTurn | Attempt | Settle | Archive | FetchImage
+FollowUp = Ingest | RecordRead | Admit | RunTurn | Attempt | Settle | Archive | FetchMedia
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,8 @@ def ingest(services: Services, data: object) -> Step:
         _refuse_unparsed(services, data, error.code)
         return Step("rejected")
     try:
-        result = ingest_page(store, page, admit_batch_size=services.settings.admission.batch_size)
+        admission = services.settings.admission.batch_size
+        result = ingest_page(store, page, admit_batch_size=admission, profiles=services.settings.agent.profile_names)
     except InputPaused:  # kept whole, published again on resume; the cursor did not move
         if hold_page(store, page):
             return Step("held")
@@ -185,19 +190,21 @@ def ingest(services: Services, data: object) -> Step:
     _confirm(services, page)
     if result.replayed:  # the process that committed it may have died before its turns were due
         return Step("replayed", tuple(Admit(c) for c in result.customer_ids))
-    images = tuple(FetchImage(m) for m in result.images)  # fetched at once: a reference expires
-    return Step("ingested", (*images, *(RunTurn(c) for c in result.turns_due or ())))
+    media = tuple(FetchMedia(m) for m in result.media)  # fetched at once: a reference expires
+    return Step("ingested", (*media, *(RunTurn(c) for c in result.turns_due or ())))
 
 
-def fetch_image(services: Services, message_id: int) -> Step:
-    """Fetch a buyer's image from its platform into the store (runtime.inbound.media); a
-    transient failure is tried again after a backoff, a few times."""
+def fetch_media(services: Services, message_id: int) -> Step:
+    """Fetch a buyer's image, file, voice message or video from its platform into the store
+    (runtime.inbound.media); a transient failure is tried again after a backoff, a few times."""
     settings = services.settings
-    body = inbound_media.fetch_image(services.store, services.transport_of, message_id, settings.media_max_bytes)
+    body = inbound_media.fetch_media(
+        services.store, services.transport_of, message_id, settings.media_max_bytes, settings.media_video_max_bytes
+    )
     if body is None:
-        return Step("not-an-image")
+        return Step("no-such-media")
     if body.state == "pending":
-        return Step(f"retry {body.code}", (FetchImage(message_id, IMAGE_FETCH.wait_s(body.attempts)),))
+        return Step(f"retry {body.code}", (FetchMedia(message_id, MEDIA_FETCH.wait_s(body.attempts)),))
     return Step(body.state if body.code is None else f"{body.state} {body.code}")
 
 
@@ -264,7 +271,16 @@ def resume(store: DeliveryStore, account_id: str | None) -> Step:
 
 def admit(services: Services, customer_id: int) -> Step:
     """Claim the customer's pending input as a batch (SPEC 3.6); a batch is a turn to run."""
-    decision = evaluate(services.store, customer_id, services.settings.admission.batch_size)
+    settings = services.settings
+    decision = evaluate(services.store, customer_id, settings.admission.batch_size, settings.agent.profile_names)
+    if decision.reason == "profile-unknown":  # loud on every pass: the customer's input waits
+        log.warning(
+            "%s: customer %s is not answered: their route names agent profile %r, which is not configured;"
+            " their input waits (`kefu agents list`)",
+            UNKNOWN_PROFILE,
+            customer_id,
+            decision.profile,
+        )
     return Step(decision.reason, (RunTurn(customer_id),) if decision.batch_id is not None else ())
 
 
@@ -288,11 +304,16 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
         if isinstance(grant, AttemptGrant):
             begun[request.request_id] = grant
 
+    try:
+        with store.read() as conn:
+            profile, provider = services.agent_for(profile_name_of(conn, customer_id))
+    except ProfileUnknown as unknown:  # gone since admission: the batch stays open, and waits
+        return _profile_gone(services, customer_id, unknown)
     with leases.claimed(store, f"customer:{customer_id}", settings.agent.turn_lease_s) as fence:
         try:
             result = run_turn(
                 store,
-                services.provider,
+                provider,
                 customer_id,
                 settings.sessions_dir,
                 settings.zone,
@@ -303,8 +324,9 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
                 fence=fence,
                 begin_attempt=begin_here if sends_here else None,
                 fetch_images=lambda ids: [
-                    inbound_media.fetch_image(store, services.transport_of, m, settings.media_max_bytes) for m in ids
+                    inbound_media.fetch_media(store, services.transport_of, m, settings.media_max_bytes) for m in ids
                 ],
+                profile=profile,
             )
         except LeaseBusy:  # the holder finishes the batch and re-runs admission; a dead holder's lease expires
             return Step("busy")
@@ -317,6 +339,18 @@ def turn(services: Services, customer_id: int, emit: Emit, sends_here: bool = Fa
         return Step("waiting", (RunTurn(customer_id, result.retry_after_s),))
     archive: tuple[FollowUp, ...] = (Archive(customer_id),) if result.archive_due else ()
     return Step(result.outcome, (*archive, Admit(customer_id)) if result.admit_next else archive)
+
+
+def _profile_gone(services: Services, customer_id: int, unknown: ProfileUnknown) -> Step:
+    """A batch admitted under a profile that has left the settings since (a worker restarted with
+    other settings): it stays open, its turn runs once the profile is back (the reconciler)."""
+    log.warning("%s: turn of customer %s waits: %s", unknown.code, customer_id, unknown.message)
+    with services.store.write() as conn:
+        customer = load_customer(conn, customer_id)
+        route = governing_route(conn, customer) if customer is not None else None
+        if customer is not None and route is not None:
+            report_unknown(conn, customer, route)
+    return Step("profile-unknown")
 
 
 # --- sending -------------------------------------------------------------------------------
@@ -368,8 +402,8 @@ def deliver(services: Services, request_id: str, retries: int = 0, begun: Attemp
         return Step(failure.kind, _attempt(following))
     following = record_sent(store, request_id, grant.attempt_no, receipt)
     if isinstance(transport, ReadStatusQueries) and grant.send.recipient_id:
-        checks, interval_ms = transport.read_status_schedule
-        schedule_read_checks(store, request_id, checks, interval_ms, now_ms())
+        checks, delay_ms = transport.read_status_schedule
+        schedule_read_checks(store, request_id, checks, delay_ms, now_ms())
     return Step("sent", _attempt(following))
 
 
@@ -411,13 +445,13 @@ def reconcile(services: Services, grace_s: float | None = None) -> Step:
     grace_ms = int((settings.reconcile.grace_s if grace_s is None else grace_s) * 1000)
     quiet = now - grace_ms
     lease = now - int(settings.outbox.attempt_lease_s * 1000)
-    expired = inbound_media.expire_images(store, now, RECONCILE_LIMIT)  # too old to fetch: no platform call
+    expired = inbound_media.expire_media(store, now, RECONCILE_LIMIT)  # too old to fetch: no platform call
     with store.read() as conn:
         admissions = customers_waiting(conn, quiet, RECONCILE_LIMIT, _handed_out.get(store.path, 0))
         turns = batches_left_open(conn, quiet, RECONCILE_LIMIT)
         attempts = requests_to_attempt(conn, quiet, lease, RECONCILE_LIMIT)
         settlements = requests_to_settle(conn, settings.outbox.receipt_query_limit, RECONCILE_LIMIT)
-        images = inbound_media.pending_images(conn, RECONCILE_LIMIT, received_before=quiet, now=now)
+        media = inbound_media.pending_media(conn, RECONCILE_LIMIT, received_before=quiet, now=now)
     _handed_out[store.path] = admissions[-1] if len(admissions) == RECONCILE_LIMIT else 0  # the rest next pass
     recorded = overdue_pages(store, grace_ms)
     prune_ingested(store)
@@ -427,13 +461,13 @@ def reconcile(services: Services, grace_s: float | None = None) -> Step:
         *(RunTurn(c) for c in turns),
         *(Attempt(r) for r in attempts),
         *(Settle(r) for r in settlements),
-        *(FetchImage(m) for m in images),
+        *(FetchMedia(m) for m in media),
         *(Ingest(page) for page in recorded),
         *caught_up,
     )
     counts = (
         f"{len(admissions)} admissions, {len(turns)} turns, {len(attempts)} attempts,"
-        f" {len(settlements)} settlements, {len(images)} images{f' ({expired} expired)' if expired else ''},"
+        f" {len(settlements)} settlements, {len(media)} media{f' ({expired} expired)' if expired else ''},"
         f" {len(recorded)} received pages, {len(caught_up)} pages"
     )
     return Step(counts, follow_ups)
@@ -482,20 +516,24 @@ def _catch_up(services: Services) -> list[FollowUp]:
 
 
 def check_reads(services: Services) -> Step:
-    """The read-status queries that are due (SPEC 3.9; each sent 1:1 message has a bounded
-    schedule, runtime.outbox.read_checks). A read found is stored like a pushed receipt."""
+    """The read-status queries that are due (SPEC 3.9): each sent 1:1 message is asked about
+    once, its check marked made before the query (runtime.outbox.read_checks), so a crash, a
+    redelivered task or an overlapping round never asks again. A read found is stored like a
+    pushed receipt; a failed query leaves the message unconfirmed and is not retried."""
     store, now = services.store, now_ms()
     reads = 0
-    for check in due_read_checks(store, now):
+    for _ in range(READ_CHECKS_PER_ROUND):
+        check = claim_due_read_check(store, now)
+        if check is None:
+            break
         transport = services.transport_of(check.account_id)
         if not isinstance(transport, ReadStatusQueries):
-            checked(store, check.request_id, True, 0, now)
             continue
         try:
             readers = transport.read_by(check.account_id, check.platform_message_id)
-        except SendFailure as failure:  # counts as a check: the schedule stays bounded
+        except SendFailure as failure:  # unconfirmed, and not asked again
             log.info("read status of %s not available: %s", check.request_id, failure.code)
-            readers = {}
+            continue
         read_at = readers.get(check.recipient_id)
         if read_at is not None:
             receipt = BuyerReadReceipt(
@@ -506,5 +544,4 @@ def check_reads(services: Services) -> Step:
                 read_at=datetime.fromtimestamp((read_at or now) / 1000, tz=UTC),
             )
             reads += accept_buyer_receipt(store, receipt) == "stored"
-        checked(store, check.request_id, read_at is not None, transport.read_status_schedule[1], now)
     return Step(f"{reads} reads")

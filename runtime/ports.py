@@ -18,6 +18,7 @@ from runtime.inbound.pages import Id, InboundPage, ReplyWebhook
 
 if TYPE_CHECKING:
     from config import Settings
+    from runtime.agent.profiles import AgentProfile
     from runtime.memory.engine import MemoryEngine
     from runtime.outbox.media import AttachmentPolicy
     from runtime.placement.shards import Placement
@@ -171,7 +172,7 @@ class Transport(Protocol):
 class ReadStatusQueries(Protocol):
     """A transport whose platform answers read-status queries instead of pushing read events."""
 
-    read_status_schedule: tuple[int, int]  # (checks per sent 1:1 message, ms between checks)
+    read_status_schedule: tuple[int, int]  # (1 to ask once per sent 1:1 message or 0 never, ms after the send)
 
     def read_by(self, account_id: str, platform_message_id: str) -> dict[str, int]:
         """Who read the message: reader id -> read time (ms, 0 if the platform gives none).
@@ -283,6 +284,10 @@ class Services(Protocol):
 
     @property
     def provider(self) -> ModelProvider: ...
+
+    def agent_for(self, profile: str | None) -> tuple[AgentProfile, ModelProvider]:
+        """The agent profile a route names (None: the default) and its model provider; raises
+        runtime.agent.profiles.ProfileUnknown when no profile has that name."""
 
     @property
     def memory(self) -> MemoryEngine | None: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from config import Settings
+from runtime.agent.profiles import AgentProfile, agent_profile
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.ports import ModelProvider
 from runtime.store import DeliveryStore
@@ -26,6 +27,13 @@ class Local:
     @property
     def transports(self) -> dict[str, MockTransport]:
         return {"simulator": self.transport}  # the shop fixture's account is a simulator account
+
+    def agent_for(self, profile: str | None) -> tuple[AgentProfile, ModelProvider]:
+        """The default profile answers with `provider`; a named one with the rules agent of its knowledge."""
+        resolved = agent_profile(self.settings.agent, profile)
+        if resolved.name == "default":
+            return resolved, self.provider
+        return resolved, RulesProvider(load_knowledge(resolved.agent.knowledge_file))
 
     def transport_of(self, account_id: str) -> MockTransport:
         return self.transport

@@ -65,7 +65,7 @@ class MockReadStatusTransport(MockTransport):
     def __init__(
         self,
         readers: Callable[[str], dict[str, int]],
-        schedule: tuple[int, int] = (3, 1000),
+        schedule: tuple[int, int] = (1, 1000),
         handler: Callable[[OutboundSend], SendReceipt] = _numbered,
     ) -> None:
         super().__init__(handler)

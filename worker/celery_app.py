@@ -58,6 +58,8 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "options": {"expires": settings.alerts.interval_s},
         },
         "memory-backlog": {"task": memory.score_backlog.name, "schedule": 60.0},
+        # Observing routes' input of the day that ended, into memory (runtime.memory.history).
+        "memory-observed": {"task": memory.remember_observed.name, "schedule": 3600.0, "options": {"expires": 3600}},
         # The directory comes back by itself after the coordination store lost it (Redis).
         "directory": {
             "task": placement.directory.name,
@@ -96,7 +98,7 @@ def pool_defaults(settings: Settings, argv: list[str]) -> dict[str, object]:
     A pool named on the command line (`-P`, `--pool=`) turns this off: Celery cannot tell
     `-P prefork` from its default and would let a configured pool win over it."""
     named = any(arg.startswith("-P") or arg == "--pool" or arg.startswith("--pool=") for arg in argv)
-    if settings.agent.provider == "rules" or named:
+    if not settings.agent.uses_openai or named:  # no profile's model is behind the network
         return {}
     return {
         "worker_pool": "threads",

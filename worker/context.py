@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 from celery import Celery
 
 from config import Settings
+from config.settings import DEFAULT_PROFILE
 from runtime.accounts.credentials import load_credentials
 from runtime.accounts.registry import require_account
+from runtime.agent.profiles import AgentProfile, agent_profile, all_profiles
 from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.errors import KefuError
 from runtime.memory.engine import MemoryEngine
@@ -53,6 +56,7 @@ def refuse_start(error: KefuError) -> NoReturn:
 
 
 def build_provider(settings: Settings) -> ModelProvider:
+    """The default profile's provider (the top-level agent settings)."""
     if settings.agent.provider == "openai":
         from transports.llm.openai import OpenAIChatProvider  # openai loads only where it is used
 
@@ -60,11 +64,39 @@ def build_provider(settings: Settings) -> ModelProvider:
     return RulesProvider(load_knowledge(settings.agent.knowledge_file))
 
 
+ProviderKey = tuple[str | None, ...]
+
+
+def provider_key(profile: AgentProfile) -> ProviderKey:
+    """Profiles with the same key share one provider (its model slots and connections): the
+    rules agent of one knowledge file, or one model of one endpoint."""
+    agent = profile.agent
+    if agent.provider == "rules":
+        return ("rules", str(agent.knowledge_file) if agent.knowledge_file else None)
+    key = agent.openai.api_key.get_secret_value() if agent.openai.api_key else None
+    return ("openai", agent.openai.base_url, agent.openai.model, key)
+
+
+def build_profile_provider(settings: Settings, profile: AgentProfile) -> ModelProvider:
+    """A named profile's provider; the errors of a knowledge file name the profile's variable."""
+    if profile.name == DEFAULT_PROFILE:
+        return build_provider(settings)
+    if profile.agent.provider == "openai":
+        from transports.llm.openai import OpenAIChatProvider
+
+        return OpenAIChatProvider(profile.agent.openai)
+    own = settings.agent.profiles[profile.name].knowledge_file is not None
+    variable = f"KEFU_AGENT__PROFILES__{profile.name.upper()}__KNOWLEDGE_FILE" if own else "KEFU_AGENT__KNOWLEDGE_FILE"
+    return RulesProvider(load_knowledge(profile.agent.knowledge_file, variable))
+
+
 @dataclass
 class WorkerRuntime:
     settings: Settings
     pid: int = field(default_factory=os.getpid)
     _platforms: dict[str, str] = field(default_factory=dict)
+    _providers: dict[ProviderKey, ModelProvider] = field(default_factory=dict)
+    _providers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @cached_property
     def store(self) -> DeliveryStore:
@@ -80,8 +112,8 @@ class WorkerRuntime:
 
     @property
     def local_agent(self) -> bool:
-        """The agent answers from this process, with no network call (the rules agent)."""
-        return self.settings.agent.provider == "rules"
+        """The agent answers from this process, with no network call (every profile's is the rules agent)."""
+        return not self.settings.agent.uses_openai
 
     @cached_property
     def coordination(self) -> Coordinator:
@@ -92,6 +124,23 @@ class WorkerRuntime:
     @cached_property
     def provider(self) -> ModelProvider:
         return build_provider(self.settings)
+
+    def agent_for(self, profile: str | None) -> tuple[AgentProfile, ModelProvider]:
+        """The profile a route names and its provider, built once per process (ProfileUnknown
+        when the settings have no such profile)."""
+        resolved = agent_profile(self.settings.agent, profile)
+        return resolved, self._provider_of(resolved)
+
+    def _provider_of(self, profile: AgentProfile) -> ModelProvider:
+        if profile.name == DEFAULT_PROFILE:
+            return self.provider
+        key = provider_key(profile)
+        with self._providers_lock:
+            if key not in self._providers:
+                default = provider_key(agent_profile(self.settings.agent, None))
+                built = self.provider if key == default else build_profile_provider(self.settings, profile)
+                self._providers[key] = built
+            return self._providers[key]
 
     @cached_property
     def transports(self) -> dict[str, Transport]:
@@ -186,12 +235,14 @@ class WorkerRuntime:
         beat after this, and SQLite must never be open across a fork (a child would inherit the
         parent's lock bookkeeping and hang or fail with "locking protocol")."""
         _ = self.store, self.provider, self.memory
+        providers = [self._provider_of(profile) for profile in all_profiles(self.settings.agent)]
         lapse_gone_holders(self.store)
-        if self.settings.agent.openai.vision and self.settings.agent.provider == "openai":
+        if self.settings.agent.openai.vision and self.settings.agent.uses_openai:
             from transports.llm.openai import OpenAIChatProvider
 
-            if isinstance(self.provider, OpenAIChatProvider):
-                self.provider.check_vision()
+            for provider in {id(p): p for p in providers}.values():  # each endpoint and model once
+                if isinstance(provider, OpenAIChatProvider):
+                    provider.check_vision()
         for account_id in self.rebuild_directory().elsewhere:  # what it resumed, the reconciler picks up
             print(f"kefu: {AccountOnOtherShard(account_id)}", file=sys.stderr, flush=True)
         self.store.close()

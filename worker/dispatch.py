@@ -33,7 +33,7 @@ from celery import Celery, Task
 from runtime import pipeline
 from runtime.inbound.inbox import UNCHECKED, Unchecked
 from runtime.inbound.pages import InboundPage
-from runtime.pipeline import Admit, Archive, Attempt, FetchImage, FollowUp, Ingest, RecordRead, RunTurn, Settle
+from runtime.pipeline import Admit, Archive, Attempt, FetchMedia, FollowUp, Ingest, RecordRead, RunTurn, Settle
 from runtime.ports import BuyerReadReceipt
 from worker.context import runtime_for
 
@@ -101,8 +101,8 @@ def _route(work: FollowUp) -> tuple[Task, tuple[Any, ...], float]:
             return tasks.settle, (request_id,), 0
         case Archive(customer_id):
             return memory.archive, (customer_id,), 0
-        case FetchImage(message_id, countdown_s):
-            return tasks.fetch_image, (message_id,), countdown_s
+        case FetchMedia(message_id, countdown_s):
+            return tasks.fetch_media, (message_id,), countdown_s
     raise TypeError(f"no task does {type(work).__name__}")
 
 

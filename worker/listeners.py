@@ -35,7 +35,7 @@ from worker.dispatch import Publish, broker_publisher
 log = logging.getLogger(__name__)
 
 RECEIVE_WAIT_S = 0.25  # how long one receive may block: bounds how late a stop or heartbeat check is
-COMMIT_CHECK_MS = 1000  # how often a listener whose reconnect delay grew looks for a committed page
+COMMIT_CHECK_MS = 1000  # how often a listener that spent some of its reconnect budget looks for a committed page
 
 
 @dataclass(frozen=True)
@@ -129,11 +129,13 @@ class AccountListener:
             return None
         except ListenerFailure as failure:
             code, authorization, final = failure.code, failure.authorization, False
+            self._look_for_commits()  # a page committed late in the run still proves it worked
         except KefuError as error:  # missing credentials and the like: an operator must act first
             code, authorization, final = error.code, False, True
         except OSError as error:  # the network: the class only, its text may carry addresses or secrets
             log.warning("listener %s: connection error %s", self.account_id, type(error).__name__)
             code, authorization, final = "KEFU_LISTENER_CONNECTION_LOST", False, False
+            self._look_for_commits()
         finally:
             self._close()
         if self._stopping.is_set():
@@ -164,11 +166,19 @@ class AccountListener:
                     event.ack()
                 except Exception as error:  # published: a lost ACK only means a redelivery, deduped
                     log.warning("listener %s: acknowledging failed (%s)", self.account_id, type(error).__name__)
-            if self.policy.attempts and last_heard >= next_commit_check:
+            if not self.policy.healthy() and last_heard >= next_commit_check:
                 next_commit_check = last_heard + COMMIT_CHECK_MS
-                with self._store.read() as conn:
-                    if committed_since(conn, self.account_id, self.policy.running_since or last_heard):
-                        self.policy.page_committed()
+                self._look_for_commits()
+
+    def _look_for_commits(self) -> None:
+        """A page of the account committed during this run restores the reconnect budget and
+        the initial delay (SPEC 3.11); a run without one must last `reconnect_stable_ms`."""
+        since = self.policy.running_since
+        if self.policy.state != "running" or since is None or self.policy.healthy():
+            return
+        with self._store.read() as conn:
+            if committed_since(conn, self.account_id, since):
+                self.policy.page_committed()
 
     def _close(self) -> None:
         with self._lock:

@@ -34,6 +34,7 @@ _WHY = {
     RotationReason.OPERATOR: N_("an operator asked for a new session"),
     RotationReason.INACTIVITY: N_("no conversation for a long time"),
     RotationReason.MODEL_CHANGE: N_("the model changed"),
+    RotationReason.PROFILE_CHANGE: N_("the agent profile changed"),
     RotationReason.DAMAGED: N_("its log was damaged"),
     RotationReason.FORK: N_("an operator forked the session"),
 }

@@ -19,6 +19,7 @@ received sends and every session log.
     python -m bench.faults move-under-faults  # a move with a dead turn and a dead mover
     python -m bench.faults standby-takeover   # the active instance dies, a standby takes over
     python -m bench.faults redis-wipe     # Redis without persistence comes back empty
+    python -m bench.faults backup-restore # a host lost, its backup restored on a fresh data dir
     python -m bench.faults SCENARIO --short   # the short form the integration tests run
     python -m bench.faults kill-workers --shards 2   # two shards, one account each (also
                                                      # broker-restart, slow-turns)
@@ -65,6 +66,12 @@ Scenarios:
                   grant counter, directory, journal and queued broker messages gone). Checks
                   grants above the fence, ≤ 2 exits per process, the directory rebuilt, and
                   wipe → last reply ≤ 60 s.
+  backup-restore  `kefu backup` under traffic; the traffic goes on; every process of the shard's
+                  host is SIGKILLed for good; once its lease lapsed, `kefu restore` puts the
+                  backup on a fresh data dir and a new instance serves it (bench/faults/
+                  backup_restore.py). Each message is answered exactly once by either host or
+                  held for an operator (`kefu restore-gap`); every message after the backup is
+                  recovered from the platform; none doubled.
 
 With --network-model the agent is the fake OpenAI-compatible endpoint (kill-workers and
 broker-restart: 0.5 s per response, 2 s timeout) and the workers run without -P, on the pool
@@ -98,7 +105,7 @@ The table (one per run):
                            reply the platform received
 The exit status is 0 only when lost = doubled = 0 (slow-turns: also no corrupt log;
 log-damage: every damaged log kept byte for byte and its customer answered; bad-start: every
-case exited non-zero with a code; redis-wipe: its checks above). A failed run keeps its folder
+case exited non-zero with a code; redis-wipe and backup-restore: their checks above). A failed run keeps its folder
 (logs, data, AOF) and prints where; --keep keeps a passing one too. Diagnostics never print message bodies or cursors.
 """
 
@@ -117,7 +124,7 @@ __all__ = ["SCENARIOS", "Options", "RunReport", "options_for", "run"]
 
 
 def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
-    from bench.faults import bad_start, log_damage, midturn, moves, redis_wipe, standby, traffic
+    from bench.faults import backup_restore, bad_start, log_damage, midturn, moves, redis_wipe, standby, traffic
 
     return {
         "kill-workers": traffic.kill_workers,
@@ -129,6 +136,7 @@ def _runner(scenario: str) -> Callable[[Options, Path, Say], RunReport]:
         "move-under-faults": moves.move_under_faults,
         "standby-takeover": standby.standby_takeover,
         "redis-wipe": redis_wipe.redis_wipe,
+        "backup-restore": backup_restore.backup_restore,
     }[scenario]
 
 

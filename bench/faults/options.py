@@ -15,6 +15,7 @@ SCENARIOS = (
     "move-under-faults",
     "standby-takeover",
     "redis-wipe",
+    "backup-restore",
 )
 SHARDED = ("kill-workers", "broker-restart", "slow-turns")  # the scenarios that run with --shards 2
 
@@ -39,6 +40,7 @@ FULL = {
     "standby-takeover": Defaults(messages=400, kills=1, rate=8, buyers=150, settle_s=120),
     # kefu's default settings: the reconciler's 30 s grace and the 30 s listener lease bound recovery
     "redis-wipe": Defaults(messages=600, kills=1, rate=10, buyers=150, settle_s=150),
+    "backup-restore": Defaults(messages=400, kills=1, rate=5, buyers=120, settle_s=120),
 }
 # The short forms (tests/integration/test_faults.py): ≈ 200 messages, ≥ 6 faults, < 90 s each.
 SHORT = {
@@ -51,6 +53,7 @@ SHORT = {
     "move-under-faults": Defaults(messages=16, kills=2, rate=2, buyers=10, settle_s=60),
     "standby-takeover": Defaults(messages=120, kills=1, rate=4, buyers=60, settle_s=40),
     "redis-wipe": Defaults(messages=60, kills=1, rate=2, buyers=30, settle_s=60),
+    "backup-restore": Defaults(messages=80, kills=1, rate=2, buyers=40, settle_s=60),
 }
 
 

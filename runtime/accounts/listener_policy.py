@@ -2,15 +2,15 @@
 
 stopped → starting → running → reconnecting → … → failed. A recoverable failure reconnects
 after an exponential delay (initial, doubling, capped). The budget counts failures since the
-last successful connection: a connection that opens restores it, so routine disconnects and
-cut sockets never wear a healthy listener down, while `reconnect_max_attempts` failures to
-connect in a row end in `failed`. The delay keeps doubling across short runs (a flapping
-connection backs off) and returns to the initial one only after a run of
-`reconnect_stable_ms` or a page committed while running. An authorization failure, or an
-exhausted budget, ends in `failed` with a safe error code; an authorization failure is also
-recorded on the account, which then needs an operator. Stopping (pause, disconnect, removal,
-shutdown) cancels any pending retry. A connection silent for longer than the heartbeat window
-is dead, and is treated as a recoverable failure.
+listener last proved healthy: a run of `reconnect_stable_ms`, or a page committed while running.
+Only those restore it (and the initial delay); a connection that merely opens does not, so a
+connection that opens and drops every few seconds (flapping) spends the budget like failures to
+connect do, and `reconnect_max_attempts` failures without a healthy run in between end in
+`failed` (KEFU_LISTENER_RETRIES_EXHAUSTED), which raises the operators' alert. An authorization
+failure, or an exhausted budget, ends in `failed` with a safe error code; an authorization
+failure is also recorded on the account, which then needs an operator. Stopping (pause,
+disconnect, removal, shutdown) cancels any pending retry. A connection silent for longer than
+the heartbeat window is dead, and is treated as a recoverable failure.
 
 A platform's own request to reconnect (DingTalk's SYSTEM `disconnect`) is no failure at all:
 the transport hands the session over to a new connection without the listener noticing.
@@ -37,7 +37,7 @@ class ListenerPolicy:
     settings: ListenerSettings
     state: ListenerState = "stopped"
     attempts: int = 0  # doublings of the delay since the last stable run or committed page
-    failures: int = 0  # failures since the last successful connection: the budget spent
+    failures: int = 0  # failures since the last stable run or committed page: the budget spent
     running_since: int | None = None
     last_error: str | None = None
     authorization_failed: bool = False  # the platform refused the credentials
@@ -47,16 +47,21 @@ class ListenerPolicy:
         return self.state
 
     def connected(self, now_ms: int) -> ListenerState:
-        """The connection is open: the budget is restored. The delay is not, until the run
-        proves stable, so a connection that opens and drops at once still backs off."""
-        self.state, self.running_since, self.failures = "running", now_ms, 0
+        """The connection is open. Neither the budget nor the delay is restored yet: only a
+        stable run or a committed page proves the connection works, so one that opens and
+        drops at once keeps spending the budget and backing off."""
+        self.state, self.running_since = "running", now_ms
         return self.state
 
     def page_committed(self) -> None:
-        """A page committed while running proves the connection works: the next failure
-        reconnects after the initial delay again."""
+        """A page committed while running proves the connection works: the budget is whole
+        again and the next failure reconnects after the initial delay."""
         if self.state == "running":
-            self.attempts = 0
+            self.attempts = self.failures = 0
+
+    def healthy(self) -> bool:
+        """Nothing of the budget or the delay is spent: no commit check can change anything."""
+        return self.attempts == 0 and self.failures == 0
 
     def heartbeat_expired(self, now_ms: int, last_heartbeat_ms: int) -> bool:
         return self.state == "running" and now_ms - last_heartbeat_ms > self.settings.heartbeat_timeout_ms
@@ -69,7 +74,7 @@ class ListenerPolicy:
             return None
         s = self.settings
         if self.running_since is not None and now_ms - self.running_since >= s.reconnect_stable_ms:
-            self.attempts = 0  # a stable run restores the initial delay
+            self.attempts = self.failures = 0  # a stable run restores the budget and the initial delay
         self.running_since = None
         if authorization or final:
             self.state, self.last_error, self.authorization_failed = "failed", code, authorization

@@ -102,24 +102,42 @@ def account_is_live(account: Account) -> bool:
 
 def listening_accounts(conn: Connection) -> list[Account]:
     """Accounts that should have a listener now (SPEC 3.1): connected, authorised, with at
-    least one enabled route to deliver to, and not in a move (SPEC 3.12)."""
+    least one enabled route to deliver to (one that only observes too: SPEC 3.1's observation
+    lease), and not in a move (SPEC 3.12)."""
     rows = conn.execute(queries.account.LISTENING).mappings()
     return [Account.model_validate(dict(row)) for row in rows]
 
 
-def set_connection_intent(store: DeliveryStore, account_id: str, intent: Literal["connected", "disconnected"]) -> int:
+def set_connection_intent(
+    store: DeliveryStore, account_id: str, intent: Literal["connected", "disconnected"], op_id: str | None = None
+) -> int:
     """Connect or disconnect an account (its listener follows). Connecting also clears an
     authorization the platform refused, so the listener tries the credentials again. Returns
-    the account's revision, bumped only when something changed, so repeating it is harmless."""
+    the account's revision, bumped only when something changed, so repeating it is harmless.
+    Under an `op_id` (SPEC 3.1) the result is stored with the change: the same id again returns
+    it (also once a later change moved the account on), and never changes anything."""
+    kind = "account.resume" if intent == "connected" else "account.pause"
     with store.write() as conn:
-        account = require_account(conn, account_id)
-        retry_authorization = intent == "connected" and account.authorization == "failed"
-        if account.connection_intent == intent and not retry_authorization:
-            return account.revision
-        conn.execute(
-            queries.account.SET_CONNECTION_INTENT, {"i": intent, "retry": retry_authorization, "a": account_id}
-        )
-        return account.revision + 1
+
+        def change() -> dict[str, Any]:
+            account = require_account(conn, account_id)
+            retry_authorization = intent == "connected" and account.authorization == "failed"
+            if account.connection_intent == intent and not retry_authorization:
+                return {"account_id": account_id, "connection_intent": intent, "revision": account.revision}
+            conn.execute(
+                queries.account.SET_CONNECTION_INTENT, {"i": intent, "retry": retry_authorization, "a": account_id}
+            )
+            return {"account_id": account_id, "connection_intent": intent, "revision": account.revision + 1}
+
+        result = change() if op_id is None else run_once(conn, op_id, kind, change)
+        if result.get("account_id") != account_id:
+            raise KefuError(
+                "KEFU_OPERATION_CONFLICT",
+                f"operation id {op_id!r} was already used for account {result.get('account_id')!r}",
+                "use a new operation id for a new operation",
+            )
+        revision: int = result["revision"]
+        return revision
 
 
 def delete_account(store: DeliveryStore, account_id: str, expected_revision: int, op_id: str) -> int:

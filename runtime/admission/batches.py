@@ -7,13 +7,16 @@ that arrives meanwhile waits for the next batch, so turns of one customer never 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from pydantic import TypeAdapter
 
+from config.settings import DEFAULT_PROFILE
 from runtime.accounts.registry import account_is_live, load_account
 from runtime.admission.routes import resolve_route
+from runtime.agent.profiles import report_unknown
 from runtime.agent.rendering import RenderableMessage
 from runtime.inbound.input_pause import is_paused
 from runtime.outbox.read_receipts import reads_from_json
@@ -37,7 +40,8 @@ Reason = Literal[
     "trigger-not-met",
     "no-route",
     "route-disabled",
-    "preset-unavailable",
+    "observing",
+    "profile-unknown",
     "paused",
     "account-not-live",
     "input-paused",
@@ -60,6 +64,7 @@ class Known:
 class AdmissionDecision:
     reason: Reason
     batch_id: str | None = None  # set for "admitted" and "open-batch": run its turn
+    profile: str | None = None  # "profile-unknown": the agent profile the route names
 
 
 def load_customer(conn: Connection, customer_id: int) -> Customer | None:
@@ -117,8 +122,11 @@ def nothing_to_admit(conn: Connection, customer_id: int) -> bool:
     return bool(conn.execute(queries.customer.NOTHING_TO_ADMIT, {"c": customer_id}).scalar_one())
 
 
-def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> AdmissionDecision:
+def evaluate(
+    store: DeliveryStore, customer_id: int, batch_size: int, profiles: Collection[str] = (DEFAULT_PROFILE,)
+) -> AdmissionDecision:
     """Claim up to `batch_size` pending messages into a new batch when the route admits.
+    `profiles`: the agent profiles configured (runtime.agent.profiles).
 
     A read first: with no open batch and no buyer input waiting (as after most turns) there is
     nothing to decide, and no write lock is taken. Input committed after that read brings its
@@ -127,10 +135,16 @@ def evaluate(store: DeliveryStore, customer_id: int, batch_size: int) -> Admissi
         if nothing_to_admit(conn, customer_id):
             return AdmissionDecision("nothing-pending")
     with store.write() as conn:
-        return decide(conn, customer_id, batch_size)
+        return decide(conn, customer_id, batch_size, profiles=profiles)
 
 
-def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | None = None) -> AdmissionDecision:
+def decide(
+    conn: Connection,
+    customer_id: int,
+    batch_size: int,
+    known: Known | None = None,
+    profiles: Collection[str] = (DEFAULT_PROFILE,),
+) -> AdmissionDecision:
     """Inside the caller's write transaction: `evaluate`'s decision, and the batch it claims."""
     if known is None:
         loaded = load_customer(conn, customer_id)
@@ -153,9 +167,14 @@ def decide(conn: Connection, customer_id: int, batch_size: int, known: Known | N
         return AdmissionDecision("no-route")
     if not route.enabled:
         return AdmissionDecision("route-disabled")
-    if route.agent_preset is not None:
-        # No preset registry exists yet: a recorded preset cannot load, and never falls back.
-        return AdmissionDecision("preset-unavailable")
+    if route.mode == "observe":  # listen and store, never answer: what waits is kept as observed
+        conn.execute(queries.inbound_message.OBSERVE_PENDING, {"c": customer_id})
+        return AdmissionDecision("observing")
+    if route.agent_preset not in (None, DEFAULT_PROFILE, *profiles):
+        # The profile left the settings after the route named it: the input waits (never another
+        # agent's answer), and an alert says so (runtime.agent.profiles).
+        report_unknown(conn, customer, route)
+        return AdmissionDecision("profile-unknown", profile=route.agent_preset)
     pending = conn.execute(queries.inbound_message.PENDING, {"c": customer_id, "n": batch_size}).all()
     if len(pending) < batch_size:  # all of it: the figures of the buyer input waiting come with it
         buyers = [row for row in pending if row[2]]

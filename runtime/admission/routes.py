@@ -8,16 +8,23 @@ check (compare-and-set).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runtime.accounts.registry import require_account
+from runtime.agent.profiles import require_profile
 from runtime.errors import KefuError
 from runtime.placement.operations import run_once
 from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 from runtime.store.tables import Route, insert_row, update_row
+
+# `answer`: the agent answers as the route's triggers say. `observe`: the listener runs and input is
+# stored (history, memory: runtime.memory.history) but never admitted (runtime.admission.batches,
+# "observing"); switched back to answer, only input that comes after is answered.
+RouteMode = Literal["answer", "observe"]
 
 
 def _trigger(spec_name: str, column: str, default: bool | None = None, *, ge: int | None = None) -> Any:
@@ -37,6 +44,7 @@ class RouteSpec(BaseModel):
     workspace: str = "default"
     enabled: bool = True
     agent_preset: str | None = Field(None, min_length=1)
+    mode: RouteMode = "answer"
     trigger_mention: bool = _trigger("mention", "trigger_mention", False)  # explicit mention evidence only
     trigger_every_n: int | None = _trigger("every_n", "trigger_every_n", ge=1)
     trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s", ge=1)
@@ -62,6 +70,7 @@ class RouteChanges(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     enabled: bool | None = None
     agent_preset: str | None = None
+    mode: RouteMode | None = None
     trigger_mention: bool | None = _trigger("mention", "trigger_mention")
     trigger_every_n: int | None = _trigger("every_n", "trigger_every_n")
     trigger_interval_s: int | None = _trigger("fixed_interval_seconds", "trigger_interval_s")
@@ -85,14 +94,20 @@ def _load_route(conn: Connection, route_id: str) -> Route | None:
     return Route.model_validate(dict(row)) if row else None
 
 
-def create_route(store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: int = 1000) -> Route:
+def create_route(
+    store: DeliveryStore, spec: RouteSpec, op_id: str, batch_size: int = 1000, profiles: Collection[str] = ()
+) -> Route:
+    """`profiles`: the agent profiles configured (runtime.agent.profiles); a route naming
+    another is refused (KEFU_AGENT_PROFILE_UNKNOWN): it would never answer."""
     _check(spec, batch_size)
     with store.write() as conn:
 
         def create() -> dict[str, Any]:
+            require_profile(spec.id, spec.agent_preset, profiles)
             require_account(conn, spec.account_id)
             if _load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
+            keep_observed(conn, spec.account_id)
             row = Route(**spec.model_dump(), created_at=now_ms())
             insert_row(conn, row)
             return row.model_dump()
@@ -120,11 +135,17 @@ def update_route(
     changes: RouteChanges,
     op_id: str,
     batch_size: int = 1000,
+    profiles: Collection[str] = (),
 ) -> Route:
+    """A route's profile may be changed only to one configured (`profiles`, as create_route);
+    other changes of a route whose profile is gone go through (disabling it, say)."""
     with store.write() as conn:
 
         def update() -> dict[str, Any]:
             current = _expect_revision(conn, route_id, expected_revision)
+            keep_observed(conn, current.account_id)
+            if "agent_preset" in changes.model_fields_set:
+                require_profile(route_id, changes.agent_preset, profiles)
             fields = set(RouteSpec.model_fields)
             merged = {k: v for k, v in current.model_dump().items() if k in fields}
             merged.update(changes.model_dump(exclude_unset=True))
@@ -166,7 +187,7 @@ def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op
     with store.write() as conn:
 
         def delete() -> dict[str, Any]:
-            _expect_revision(conn, route_id, expected_revision)
+            keep_observed(conn, _expect_revision(conn, route_id, expected_revision).account_id)
             conn.execute(queries.route.DELETE, {"r": route_id})
             return {"deleted": route_id}
 
@@ -181,3 +202,25 @@ def resolve_route(conn: Connection, account_id: str, conversation_type: str, con
         .first()
     )
     return Route.model_validate(dict(row)) if row else None
+
+
+def keep_observed(conn: Connection, account_id: str) -> None:
+    """Before the account's routes change (in the change's transaction): input still waiting in
+    a conversation whose route observes came while it observed, so it is kept as observed, never
+    admitted by the route that governs it next. Only input after the change is answered, as after
+    a handling pause (runtime.admission.handling)."""
+    waiting = conn.execute(queries.inbound_message.WAITING_CUSTOMERS, {"a": account_id}).scalars().all()
+    for customer_id in waiting:
+        customer = conn.execute(queries.customer.BY_ID, {"id": customer_id}).mappings().first()
+        if customer is None:
+            continue
+        route = resolve_route(conn, account_id, customer["conversation_type"], customer["conversation_id"])
+        if route is not None and route.mode == "observe":
+            conn.execute(queries.inbound_message.OBSERVE_PENDING, {"c": customer_id})
+
+
+def observing_route(store: DeliveryStore, account_id: str, conversation_type: str, conversation_id: str) -> str | None:
+    """The id of the conversation's route when that route observes (listens, never answers)."""
+    with store.read() as conn:
+        route = resolve_route(conn, account_id, conversation_type, conversation_id)
+    return route.id if route is not None and route.mode == "observe" else None

@@ -30,15 +30,35 @@ def content_text(content_type: str, body: str) -> str:
         return body
     if content_type == "image":
         return "[image]"
-    if content_type == "file":
-        return f"[file {json.loads(body).get('name', '') if body.startswith('{') else body}]"
-    if content_type == "voice":  # what the platform heard, so the agent can answer a voice message
-        recognition = json.loads(body).get("recognition")
-        return f"[voice] {recognition}" if recognition else "[voice]"
-    if content_type == "video":
-        return "[video]"
+    if content_type in ("file", "voice", "video"):
+        return media_text(content_type, body)
     platform_type = json.loads(body).get("platform_type", "unknown") if content_type == "unsupported" else content_type
     return f"[unsupported message type: {platform_type}]"
+
+
+def media_text(content_type: str, body: str, notes: tuple[str, ...] = ()) -> str:
+    """A buyer's file, voice message or video as text, never its bytes: `[file 报价单.pdf, 120 KB]`
+    (the size once known: runtime.inbound.media fetches it), `[voice 3 s] 我要退货` (what the
+    platform heard, so the agent can answer a voice message), `[video 12 s]`. `notes` (an
+    operator's view: the copy's state) follow inside the brackets."""
+    fields = json.loads(body) if body.startswith("{") else {"name": body}
+    parts = [f"file {fields.get('name') or ''}".rstrip() if content_type == "file" else content_type]
+    duration = fields.get("duration_ms")
+    if content_type != "file" and isinstance(duration, int | float) and duration > 0:
+        parts[0] += f" {max(1, round(duration / 1000))} s"
+    size = fields.get("size")
+    if content_type == "file" and isinstance(size, int) and size > 0:
+        parts.append(byte_size(size))
+    text = f"[{', '.join((*parts, *notes))}]"
+    recognition = fields.get("recognition") if content_type == "voice" else None
+    return f"{text} {recognition}" if recognition else text
+
+
+def byte_size(size: int) -> str:
+    """A size as people read it: 512 B, 120 KB, 3.4 MB."""
+    if size < 1024:
+        return f"{size} B"
+    return f"{size / 1024:.0f} KB" if size < 1024 * 1024 else f"{size / 1048576:.1f} MB"
 
 
 OPERATOR_DM = "operator-dm"

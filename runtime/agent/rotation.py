@@ -1,12 +1,14 @@
 """A customer's agent session ends and a new one begins: rotation and fork (seed 002 5.1, 5.7-5.8).
 
 A session rotates when an operator asks (`kefu sessions rotate`), when nothing happened in it
-for `KEFU_AGENT__SESSION_IDLE_H`, when the configured model is not the one it began with, or
-when its log is damaged (runtime.agent.sessions). Before the switch, every turn of the old
-session that long-term memory does not hold yet is archived into the customer's memory scope,
-so the new session recalls it like any older memory; the buyer's whole history stays in the
-delivery store for `im_query_history`. The new session's header names its parent and why the
-parent ended, and its system message tells the model so.
+for `KEFU_AGENT__SESSION_IDLE_H`, when the configured model is not the one it began with, when
+the customer's route names another agent profile than the one it began under
+(runtime.agent.profiles), or when its log is damaged (runtime.agent.sessions). Before the
+switch, every turn of the old session that long-term memory does not hold yet is archived into
+the customer's memory scope, so the new session recalls it like any older memory; the buyer's
+whole history stays in the delivery store for `im_query_history`. The new session's header
+names its parent, why the parent ended and the profile it begins under, and its system message
+tells the model so.
 
 A fork copies a prefix of the current session, up to an inclusive seq, into a new session:
 the copied events as they were, the `session/end-seed` marker where the copy ends, then
@@ -25,7 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from config import AgentSettings
+from config.settings import DEFAULT_PROFILE
 from runtime.admission.batches import load_customer
+from runtime.agent.profiles import AgentProfile, customer_profile
 from runtime.agent.repair import last_of, open_turn_closers, repair
 from runtime.agent.script_clock import ConversationClock, conversation_clock
 from runtime.agent.session_log import SESSION_EVENT, SessionEvent, TurnEnd, TurnStart, batch_turns, write_log
@@ -53,6 +57,7 @@ _REASONS = {
     RotationReason.OPERATOR: "运营人员开启了新会话",
     RotationReason.INACTIVITY: "长时间没有新消息",
     RotationReason.MODEL_CHANGE: "更换了模型",
+    RotationReason.PROFILE_CHANGE: "店铺为这个会话换了客服设定",
     RotationReason.DAMAGED: "会话记录损坏",
     RotationReason.FORK: "运营人员从较早的位置分叉",
 }
@@ -65,16 +70,21 @@ def rotated_note(header: SessionHeader | None) -> str | None:
     return ROTATED_NOTE.format(reason=_REASONS[header.reason])
 
 
-def rotation_due(session: OpenSession, batch_id: str, agent: AgentSettings, now: int) -> RotationReason | None:
+def rotation_due(
+    session: OpenSession, batch_id: str, agent: AgentSettings, now: int, profile: str = DEFAULT_PROFILE
+) -> RotationReason | None:
     """Why the session should end before this batch's turn, if it should. Never while the batch
     has a turn in it (an interrupted one gets its follow-up in the same session), and never for
-    a session with no events yet."""
+    a session with no events yet. `agent` and `profile`: the turn's profile (runtime.agent.
+    profiles); a session begun before profiles (no profile in its header) began under the default."""
     log = session.log
     if not log.events or batch_turns(log, batch_id):
         return None
     header = session.header
     if agent.rotate_on_model_change and header is not None and header.model not in (None, agent.model_name):
         return RotationReason.MODEL_CHANGE
+    if agent.rotate_on_model_change and header is not None and (header.profile or DEFAULT_PROFILE) != profile:
+        return RotationReason.PROFILE_CHANGE
     if agent.session_idle_h is not None and now - log.events[-1].at > agent.session_idle_h * 3_600_000:
         return RotationReason.INACTIVITY
     return None
@@ -89,9 +99,11 @@ def rotate(
     model: str | None,
     memory: SessionMemory | None,
     current: OpenSession | None = None,
+    profile: str | None = None,
 ) -> OpenSession:
     """End the customer's current session (`current`, when the caller opened it) and begin a new
-    one; the new one, opened for appending. The caller holds the customer's writer lease."""
+    one under `model` and `profile`; the new one, opened for appending. The caller holds the
+    customer's writer lease."""
     old = current or open_session(store, customer_id, sessions_dir, fence)
     repair(old.log)
     if memory is not None and archive_rest(old.log, old.session_id, memory):
@@ -99,7 +111,7 @@ def rotate(
         # recall, and the new session's first turn should find what the old one held.
         score_backlog(memory.store, memory.scope)
     with fenced(store, fence) as conn:
-        header = _next_header(conn, customer_id, model, SessionOrigin.ROTATED, reason, old.session_id)
+        header = _next_header(conn, customer_id, model, SessionOrigin.ROTATED, reason, old.session_id, profile)
         _begin(conn, header, old.session_id)
     session_path(sessions_dir, header.id).unlink(missing_ok=True)  # a fork's file that never began
     return open_session(store, customer_id, sessions_dir, fence, KnownSession(header.id, False, header))
@@ -112,6 +124,7 @@ def fork(
     fence: Fence | None,
     model: str | None,
     boundary: int | None = None,
+    profile: str | None = None,
 ) -> SessionHeader:
     """Fork the customer's current session after the event at seq `boundary` (inclusive; None:
     its last event) and make the child current; the child's header. An unfinished turn at the
@@ -131,7 +144,9 @@ def fork(
     _refuse_cut_into_open_batch(store, parent.session_id, events[: cut + 1])
     seed = fork_seed(events[: cut + 1], parent.session_id)
     with fenced(store, fence) as conn:
-        header = _next_header(conn, customer_id, model, SessionOrigin.FORKED, RotationReason.FORK, parent.session_id)
+        header = _next_header(
+            conn, customer_id, model, SessionOrigin.FORKED, RotationReason.FORK, parent.session_id, profile
+        )
     header = header.model_copy(update={"inherited": cut + 1})
     path = session_path(sessions_dir, header.id)
     write_log(path, seed)  # before the switch: the child is never current without its seed
@@ -173,7 +188,13 @@ def fork_seed(prefix: list[SessionEvent], parent: str) -> list[SessionEvent]:
 
 
 def _next_header(
-    conn: Connection, customer_id: int, model: str | None, origin: SessionOrigin, reason: RotationReason, parent: str
+    conn: Connection,
+    customer_id: int,
+    model: str | None,
+    origin: SessionOrigin,
+    reason: RotationReason,
+    parent: str,
+    profile: str | None,
 ) -> SessionHeader:
     return SessionHeader(
         id=next_session_id(conn, customer_id),
@@ -183,6 +204,7 @@ def _next_header(
         origin=origin,
         reason=reason,
         parent=parent,
+        profile=profile,
     )
 
 
@@ -201,10 +223,13 @@ def _begin(conn: Connection, header: SessionHeader, replacing: str) -> None:
 def rotate_by_operator(
     store: DeliveryStore, customer_id: int, sessions_dir: Path, engine: MemoryEngine | None, agent: AgentSettings
 ) -> SessionHeader:
-    """A new session for the customer now, memory carrying them across; its header."""
+    """A new session for the customer now, memory carrying them across; its header. It begins
+    under the profile of the customer's route (runtime.agent.profiles), as their next turn runs."""
+    profile = customer_profile(store, customer_id, agent)
     with _customer_lease(store, customer_id, agent) as (fence, clock):
-        memory = engine.session(customer_id, clock) if engine is not None else None
-        session = rotate(store, customer_id, sessions_dir, fence, RotationReason.OPERATOR, agent.model_name, memory)
+        memory = engine.session(customer_id, clock) if engine is not None and profile.memory else None
+        reason, model = RotationReason.OPERATOR, profile.model_name
+        session = rotate(store, customer_id, sessions_dir, fence, reason, model, memory, profile=profile.name)
     assert session.header is not None  # rotate wrote it
     return session.header
 
@@ -212,8 +237,9 @@ def rotate_by_operator(
 def fork_by_operator(
     store: DeliveryStore, customer_id: int, sessions_dir: Path, agent: AgentSettings, boundary: int | None
 ) -> SessionHeader:
+    profile: AgentProfile = customer_profile(store, customer_id, agent)
     with _customer_lease(store, customer_id, agent) as (fence, _):
-        return fork(store, customer_id, sessions_dir, fence, agent.model_name, boundary)
+        return fork(store, customer_id, sessions_dir, fence, profile.model_name, boundary, profile.name)
 
 
 @contextmanager

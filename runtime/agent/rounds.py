@@ -2,10 +2,18 @@
 status, so an operator can see which rounds did not finish and salvage them (seed 000).
 
 A round is `pending` until its turn/end (running now, or orphaned by a crash until the next
-turn repairs it), then `complete`, `error` or `interrupted` (a human took over, the model stayed
-unavailable). Two questions are kept apart, as the seed insists: whether a round is *settled*
-(it ended, so its content can serve as context) and whether it was *successful* (complete only;
-an interrupted round ended normally but may hold a fallback or a cut-off answer).
+turn repairs it), then `complete`, `error` (it ran out of steps without an answer) or
+`interrupted` (a human took over, the model stayed unavailable, or salvage closed it). Two
+questions are kept apart, as the seed insists: whether a round is *settled* (it was brought to a
+proper end, so its content can serve as context: complete or interrupted) and whether it was
+*successful* (complete only; an interrupted round ended normally but may hold a fallback or a
+cut-off answer). `pending` and `error` are the unfinished rounds: crash residue and failures
+that salvage closes as `interrupted` (seed 000: `listInterruptedRecent` lists `pending || error`,
+never an interrupted round, which is already a settled stop).
+
+The log is append-only, so an `error` round is salvaged by a second `turn/end` of its turn with
+outcome `interrupted`: the last `turn/end` of a turn is its outcome (as every reader of the log
+folds it), and the first stays as the record of what went wrong (`reason` reads `salvaged`).
 
 Days are the shop's local days: a round belongs to day D when it started within [D 00:00,
 D+1 00:00) in the shop's zone, converted to UTC instants per day, so a day across a DST change
@@ -24,7 +32,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from runtime.admission.batches import load_customer
-from runtime.agent.repair import repair
+from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.session_log import CorruptSessionLog, SessionLog, TurnEnd, TurnStart, own_from
 from runtime.agent.sessions import damaged_folder, open_session
 from runtime.store import DeliveryStore, leases, queries
@@ -34,9 +42,13 @@ RoundStatus = Literal["pending", "complete", "error", "interrupted"]
 _SESSION_FILE = re.compile(r"s(\d+)-(\d+)\.jsonl\.zst")
 
 
+UNFINISHED: tuple[RoundStatus, ...] = ("pending", "error")  # what salvage closes
+
+
 def is_settled(status: RoundStatus) -> bool:
-    """The round ended: it can serve as context (any outcome)."""
-    return status != "pending"
+    """The round was brought to a proper end, so it can serve as context: complete or
+    interrupted (seed 000 `isRoundSettled`). An `error` round is not: salvage closes it."""
+    return status in ("complete", "interrupted")
 
 
 def is_successful(status: RoundStatus) -> bool:
@@ -53,7 +65,7 @@ class Round(BaseModel):
     started_at: int  # ms
     ended_at: int | None
     status: RoundStatus
-    reason: str | None  # why an interrupted round stopped
+    reason: str | None  # why an interrupted round stopped; `salvaged`: it had ended in error
     settled: bool
     successful: bool
 
@@ -73,15 +85,14 @@ def rounds(
     zone: ZoneInfo | None = None,
 ) -> list[Round]:
     """Every round of the sessions in `sessions_dir` (of one customer), oldest first; with
-    `unfinished`, only the pending and interrupted ones; with `day`, those started on that
-    local day in `zone`. A damaged log is left out (its session was retired and kept aside)."""
+    `unfinished`, only the ones salvage closes (pending or error); with `day`, those started on
+    that local day in `zone`. A damaged log is left out (its session was retired and kept aside)."""
     bounds = local_day_bounds(day, zone or ZoneInfo("UTC")) if day is not None else None
     found = [
         r
         for path in _session_files(sessions_dir, customer_id)
         for r in _rounds_of(path)
-        if (not unfinished or r.status in ("pending", "interrupted"))
-        and (bounds is None or bounds[0] <= r.started_at < bounds[1])
+        if (not unfinished or r.status in UNFINISHED) and (bounds is None or bounds[0] <= r.started_at < bounds[1])
     ]
     return sorted(found, key=lambda r: (r.started_at, r.customer_id, r.turn))
 
@@ -102,12 +113,19 @@ def _rounds_of(path: Path) -> list[Round]:
         events = log.load()
     except (CorruptSessionLog, OSError):
         return []
-    ends = {e.turn: e for e in events if isinstance(e, TurnEnd)}
+    ends: dict[str, list[TurnEnd]] = {}
+    for e in events:
+        if isinstance(e, TurnEnd):
+            ends.setdefault(e.turn, []).append(e)
     out = []
     own = own_from(log)  # a fork's copied turns are its parent's rounds
     for start in (e for e in events if isinstance(e, TurnStart) and e.seq >= own):
-        end = ends.get(start.turn)
+        closed = ends.get(start.turn, [])
+        end = closed[-1] if closed else None  # the last turn/end is the outcome (salvage appends one)
         status: RoundStatus = "pending" if end is None else "interrupted" if end.outcome == "forked" else end.outcome
+        reason: str | None = end.reason if end is not None else None
+        if reason is None and len(closed) > 1 and closed[0].outcome == "error" and status == "interrupted":
+            reason = "salvaged"
         out.append(
             Round(
                 customer_id=int(match[1]),
@@ -118,7 +136,7 @@ def _rounds_of(path: Path) -> list[Round]:
                 started_at=start.at,
                 ended_at=end.at if end is not None else None,
                 status=status,
-                reason=end.reason if end is not None else None,
+                reason=reason,
                 settled=is_settled(status),
                 successful=is_successful(status),
             )
@@ -140,13 +158,16 @@ class Salvaged(BaseModel):
 
 
 def salvage(store: DeliveryStore, sessions_dir: Path, found: list[Round], lease_s: float) -> list[Salvaged]:
-    """Close pending rounds a crash left open as `interrupted` (seed 000: salvage turns crash
-    residue into ended rounds), each under its customer's writer lease, with the same closers the
-    customer's next turn would append; never re-running a tool. A round whose turn is running
-    now (the lease is held) is left alone (`busy`). Only a customer's current session is written:
-    an ended one was closed when it ended."""
+    """Close the unfinished rounds among `found` as `interrupted` (seed 000: salvage turns crash
+    residue and failed rounds into ended ones), each under its customer's writer lease, never
+    re-running a tool: a `pending` round with the same closers the customer's next turn would
+    append; an `error` round with a `turn/end(interrupted)` of its turn after the log's tail
+    (any open turn at the tail is closed first, so the tail still tells whether a turn is open).
+    A round whose turn is running now (the lease is held, or a run waits to retry its model
+    call) is left alone (`busy`). Only a customer's current session is written: an ended one
+    was closed when it ended."""
     out = []
-    for r in (r for r in found if r.status == "pending"):
+    for r in (r for r in found if r.status in UNFINISHED):
         with store.read() as conn:
             customer = load_customer(conn, r.customer_id)
             open_batch = conn.execute(
@@ -162,7 +183,28 @@ def salvage(store: DeliveryStore, sessions_dir: Path, found: list[Round], lease_
                     outcome = "busy"
                 else:
                     session = open_session(store, r.customer_id, sessions_dir, fence)
-                    outcome = "closed" if repair(session.log) else "already-ended"
+                    if session.session_id != r.session_id:  # its log was damaged and retired just now
+                        outcome = "not-current"
+                    elif waiting_for_model(session.log) is not None:  # its turn goes on at the next run
+                        outcome = "busy"
+                    elif r.status == "pending":
+                        outcome = "closed" if repair(session.log) else "already-ended"
+                    else:
+                        outcome = _close_failed(session.log, r.turn)
         out.append(Salvaged(customer_id=r.customer_id, session_id=r.session_id, turn=r.turn, outcome=outcome,
                             batch_open=open_batch is not None))  # fmt: skip
     return out
+
+
+def _close_failed(log: SessionLog, turn: str) -> SalvageOutcome:
+    """An `error` round ends `interrupted`, unless its last turn/end says so already (salvaged
+    before). An open turn at the tail is closed first (the caller made sure none waits for a
+    model retry), so the tail stays honest for every reader that asks it whether a turn is open
+    (repair, a fork's cut)."""
+    close_unfinished(log)
+    ends = [e for e in log.of_type("turn/end") if isinstance(e, TurnEnd) and e.turn == turn]
+    if not ends or ends[-1].outcome != "error":
+        return "already-ended"
+    log.append("turn/end", turn=turn, outcome="interrupted")
+    log.flush()
+    return "closed"

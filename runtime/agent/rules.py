@@ -38,8 +38,9 @@ class Knowledge(BaseModel):
     faq: list[FaqEntry] = []
 
 
-def load_knowledge(path: Path | None) -> Knowledge:
-    """Load the FAQ file (the shipped sample when `path` is None); errors name the file."""
+def load_knowledge(path: Path | None, variable: str = "KEFU_AGENT__KNOWLEDGE_FILE") -> Knowledge:
+    """Load the FAQ file (the shipped sample when `path` is None); errors name the file and the
+    `variable` that names it (a profile's own, runtime.agent.profiles)."""
     source = str(path) if path else "the shipped sample FAQ"
     try:
         if path is None:
@@ -48,9 +49,7 @@ def load_knowledge(path: Path | None) -> Knowledge:
             raw = Path(path).read_text("utf-8")
         return Knowledge.model_validate(tomllib.loads(raw))
     except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
-        raise KefuError(
-            "KEFU_KNOWLEDGE_INVALID", f"cannot load {source}: {error}", "fix KEFU_AGENT__KNOWLEDGE_FILE"
-        ) from None
+        raise KefuError("KEFU_KNOWLEDGE_INVALID", f"cannot load {source}: {error}", f"fix {variable}") from None
 
 
 class RulesProvider:
@@ -109,6 +108,8 @@ class RulesProvider:
             return AssistantReply(text=to_operator or "本批次没有顾客消息，无需回复。")
         found = self._matches(lines)
         if found is None:
+            if tools and not any(tool.name == "im_handoff" for tool in tools):  # the profile allows no handoff
+                return AssistantReply(text=to_operator or "无匹配答案；这个客服设定不能转人工，未回复顾客。")
             reason = json.dumps({"reason": self.knowledge.handoff_reason}, ensure_ascii=False)
             handoff = ToolCall(id=f"rules-{len(messages)}", name="im_handoff", arguments=reason)
             return AssistantReply(text=to_operator or "无匹配答案，转人工。", tool_calls=[handoff])

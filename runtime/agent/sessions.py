@@ -63,10 +63,18 @@ def _ensure_session_id(
         return KnownSession(header.id, True, header)
 
 
-def begin_first_session(conn: Connection, customer_id: int, model: str | None) -> SessionHeader:
-    """Inside the caller's write transaction, for a customer who has no session yet."""
+def begin_first_session(
+    conn: Connection, customer_id: int, model: str | None, profile: str | None = None
+) -> SessionHeader:
+    """Inside the caller's write transaction, for a customer who has no session yet; `model`
+    and `profile` (runtime.agent.profiles) are the agent's it begins under."""
     header = SessionHeader(
-        id=f"s{customer_id}-1", customer_id=customer_id, created_at=now_ms(), model=model, origin=SessionOrigin.FIRST
+        id=f"s{customer_id}-1",
+        customer_id=customer_id,
+        created_at=now_ms(),
+        model=model,
+        origin=SessionOrigin.FIRST,
+        profile=profile,
     )
     begin_session(conn, header, None)
     return header
@@ -181,6 +189,7 @@ def _retire_damaged(
             customer_id=customer_id,
             created_at=record.detected_at,
             model=old.model if old else None,
+            profile=old.profile if old else None,
             origin=SessionOrigin.ROTATED,
             reason=RotationReason.DAMAGED,
             parent=session_id,

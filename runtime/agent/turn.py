@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
@@ -28,6 +28,7 @@ from runtime.admission.batches import (
 from runtime.admission.handling import is_current
 from runtime.agent.context import context_use, view_tokens
 from runtime.agent.pending_questions import PendingQuestion, offer, question_note
+from runtime.agent.profiles import AgentProfile, default_profile
 from runtime.agent.rendering import RenderableMessage, content_text, input_parts, shown
 from runtime.agent.repair import close_unfinished, repair, waiting_for_model
 from runtime.agent.rotation import rotate, rotated_note, rotation_due
@@ -194,6 +195,7 @@ class _Turn:
 
     customer: Customer
     batch: AdmissionBatch
+    profile: AgentProfile  # the customer's agent profile (runtime.agent.profiles)
     account_revision: int
     session_id: str
     log: SessionLog
@@ -231,14 +233,21 @@ def run_turn(
     fence: Fence | None = None,
     begin_attempt: Callable[[Connection, OutboxRequest, ReplyCheck], None] | None = None,
     fetch_images: Callable[[list[int]], object] | None = None,
+    profile: AgentProfile | None = None,
 ) -> TurnResult | None:
-    """Run the turn of the customer's open batch, if any. The caller holds the writer lease;
+    """Run the turn of the customer's open batch, if any, as the agent `profile` (its system
+    prompt, provider and model, tools and memory switch; None: the default profile of `agent`,
+    and `provider` is the profile's). The caller holds the writer lease;
     every write of the turn checks its `fence` and raises LeaseLost once it is gone (the first
     one, which reads what the turn needs, takes a `claimed` lease, or raises LeaseBusy).
     `begin_attempt`: see TurnBinding. `fetch_images`: fetches buyers' images of the batch not
     fetched yet (runtime.inbound.media), so that the turn shows them; one that stays unfetched
     reads `[image]`."""
-    turn = _open_turn(store, customer_id, sessions_dir, zone, agent, memory_engine, fence, fetch_images)
+    profile = profile or default_profile(agent)
+    agent = profile.agent
+    if memory_engine is not None:  # the engine is the process's; whether the model scores is the profile's
+        memory_engine = replace(memory_engine, model_scores=profile.model_scores) if profile.memory else None
+    turn = _open_turn(store, customer_id, sessions_dir, zone, profile, memory_engine, fence, fetch_images)
     if not isinstance(turn, _Turn):
         return turn
     binding = TurnBinding(
@@ -268,7 +277,7 @@ def _open_turn(
     customer_id: int,
     sessions_dir: Path,
     zone: ZoneInfo,
-    agent: AgentSettings,
+    profile: AgentProfile,
     memory_engine: MemoryEngine | None,
     fence: Fence | None,
     fetch_images: Callable[[list[int]], object] | None,
@@ -276,6 +285,7 @@ def _open_turn(
     """Read what the turn needs in its first (fenced) write, open the session, and either go on
     with a step that waits for a model retry or start the turn in the log; a TurnResult when
     the batch does not run now (revoked, not due yet, or finished already)."""
+    agent = profile.agent
     with fenced(store, fence) as conn:
         rows = turn_rows(conn, customer_id)
         if rows is None or rows.batch is None:
@@ -287,7 +297,7 @@ def _open_turn(
         if customer.session_id:
             known = KnownSession(customer.session_id, False, rows.session)
         else:
-            header = begin_first_session(conn, customer_id, agent.model_name)
+            header = begin_first_session(conn, customer_id, agent.model_name, profile.name)
             known = KnownSession(header.id, True, header)
         clock = conversation_clock(conn, customer_id)
         question = offer(conn, customer_id, batch.id) if rows.questions else None
@@ -296,6 +306,7 @@ def _open_turn(
     turn = _Turn(
         customer=customer,
         batch=batch,
+        profile=profile,
         account_revision=rows.account.revision if rows.account else 0,
         session_id=session.session_id,
         log=session.log,
@@ -341,9 +352,11 @@ def _start_turn(
     with its input (the batch's lines, or the note of a follow-up turn) and what memory
     recalls for it; a TurnResult when the log already holds the batch's finished turn."""
     batch, clock = turn.batch, turn.clock
-    ending = rotation_due(session, batch.id, agent, now_ms())
+    ending = rotation_due(session, batch.id, agent, now_ms(), turn.profile.name)
     if ending is not None:
-        session = rotate(store, customer_id, sessions_dir, fence, ending, agent.model_name, turn.memory, session)
+        session = rotate(
+            store, customer_id, sessions_dir, fence, ending, agent.model_name, turn.memory, session, turn.profile.name
+        )
         turn.log, turn.session_id = session.log, session.session_id
     log = turn.log
     repair(log, recorded_sends(store, turn.session_id))
@@ -391,7 +404,8 @@ def _run_steps(
     it loses only model calls, and the repair reads each started call's outcome from the
     outbox: runtime.agent.repair)."""
     log, memory, turn_id, customer_id = turn.log, turn.memory, turn.turn_id, turn.batch.customer_id
-    available = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
+    offered = TOOLS | MEMORY_TOOLS if memory is not None else TOOLS
+    available = {name: tool for name, tool in offered.items() if turn.profile.allows(name)}
     tools = [spec for spec, _ in available.values()]
     ran, step, resuming, attempts_before, checked = _Ran(), turn.step, turn.resuming, turn.attempts_before, turn.checked
     while step < agent.max_steps:

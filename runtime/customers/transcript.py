@@ -20,6 +20,7 @@ console and `kefu history` put them into words in the operator's language
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -28,7 +29,7 @@ from pydantic import BaseModel, PrivateAttr
 
 from runtime.accounts.registry import load_account
 from runtime.admission.batches import load_customer
-from runtime.agent.rendering import OPERATOR_DM, content_text
+from runtime.agent.rendering import OPERATOR_DM, byte_size, content_text, media_text
 from runtime.agent.script_clock import ConversationClock, conversation_clock
 from runtime.agent.session_log import (
     AssistantMessage,
@@ -41,7 +42,7 @@ from runtime.agent.session_log import (
 )
 from runtime.agent.sessions import customer_sessions, session_path
 from runtime.errors import KefuError
-from runtime.inbound.media import image_body
+from runtime.inbound.media import media_body
 from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 from runtime.store.states import RotationReason, SessionOrigin
@@ -59,6 +60,15 @@ CLI_OPERATOR_PREFIX = "cli:"
 # (the seller's client on it: 千牛 for Wangwang, DingTalk's app), where an operator answers
 # outside kefu. `platform`: an account no longer in the store.
 Via = Literal["console", "cli", "wangwang", "dingtalk", "simulator", "platform"]
+
+
+class MediaLink(BaseModel):
+    """A buyer's file, voice message or video whose copy is kept: the console links it (a file to
+    download) or plays it (voice, video) from the store (worker.console.media)."""
+
+    kind: Literal["file", "voice", "video"]
+    sha256: str
+    mime: str
 
 
 class SessionBegan(BaseModel):
@@ -88,6 +98,7 @@ class TranscriptLine(BaseModel):
     began: SessionBegan | None = None  # a note opening a session that continues another
     unreadable: str | None = None  # a note for a session log that cannot be read: the error's kind
     image: str | None = None  # a buyer's image stored in the delivery store: its sha256
+    media: MediaLink | None = None  # a buyer's file, voice message or video kept in the delivery store
     # Secondary: a view collapses it (still there to open). The agent's closing words after it
     # replied, and its calls of tools that changed nothing an operator must act on.
     folded: bool = False
@@ -144,9 +155,11 @@ def transcript(
         sessions = customer_sessions(conn, customer_id)
         clock = conversation_clock(conn, customer_id)
         platform = _platform(conn, customer_id)
+        parsed = [_Row.model_validate(dict(row)) for row in reversed(rows[:limit])]
+        kept = _kept_copies(conn, parsed)
     script = bool(clock.anchors)
     more = len(rows) > limit
-    lines = [_line(_Row.model_validate(dict(row)), clock, platform) for row in reversed(rows[:limit])]
+    lines = [_line(row, clock, platform, kept) for row in parsed]
     older = lines[0].cursor if more else None
     if sessions_dir is not None and sessions and lines:
         since = lines[0].at if more else 0  # the first page back in time also has what came before any line
@@ -160,6 +173,21 @@ def transcript(
     if script:
         lines = [line.model_copy(update={"script_time": True}) for line in lines]
     return TranscriptPage(lines=lines, older=older, script_time=script)
+
+
+def _kept_copies(conn: Connection, rows: list[_Row]) -> set[str]:
+    """Which stored copies of the buyer's files, voice and video among the rows are still kept
+    (retention prunes old ones, the messages may stay longer)."""
+    named = {
+        body.sha256
+        for row in rows
+        if row.request_id is None and row.content_type in _BUYER_MEDIA
+        for body in (media_body(row.body),)
+        if body.state == "stored" and body.sha256
+    }
+    if not named:
+        return set()
+    return set(conn.execute(queries.media.KEPT, {"s": json.dumps(sorted(named))}).scalars())
 
 
 def _platform(conn: Connection, customer_id: int) -> str | None:
@@ -279,7 +307,7 @@ def _via_of_send(operator: str | None) -> tuple[str | None, Via]:
 _CLIENTS: dict[str, Via] = {"wangwang": "wangwang", "dingtalk": "dingtalk", "simulator": "simulator"}
 
 
-def _line(row: _Row, clock: ConversationClock, platform: str | None) -> TranscriptLine:
+def _line(row: _Row, clock: ConversationClock, platform: str | None, kept: set[str]) -> TranscriptLine:
     text = content_text(row.content_type, row.body)
     speaker: Speaker
     author, via = row.name, None
@@ -292,11 +320,13 @@ def _line(row: _Row, clock: ConversationClock, platform: str | None) -> Transcri
     else:
         speaker = "console-operator"
         author, via = _via_of_send(row.operator)
-    image = None
+    image, media = None, None
     if row.request_id is not None and row.content_type in ("image", "file"):
         text = f"[{row.content_type} {row.body}]"  # a sent file's row holds its name
     elif row.content_type == "image":
         text, image = _buyer_image(row.body)
+    elif row.content_type in _BUYER_MEDIA:
+        text, media = _buyer_media(row.content_type, row.body, kept)
     return TranscriptLine(
         key=row.key,
         at=row.at,
@@ -310,6 +340,7 @@ def _line(row: _Row, clock: ConversationClock, platform: str | None) -> Transcri
         error_code=row.error_code,
         read=row.read,
         image=image,
+        media=media,
     )
 
 
@@ -319,12 +350,30 @@ def _size(size: int) -> str:
 
 def _buyer_image(body: str) -> tuple[str, str | None]:
     """How a buyer's image reads to an operator, and its stored copy if there is one."""
-    found = image_body(body)
+    found = media_body(body)
     if found.state == "stored" and found.sha256 is not None:
         return f"[image {found.mime}, {_size(found.size or 0)}]", found.sha256
     if found.state == "pending":
         return "[image, not fetched yet]", None
     return f"[image {found.state}: {found.code}]", None
+
+
+_BUYER_MEDIA = ("file", "voice", "video")
+
+
+def _buyer_media(kind: str, body: str, kept: set[str]) -> tuple[str, MediaLink | None]:
+    """How a buyer's file, voice message or video reads to an operator (the model's words, and
+    what became of its copy), and its copy if it is kept."""
+    found = media_body(body)
+    if found.state == "stored" and found.sha256 in kept and found.mime is not None:
+        link = MediaLink.model_validate({"kind": kind, "sha256": found.sha256, "mime": found.mime})
+        return media_text(kind, body), link
+    if found.state == "stored":
+        return media_text(kind, body, ("no longer kept",)), None
+    if found.state == "pending":
+        return media_text(kind, body, ("not fetched yet",) if found.ref else ()), None
+    size = (byte_size(found.size),) if kind != "file" and found.size else ()  # a file's shows already
+    return media_text(kind, body, (*size, f"{found.state}: {found.code}")), None
 
 
 def transcript_version(store: DeliveryStore, customer_id: int) -> tuple[object, ...]:

@@ -17,16 +17,18 @@ This is the hottest write path: a page is one transaction of named statements (r
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.settings import DEFAULT_PROFILE
 from runtime.admission.batches import Known, decide
 from runtime.customers.erasure import without_erased
 from runtime.errors import KefuError
 from runtime.inbound.classification import evidence_role
 from runtime.inbound.inbox import advance_cursor, mark_ingested
 from runtime.inbound.input_pause import held_unless_paused, release_held
-from runtime.inbound.media import inline_images
+from runtime.inbound.media import FETCHED, inline_images
 from runtime.inbound.pages import ConversationGroup, InboundMessage, InboundPage
 from runtime.outbox.recipients import kept_webhook
 from runtime.outbox.requests import adopt_console_echoes, settle_by_echo
@@ -49,8 +51,9 @@ class IngestResult:
     # With `admit_batch_size`: admission decided in the page's own transaction; the customers
     # whose batch (claimed now, or open already) has a turn to run.
     turns_due: list[int] | None = None
-    # Image messages stored now, whose bytes are still to fetch (runtime.inbound.media).
-    images: list[int] = field(default_factory=list)
+    # Image, file, voice and video messages stored now, whose bytes are still to fetch
+    # (runtime.inbound.media).
+    media: list[int] = field(default_factory=list)
 
 
 def _stored(message: InboundMessage, conversation_id: str, inline: dict[tuple[str, str], str]) -> tuple[str, str]:
@@ -64,11 +67,16 @@ def _stored(message: InboundMessage, conversation_id: str, inline: dict[tuple[st
 
 
 def ingest_page(
-    store: DeliveryStore, page: InboundPage, origin: str = "live", admit_batch_size: int | None = None
+    store: DeliveryStore,
+    page: InboundPage,
+    origin: str = "live",
+    admit_batch_size: int | None = None,
+    profiles: Collection[str] = (DEFAULT_PROFILE,),
 ) -> IngestResult:
     """Persist a validated page. Idempotent: replaying a page changes nothing already committed.
     `admit_batch_size`: admission (runtime.admission.batches.decide) runs for each customer whose input
-    the page stored, in the same transaction (a transaction per buyer message fewer)."""
+    the page stored, in the same transaction (a transaction per buyer message fewer), knowing
+    the agent `profiles` configured."""
     key = (page.account_id, page.stream_id, page.page_op_id)
     with store.write() as conn:
         named = {"a": page.account_id, "s": page.stream_id, "p": page.page_op_id}
@@ -99,25 +107,25 @@ def ingest_page(
                 touched[upserted.row["id"]] = upserted
         # The page's messages in one statement: each group's echoes were settled above first.
         result.rows_written = max(conn.executemany(queries.inbound_message.INSERT, rows).rowcount, 0)
-        if any(m.content.type == "image" for group in page.groups for m in group.messages):
-            result.images = _images_to_fetch(conn, page)
+        if any(m.content.type in FETCHED for group in page.groups for m in group.messages):
+            result.media = _media_to_fetch(conn, page)
         result.customer_ids = list(touched)
         _commit_page(conn, page, held)
         if admit_batch_size is not None and touched:
             serving = Account.model_validate(account)
-            decisions = ((c, decide(conn, c, admit_batch_size, u.known(serving))) for c, u in touched.items())
+            decisions = ((c, decide(conn, c, admit_batch_size, u.known(serving), profiles)) for c, u in touched.items())
             result.turns_due = [c for c, decision in decisions if decision.batch_id is not None]
     return result
 
 
-def _images_to_fetch(db: Connection, page: InboundPage) -> list[int]:
+def _media_to_fetch(db: Connection, page: InboundPage) -> list[int]:
     keys = [
         (page.account_id, group.conversation_id, m.platform_message_id)
         for group in page.groups
         for m in group.messages
-        if m.content.type == "image"
+        if m.content.type in FETCHED
     ]
-    return [row[0] for key in keys for row in db.execute(queries.inbound_message.PENDING_IMAGE_ID, key)]
+    return [row[0] for key in keys for row in db.execute(queries.inbound_message.PENDING_MEDIA_ID, key)]
 
 
 def _customer_of(db: Connection, page: InboundPage, group: ConversationGroup) -> int | None:

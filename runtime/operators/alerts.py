@@ -31,6 +31,7 @@ class AlertKind(StrEnum):
     SEND_FAILED = "send-failed"
     SEND_UNKNOWN = "send-unknown"
     LISTENER_FAILED = "listener-failed"
+    PROFILE_UNKNOWN = "profile-unknown"  # a route names an agent profile not configured (runtime.agent.profiles)
 
 
 class Alert(BaseModel):

@@ -4,7 +4,10 @@ The caller keeps the request id, so a lost response is never a reason to send ag
 `send_manual` with the same id returns the stored request, `query_manual` reads it, and only an
 explicit `retry_manual` with a new id sends a result-unknown message a second time.
 Manual sends work while automatic handling is paused (a human took over) but not while the
-account cannot deliver.
+account cannot deliver. A send may carry the handling epoch its operator saw (the console's form
+always does): when the conversation's epoch moved since (another operator took over, the agent
+handed off: every pause bumps it), the send is refused and nothing is registered, so nobody
+answers a conversation whose handling changed under them without looking again.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class ManualSend(BaseModel):
     file_name: str | None = Field(None, min_length=1, max_length=255)
     file_data: bytes | None = Field(None, repr=False)
     operator: str | None = None  # the console operator sending it (the CLI sends unnamed)
+    # The customer's handling epoch the operator saw; None: send whatever it is now.
+    expected_epoch: int | None = Field(None, ge=0)
 
     @field_validator("request_id")
     @classmethod
@@ -58,9 +63,11 @@ def message_parts(
     text: str | None,
     file: tuple[bytes, str] | None = None,
     operator: str | None = None,
+    expected_epoch: int | None = None,
 ) -> list[ManualSend]:
     """An operator's message as the requests it goes out in: its file first (`<id>.file`), then
-    its text (`<id>`). Neither is a ManualSend that does not validate."""
+    its text (`<id>`), each expecting the handling epoch the operator saw. Neither is a
+    ManualSend that does not validate."""
     parts = []
     if file is not None:
         data, name = file
@@ -71,10 +78,19 @@ def message_parts(
                 file_name=name,
                 file_data=data,
                 operator=operator,
+                expected_epoch=expected_epoch,
             )
         )
     if text is not None or file is None:
-        parts.append(ManualSend(request_id=request_id, customer_id=customer_id, text=text, operator=operator))
+        parts.append(
+            ManualSend(
+                request_id=request_id,
+                customer_id=customer_id,
+                text=text,
+                operator=operator,
+                expected_epoch=expected_epoch,
+            )
+        )
     return parts
 
 
@@ -132,10 +148,27 @@ def _replayed(existing: OutboxRequest, wanted: OutboundIntent) -> OutboxRequest:
     return existing
 
 
-def _register(conn: Connection, customer: Customer, intent: OutboundIntent) -> OutboxRequest:
+class HandlingEpochChanged(KefuError):
+    def __init__(self, customer: Customer, expected: int) -> None:
+        now = "paused" if customer.handling_paused else "handled automatically"
+        super().__init__(
+            "KEFU_HANDLING_EPOCH_CHANGED",
+            f"customer {customer.id}'s handling changed since it was looked at (epoch {expected}, now"
+            f" {customer.handling_epoch}: {now}); no manual send was registered",
+            "look at the conversation again (who handles it now), then send with its current epoch",
+        )
+
+
+def _register(
+    conn: Connection, customer: Customer, intent: OutboundIntent, expected_epoch: int | None = None
+) -> OutboxRequest:
+    """A replayed request id returns the stored request (sent under the epoch of its time);
+    a new one is refused when the operator saw another handling epoch than the customer's."""
     existing = load_request(conn, intent.request_id)
     if existing is not None:
         return _replayed(existing, intent)
+    if expected_epoch is not None and expected_epoch != customer.handling_epoch:
+        raise HandlingEpochChanged(customer, expected_epoch)
     _check_account_can_send(conn, customer)
     try:
         recipient = direct_recipient(conn, intent.customer_id)  # the customer's id
@@ -151,7 +184,8 @@ def send_manual(store: DeliveryStore, send: ManualSend) -> OutboxRequest:
 
 def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[OutboxRequest]:
     """Register the parts of one operator message (e.g. a file, then its text) in one
-    transaction: all or none. Each part is submitted only after the one before was sent."""
+    transaction: all or none (a part refused for a moved handling epoch registers none). Each
+    part is submitted only after the one before was sent."""
     with store.write() as conn:
         registered: list[OutboxRequest] = []
         for send in parts:
@@ -171,7 +205,7 @@ def send_manual_parts(store: DeliveryStore, parts: list[ManualSend]) -> list[Out
                 operator=send.operator,
                 **content,  # type: ignore[arg-type]
             )
-            registered.append(_register(conn, customer, intent))
+            registered.append(_register(conn, customer, intent, send.expected_epoch))
         return registered
 
 

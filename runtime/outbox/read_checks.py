@@ -1,11 +1,25 @@
-"""Asking a platform whether the buyer read a message, on a bounded schedule (SPEC 3.9).
+"""Asking a platform once whether the buyer read a message (SPEC 3.9).
 
 Some platforms (DingTalk) do not push read events; they answer a read-status query for a
-while after the send. Each sent 1:1 message gets a few checks at a fixed interval, and the
-schedule ends at the first read or after the last check: never an endless poll.
+while after the send (DingTalk: 24 h), and every query counts against the app's rate limit
+(20 QPS per app per API). So each sent 1:1 message gets at most one query per provider
+generation and no polling: one check, due a fixed delay after the send.
+
+The check is marked made (`queried_at`) in the transaction that claims it, committed to disk
+before the platform is asked, as the seed's read receipts persist their attempt mark before
+calling the SDK. Whatever happens next (the query fails, the worker dies mid-query, the task is
+redelivered, two rounds overlap, the shard restarts), nobody asks about that message again; a
+failed query leaves it unconfirmed and is not retried.
+
+A provider generation: for DingTalk a message's read status belongs to its send (the
+processQueryKey DingTalk answered that send with, which no later connection or token renews),
+so its one generation is the send's and a message is asked about once, ever. A message sent
+again (`retry_manual`) is a new request, sent anew, with its own check.
 """
 
 from __future__ import annotations
+
+import json
 
 from pydantic import BaseModel
 
@@ -21,30 +35,24 @@ class DueCheck(BaseModel):
     platform_message_id: str
 
 
-def schedule_read_checks(store: DeliveryStore, request_id: str, checks: int, interval_ms: int, now: int) -> None:
-    """Plan `checks` queries, the first one `interval_ms` from now (idempotent). None for a reply
-    posted to a DingTalk session webhook: DingTalk keeps no read status of those (it stays sent)."""
+def schedule_read_checks(store: DeliveryStore, request_id: str, checks: int, delay_ms: int, now: int) -> None:
+    """Plan the message's one query, `delay_ms` from now, unless `checks` is 0 (queries are off).
+    Idempotent: a message has one check, made or not. None for a reply posted to a DingTalk
+    session webhook: DingTalk keeps no read status of those (it stays sent)."""
     if checks <= 0:
         return
     with store.write() as conn:
-        conn.execute(
-            queries.read_check.SCHEDULE,
-            {"r": request_id, "d": now + interval_ms, "n": checks, "hook": REPLY_WEBHOOK},
-        )
+        conn.execute(queries.read_check.SCHEDULE, {"r": request_id, "d": now + delay_ms, "hook": REPLY_WEBHOOK})
 
 
-def due_read_checks(store: DeliveryStore, now: int, limit: int = 100) -> list[DueCheck]:
-    with store.read() as conn:
-        rows = conn.execute(queries.read_check.DUE, {"now": now, "n": limit}).mappings()
-        return [DueCheck.model_validate(dict(row)) for row in rows]
-
-
-def checked(store: DeliveryStore, request_id: str, done: bool, interval_ms: int, now: int) -> None:
-    """One query was made: the schedule ends when `done` (read, or nothing to ask) or with its
-    last check."""
-    with store.write() as conn:
-        if done:
-            conn.execute(queries.read_check.END_SCHEDULE, {"r": request_id})
-            return
-        conn.execute(queries.read_check.END_IF_LAST, {"r": request_id})
-        conn.execute(queries.read_check.COUNT_DOWN, {"d": now + interval_ms, "r": request_id})
+def claim_due_read_check(store: DeliveryStore, now: int) -> DueCheck | None:
+    """The oldest check due at `now`, marked made in the same transaction, on disk before this
+    returns: the caller makes its query at most once, and no other caller gets it. One at a
+    time, so a crash mid-round loses the query under way, not those still to come."""
+    with store.write(durable=True) as conn:
+        row = conn.execute(queries.read_check.DUE, {"now": now, "n": 1}).mappings().first()
+        if row is None:
+            return None
+        check = DueCheck.model_validate(dict(row))
+        conn.execute(queries.read_check.MARK_QUERIED, {"now": now, "ids": json.dumps([check.request_id])})
+    return check

@@ -1,8 +1,11 @@
 """Who a direct reply goes to (SPEC 3.8).
 
 Wangwang addresses a buyer, never a conversation: the recipient is the last external sender
-observed in the conversation's stored history, else the platform peer stored with it. With
-neither, nothing is sent and the caller gets WANGWANG_DIRECT_RECIPIENT_UNAVAILABLE.
+observed in the conversation's stored history, else the platform peer stored with it: the one
+the platform paged with the conversation, else the `peer_id` of the conversation's specific
+direct route (how a shop writes first to a buyer who has not written yet,
+runtime.outbox.first_contact). With neither, nothing is sent and the caller gets
+WANGWANG_DIRECT_RECIPIENT_UNAVAILABLE.
 
 DingTalk's rule is `dingtalk_recipient`: a 1:1 reply goes through batchSend, whose userIds are
 staff ids (userid) only, so the recipient is the buyer's staff id: the peer of the latest stored
@@ -71,7 +74,8 @@ def direct_recipient(conn: Connection, customer_id: int) -> str | None:
 
 
 def recipient_of(facts: RecipientFacts, now: int | None = None) -> str | None:
-    """`now` (ms): when a session webhook must still be valid (default: now)."""
+    """`now` (ms): when a session webhook must still be valid (default: now). `facts`' peer is
+    the stored platform peer: the conversation's, else its specific direct route's."""
     conversation_type, conversation_id, peer, platform, last_external, webhook = facts
     if conversation_type != "direct":
         return None

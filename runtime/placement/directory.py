@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from runtime.placement.sealing import publish_shard_key
 from runtime.placement.shards import Placement, local_placement, record_placement
 from runtime.placement.slices import discard_import
 from runtime.ports import Coordination
@@ -102,7 +103,10 @@ def rebuild_directory(
     discard: Callable[[str], bool],
 ) -> Rebuilt:
     """`enter_accounts`, then end the moves the coordination store forgot (module docstring).
-    `resume` lifts an account's pause; `discard(op_id)` undoes an import (runtime.placement.slices)."""
+    `resume` lifts an account's pause; `discard(op_id)` undoes an import (runtime.placement.slices).
+    The shard's public key is published again too (runtime.placement.sealing), so that a move to
+    this shard finds it and seals the account's credential to it at once."""
+    publish_shard_key(store, coordination, shard)
     rebuilt = enter_accounts(store, coordination, shard)
     with store.read() as conn:
         placed = [Placement.model_validate(row) for row in conn.execute(queries.account_placement.ALL).mappings()]

@@ -25,6 +25,13 @@ nothing behind that beat does not finish.
 
 While an account moves, its input is paused on both sides: pages that arrive are held, and
 held pages follow the account (in the slice, or forwarded by the source after the flip).
+
+The account's credential is never in the coordination store as it is: the slice holds only its
+sha256, and the source seals the secret to the target shard's published key
+(runtime.placement.sealing). A target that cannot open what it finds (nothing sealed yet, since
+it had published no key; a key made since) publishes its key and hands the step back to the
+source, which exports again; after RESEALS of those the move stops with
+KEFU_PLACEMENT_CREDENTIAL_SEAL and rolls back.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from runtime.errors import KefuError
 from runtime.inbound.input_pause import count_in_flight, pause_input
 from runtime.outbox.requests import revoke_unsent_auto
 from runtime.pipeline import Ingest, Step, resume
+from runtime.placement.sealing import SealBroken, open_sealed, publish_shard_key, published_key, seal
 from runtime.placement.shards import Placement, local_placement, record_placement
 from runtime.placement.slices import (
     decode_slice,
@@ -72,7 +80,8 @@ BOUNDS_S = {
 }
 PRE_FLIP_STEPS = {MoveStep.STOPPING, MoveStep.EXPORTED}  # the stages that wait on work, and roll back past their bound
 STEP_LEASE_S = 15.0  # one step of a move at a time per shard; renewed while it runs
-CREDENTIAL_TTL_S = 3600  # an exported credential's copy in the coordination store
+CREDENTIAL_TTL_S = 3600  # an exported credential's sealed copy in the coordination store
+RESEALS = 2  # a target asks the source to seal the credential again at most this often per move
 SOURCE_STEPS = {MoveStep.STOPPING, MoveStep.FLIPPED, MoveStep.ROLLING_BACK_SOURCE}
 TARGET_STEPS = {MoveStep.EXPORTED, MoveStep.IMPORTED, MoveStep.RELEASED, MoveStep.ROLLING_BACK_TARGET}
 FINAL_STEPS = {MoveStep.DONE, MoveStep.ROLLED_BACK}
@@ -414,8 +423,12 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
     coordination.put_blob(f"{record.op_id}:slice", data)
     with store.read() as conn:
         secret = stored_secret(conn, account_id)
-    if secret is not None:
-        coordination.put_blob(f"{record.op_id}:credential", secret.encode(), ttl_s=CREDENTIAL_TTL_S)
+    target_key = published_key(coordination, record.target) if secret is not None else None
+    if secret is not None and target_key is not None:
+        sealed = seal(secret, target_key, record.op_id, record.account_id)
+        coordination.put_blob(f"{record.op_id}:credential", sealed, ttl_s=CREDENTIAL_TTL_S)
+    else:  # the target has published no key yet: it asks for the credential once it sees the slice
+        coordination.drop_blob(f"{record.op_id}:credential")
     counts = {table: len(rows) for table, rows in exported.tables.items() if rows}
     save_move(
         coordination,
@@ -423,7 +436,12 @@ def _stop_and_export(services: Services, coordination: Coordination, record: Mov
         step=MoveStep.EXPORTED,
         slice_sha256=hashlib.sha256(data).hexdigest(),
         error=None,
-        detail={"exported": counts, "slice_bytes": len(data), "sessions": len(exported.sessions)},
+        detail={
+            "exported": counts,
+            "slice_bytes": len(data),
+            "sessions": len(exported.sessions),
+            **({"reseals": record.detail["reseals"]} if "reseals" in record.detail else {}),
+        },
     )
     return f"exported {len(data)} bytes"
 
@@ -435,10 +453,11 @@ def _import(services: Services, coordination: Coordination, record: MoveRecord) 
     if data is None or hashlib.sha256(data).hexdigest() != record.slice_sha256:
         raise KefuError("KEFU_PLACEMENT_SLICE_MISSING", f"move {record.op_id}: the exported slice is gone", "roll back")
     moved = decode_slice(data)
-    credential = coordination.blob(f"{record.op_id}:credential")
-    if moved.credential_ref is not None and credential is None:  # its copy expired: the source exports again
-        save_move(coordination, record, step=MoveStep.STOPPING)
-        return "the credential's copy expired; exporting again"
+    credential = None
+    if moved.credential_ref is not None:
+        credential = _open_credential(services, coordination, record)
+        if credential is None:
+            return "the credential is not sealed to this shard's key; the source seals it again"
     sessions, images = _dirs(services)
     result = import_slice(
         services.store,
@@ -448,11 +467,37 @@ def _import(services: Services, coordination: Coordination, record: MoveRecord) 
         moved,
         record.op_id,
         record.target,
-        None if credential is None else credential.decode(),
+        credential,
     )
     save_move(coordination, record, step=MoveStep.IMPORTED, detail={**record.detail, "imported": True})
     coordination.drop_blob(f"{record.op_id}:credential")
     return f"imported {result.customers} customer(s)"
+
+
+def _open_credential(services: Services, coordination: Coordination, record: MoveRecord) -> str | None:
+    """The moving account's secret, opened with this shard's key; None when there is nothing this
+    key opens (nothing was sealed: no key was published when the source exported; it was sealed
+    to a key made since; its copy expired): the key is published and the step handed back to the
+    source, which seals it again. Past RESEALS of those the move stops (it rolls back)."""
+    key = publish_shard_key(services.store, coordination, record.target)
+    sealed = coordination.blob(f"{record.op_id}:credential")
+    problem = "nothing was sealed to it"
+    if sealed is not None:
+        try:
+            return open_sealed(sealed, key, record.op_id, record.account_id)
+        except SealBroken as broken:
+            problem = broken.message
+    reseals = int(record.detail.get("reseals", 0))
+    if reseals >= RESEALS:
+        raise KefuError(
+            "KEFU_PLACEMENT_CREDENTIAL_SEAL",
+            f"move {record.op_id}: the credential could not be opened on {record.target} after {reseals} new"
+            f" seal(s) ({problem})",
+            "look at both shards' logs; move again with a new op id",
+        )
+    log.info("move %s: the credential cannot be opened here (%s); the source seals it again", record.op_id, problem)
+    save_move(coordination, record, step=MoveStep.STOPPING, detail={**record.detail, "reseals": reseals + 1})
+    return None
 
 
 def _release(services: Services, coordination: Coordination, record: MoveRecord) -> Step:

@@ -7,8 +7,8 @@ ids hashed from them, batch ids, memory scopes, plan and folder ids and the logs
 customer id or session file already taken here refuses the import. Only inbound messages,
 received pages and operators' notes get new ids: per-store counters whose order matters, so they are appended after
 this store's rows and the watermarks and cursors pointing into them follow. The credential's
-secret never travels in a slice: it holds the secret's sha256, and the mover hands the secret to
-the target, which checks it against that.
+secret never travels in a slice: it holds the secret's sha256, and the source seals the secret to
+the target shard's key (runtime.placement.sealing); the target opens it and checks it against that.
 
 Rows and files cannot share a transaction. Import commits the rows with a record of its op id,
 then writes files and memory, then marks the record done: a replay with the same op id finishes

@@ -959,6 +959,133 @@ V24 = Migration(
     ),
 )
 
+V25 = Migration(
+    25,
+    "the agent profile a session began under (runtime.agent.profiles); NULL: the default profile",
+    ("ALTER TABLE agent_session ADD COLUMN profile TEXT",),
+)
+
+V26 = Migration(
+    26,
+    "observation: a route's mode (answer, or observe: listen and store, never answer); history imports' progress",
+    (
+        # runtime.admission.routes.RouteMode: an observing route's input is stored as `observed`
+        # (runtime.store.states.MessageState) and never admitted.
+        "ALTER TABLE route ADD COLUMN mode TEXT NOT NULL DEFAULT 'answer' CHECK (mode IN ('answer', 'observe'))",
+        # Observed input by receive time: the days the memory engine is still to remember
+        # (runtime.inbound.history_import.remember_observed).
+        "CREATE INDEX inbound_observed ON inbound_message (customer_id, received_at) WHERE state = 'observed'",
+        # runtime.inbound.history_import: one row per imported file (its checksum), how far its
+        # batches got into the history (`batches_done`) and into memory (`remembered`), so an
+        # interrupted import goes on where it stopped.
+        """CREATE TABLE history_import (
+            checksum TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            rows INTEGER NOT NULL,
+            batch_size INTEGER NOT NULL,
+            batches INTEGER NOT NULL,
+            batches_done INTEGER NOT NULL DEFAULT 0,
+            remembered INTEGER NOT NULL DEFAULT 0,
+            imported INTEGER NOT NULL DEFAULT 0,
+            present INTEGER NOT NULL DEFAULT 0,
+            skipped INTEGER NOT NULL DEFAULT 0,
+            started_at INTEGER NOT NULL,
+            finished_at INTEGER
+        )""",
+    ),
+)
+
+V27 = Migration(
+    27,
+    "buyers' files, voice and video fetched into the store as their images are",
+    (
+        # runtime.inbound.media writes each fetch's outcome into the message's body (JSON), for
+        # files, voice and video as for images (V19). A file's body is the file's name, not JSON,
+        # on the console's mirror of a file the shop sent: json_valid first, so no row fails the
+        # index's json_extract. These replace V19's two image-only indexes.
+        "DROP INDEX IF EXISTS inbound_image_pending",
+        "DROP INDEX IF EXISTS inbound_image_media",
+        "CREATE INDEX inbound_media_pending ON inbound_message (id)"
+        " WHERE content_type IN ('image', 'file', 'voice', 'video') AND json_valid(body)"
+        " AND json_extract(body, '$.media') IS NULL AND json_extract(body, '$.ref') IS NOT NULL",
+        "CREATE INDEX inbound_media_copy ON inbound_message (json_extract(body, '$.sha256'))"
+        " WHERE content_type IN ('image', 'file', 'voice', 'video') AND json_valid(body)",
+    ),
+)
+
+V28 = Migration(
+    28,
+    "read status: at most one query per sent 1:1 message, marked before it is made (SPEC 3.9)",
+    (
+        # runtime.outbox.read_checks: a check's `queried_at` is set in the transaction that claims
+        # it, before the platform is asked; the row stays as the mark, so neither a crash, a
+        # redelivered task nor an overlapping round asks twice. `checks_left` is no longer read.
+        "ALTER TABLE read_check ADD COLUMN queried_at INTEGER",
+        # Rows of the old schedule (three checks by default) with fewer left were asked already.
+        "UPDATE read_check SET queried_at = due_at WHERE checks_left < 3",
+        # The due ones only: the marks of queried messages stay until their requests go.
+        "DROP INDEX IF EXISTS read_check_due",
+        "CREATE INDEX read_check_due ON read_check (due_at) WHERE queried_at IS NULL",
+    ),
+)
+
+V29 = Migration(
+    29,
+    "the shard's key pair that an account's credential is sealed to when it moves here (runtime.placement.sealing)",
+    (
+        # One row per shard this store served: the private half never leaves the store (the
+        # credentials it protects live here too); the public half is published where every host
+        # sees it, so that a source shard seals a moving account's credential to it.
+        """CREATE TABLE shard_key (
+            shard TEXT PRIMARY KEY,
+            public_key TEXT NOT NULL,
+            private_key TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        )""",
+    ),
+)
+
+V30 = Migration(
+    30,
+    "restores from a backup: the window each one leaves, and what it held back (runtime.store.backup)",
+    (
+        # One row per `kefu restore`: the delivery store's snapshot time and when the restore put it
+        # in place. The lost host may have answered anything between them; kefu cannot know.
+        """CREATE TABLE restore_window (
+            id INTEGER PRIMARY KEY,
+            backup_id TEXT NOT NULL,
+            shard TEXT NOT NULL,
+            source_instance TEXT NOT NULL,
+            backup_at INTEGER NOT NULL,
+            restored_at INTEGER NOT NULL
+        )""",
+        # What a restore held back from automatic handling, by kind: input waiting at the backup
+        # (`input`, a message id), a batch admitted and not done (`batch`), a send not settled
+        # (`send`, now result-unknown) and input of the window the platform delivered again after
+        # the restore (`gap`, a message id). Ids only: `kefu restore-gap` lists them.
+        """CREATE TABLE restore_held (
+            window_id INTEGER NOT NULL REFERENCES restore_window(id),
+            kind TEXT NOT NULL CHECK (kind IN ('input', 'batch', 'send', 'gap')),
+            ref TEXT NOT NULL,
+            customer_id INTEGER NOT NULL,
+            PRIMARY KEY (window_id, kind, ref)
+        )""",
+        # Live input that occurred before a restore and is stored after it (a platform delivering
+        # the window again: a cursor paged again, a push redelivered) may have been answered by
+        # the lost host: kept, never admitted. A trigger, so no ingest path can forget it; for a
+        # store never restored it reads one empty table.
+        """CREATE TRIGGER restore_gap_input AFTER INSERT ON inbound_message
+            WHEN NEW.state = 'pending' AND EXISTS (SELECT 1 FROM restore_window
+                WHERE NEW.occurred_at < restored_at AND NEW.received_at >= restored_at)
+        BEGIN
+            UPDATE inbound_message SET state = 'suppressed' WHERE id = NEW.id;
+            INSERT OR IGNORE INTO restore_held (window_id, kind, ref, customer_id)
+            SELECT max(id), 'gap', NEW.id, NEW.customer_id FROM restore_window
+            WHERE NEW.occurred_at < restored_at AND NEW.received_at >= restored_at;
+        END""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -984,5 +1111,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     V22,
     V23,
     V24,
+    V25,
+    V26,
+    V27,
+    V28,
+    V29,
+    V30,
 )
 LATEST_VERSION = latest(MIGRATIONS)

@@ -20,6 +20,7 @@ class MessageState(StrEnum):
     IGNORED = "ignored"  # the agent's own lines, seen again as the platform's echo
     HISTORY = "history"  # ingested as history, not as live input
     SUPPRESSED = "suppressed"  # live input while automatic handling is paused: kept, never admitted
+    OBSERVED = "observed"  # live input while its route observes (listens, never answers): kept, never admitted
 
 
 class BatchState(StrEnum):
@@ -127,6 +128,7 @@ class RotationReason(StrEnum):
     OPERATOR = "operator"  # `kefu sessions rotate`
     INACTIVITY = "inactivity"  # nothing happened for KEFU_AGENT__SESSION_IDLE_H
     MODEL_CHANGE = "model-change"  # the configured model is not the session's
+    PROFILE_CHANGE = "profile-change"  # the customer's route names another agent profile now
     DAMAGED = "damaged"  # its log was damaged before its tail (runtime.agent.sessions)
     FORK = "fork"  # `kefu sessions fork`
 

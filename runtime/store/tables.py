@@ -89,6 +89,7 @@ class Route(SQLModel):
     workspace: str = "default"
     enabled: bool = True
     agent_preset: str | None = None
+    mode: str = "answer"  # answer | observe (listen and store, never answer): runtime.admission.routes
     trigger_mention: bool = False
     trigger_every_n: int | None = None
     trigger_interval_s: int | None = None
@@ -214,6 +215,7 @@ class SessionHeader(SQLModel):
     reason: RotationReason | None = None
     parent: str | None = None
     inherited: int = 0
+    profile: str | None = None  # the agent profile it began under (runtime.agent.profiles); None: the default
 
 
 class AdmissionBatch(SQLModel):
@@ -376,11 +378,12 @@ class Credential(SQLModel):
 class ReadCheck(SQLModel):
     __tablename__: ClassVar[str] = "read_check"
 
-    """A sent 1:1 message whose read status the platform is still to be asked about."""
+    """A sent 1:1 message whose read status the platform is asked about once (SPEC 3.9)."""
 
     request_id: str
     due_at: int
-    checks_left: int
+    checks_left: int  # always 1 since V28 (once a bounded count of checks)
+    queried_at: int | None = None  # marked before the one query is made; then kept as the mark
 
 
 class ShardFence(SQLModel):

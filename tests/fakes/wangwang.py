@@ -55,6 +55,8 @@ class FakeWangwangBridge:
     relative_urls: bool = False  # answer `/media/<token>` instead of an absolute URL
     hostile_url: str | None = None  # answer this download URL instead (a bridge pointing kefu elsewhere)
     content_length: bool = True  # send Content-Length with a download (else the body ends at close)
+    # buyers the shop may write to first (e.g. who ordered), besides those who wrote
+    known_buyers: set[str] = field(default_factory=set)
     # what happened
     sends: list[BridgeSend] = field(default_factory=list)
     confirms: list[str] = field(default_factory=list)
@@ -234,7 +236,7 @@ class FakeWangwangBridge:
             if earlier.text != params.get("text", ""):
                 return self._error("CLIENT_REF_CONFLICT", "client_ref reused for other content")
             return self._ok(params, {"message_id": earlier.message_id})
-        buyers = {item["sender_id"] for _, kind, item in self._events if kind == "message"}
+        buyers = {item["sender_id"] for _, kind, item in self._events if kind == "message"} | self.known_buyers
         if to_id not in buyers:
             return self._error("RECIPIENT_UNAVAILABLE", "to_id is not a buyer of this shop")
         media = len(base64.b64decode(params["media"])) if params.get("media") else 0

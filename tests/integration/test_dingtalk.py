@@ -24,17 +24,20 @@ ACCOUNT = "ding"
 QUESTIONS = ["什么时候发货", "可以开发票吗", "有优惠券吗", "可以退货吗", "发什么快递"]
 
 
-@pytest.fixture
-def worker(settings, fake_dingtalk, ding) -> Iterator[WorkerProcess]:
-    env = worker_env(
+def worker_env_for(settings, fake_dingtalk: FakeDingTalk) -> dict[str, str]:
+    return worker_env(
         settings,
         KEFU_LISTENER__RECONNECT_INITIAL_MS="100",
         KEFU_DINGTALK__OPENAPI_URL=fake_dingtalk.url,
         KEFU_DINGTALK__OAPI_URL=fake_dingtalk.url,
         KEFU_DINGTALK__TIMEOUT_S="1",
         KEFU_DINGTALK__READ_STATUS_INTERVAL_S="1",
-        KEFU_DINGTALK__READ_STATUS_CHECKS="3",
     )
+
+
+@pytest.fixture
+def worker(settings, fake_dingtalk, ding) -> Iterator[WorkerProcess]:
+    env = worker_env_for(settings, fake_dingtalk)
     process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
     process.wait_ready(make_app(settings))
     wait_for(
@@ -141,7 +144,9 @@ def test_throttling_then_success_sends_once_and_a_lost_answer_is_unknown_not_res
     assert replies_to(fake_dingtalk)["staff-u"] == 1
 
 
-def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_store(fake_dingtalk, worker, store):
+def test_read_status_is_asked_once_per_message_across_rounds_and_a_restart_and_a_read_reaches_the_store(
+    fake_dingtalk, worker, store, settings
+):
     fake_dingtalk.prompt_readers = {"staff-r"}
     fake_dingtalk.buyer_says("staff-r", "可以开发票吗")
     fake_dingtalk.buyer_says("staff-n", "什么时候发货")
@@ -153,10 +158,17 @@ def test_read_status_is_asked_a_few_times_per_message_and_a_read_reaches_the_sto
             return conn.execute("SELECT platform_message_id, reader_id FROM buyer_read").all()
 
     wait_for(lambda: reads() == [(key["staff-r"], "staff-r")], 20, "the read to be stored", reads)
-    wait_for(lambda: fake_dingtalk.read_queries.count(key["staff-n"]) == 3, 20, "three checks of the unread message")
-    wait_runs(worker.log_path, "kefu.receipts.read_status")  # two more rounds of checks: the schedule has ended
-    assert fake_dingtalk.read_queries.count(key["staff-n"]) == 3
-    assert fake_dingtalk.read_queries.count(key["staff-r"]) == 1  # read at the first check: no more
+    wait_for(lambda: key["staff-n"] in fake_dingtalk.read_queries, 20, "the unread message's check")
+    wait_runs(worker.log_path, "kefu.receipts.read_status", runs=3)  # more rounds: nothing more to ask
+    worker.stop()
+    restarted = WorkerProcess(worker_env_for(settings, fake_dingtalk), worker.log_path, listen=True).start()
+    try:
+        restarted.wait_ready(make_app(settings))
+        wait_runs(restarted.log_path, "kefu.receipts.read_status", runs=3)
+    finally:
+        restarted.stop()
+    # Issue 42 item 6: the unread message was asked about three times (SPEC 3.9 allows one).
+    assert sorted(fake_dingtalk.read_queries) == sorted([key["staff-r"], key["staff-n"]])
 
 
 def test_malformed_stream_frames_are_acknowledged_and_dropped_and_nothing_is_written(fake_dingtalk, worker, store):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.inbound.media import image_body
+from runtime.inbound.media import media_body
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.openai_server import FakeOpenAI, images_of, text_of
 from tests.integration.helpers import wait_for, worker_env
@@ -79,7 +79,7 @@ def test_a_picture_reaches_the_model_as_an_image_then_ages_out(fake_dingtalk: Fa
     assert not any(images_of(m) for m in turns(fake)[2]["messages"])
     with store.read() as conn:
         bodies = [
-            image_body(b)
+            media_body(b)
             for (b,) in conn.execute("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
         ]
     assert [(b.state, b.code) for b in bodies] == [("stored", None), ("refused", "KEFU_MEDIA_TOO_LARGE")]

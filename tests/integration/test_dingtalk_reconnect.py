@@ -5,6 +5,8 @@ fake's record of sends are what is checked."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,11 +26,11 @@ ROUTINE = 20
 
 
 @pytest.fixture
-def start_worker(settings: Settings, fake_dingtalk: FakeDingTalk, ding: str) -> Iterator[Callable[[], WorkerProcess]]:
+def start_worker(settings: Settings, fake_dingtalk: FakeDingTalk, ding: str) -> Iterator[Callable[..., WorkerProcess]]:
     """Start a listening worker with short reconnect delays and a 1 s DingTalk timeout."""
     started: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
+    def start(**extra: str) -> WorkerProcess:
         env = worker_env(
             settings,
             KEFU_LISTENER__RECONNECT_INITIAL_MS="50",
@@ -36,6 +38,7 @@ def start_worker(settings: Settings, fake_dingtalk: FakeDingTalk, ding: str) -> 
             KEFU_DINGTALK__OPENAPI_URL=fake_dingtalk.url,
             KEFU_DINGTALK__OAPI_URL=fake_dingtalk.url,
             KEFU_DINGTALK__TIMEOUT_S="1",
+            **extra,
         )
         process = WorkerProcess(env, settings.data_dir / "worker.log", listen=True).start()
         started.append(process)
@@ -86,12 +89,16 @@ def test_a_listener_survives_twenty_routine_disconnects_in_a_row_and_stays_runni
     assert "reconnecting" not in worker_log(settings)
 
 
-def test_twenty_cut_sockets_in_a_row_with_successful_reconnects_leave_the_listener_running(
+def test_twenty_cut_sockets_in_a_row_each_after_a_stable_run_leave_the_listener_running(
     settings, store, fake_dingtalk, start_worker
 ):
-    start_worker()
+    stable_s = 0.2
+    start_worker(KEFU_LISTENER__RECONNECT_STABLE_MS=str(int(stable_s * 1000)))
     wait_connection(fake_dingtalk, 1, settings)
     for n in range(1, ROUTINE + 1):
+        wait_for(lambda: account_facts(store)[0] == "running", 10, "the listener to run", lambda: account_facts(store))
+        opened = time.monotonic()  # the run began no later than this
+        wait_for(lambda opened=opened: time.monotonic() - opened > 2 * stable_s, 5, f"run {n} to be stable")
         fake_dingtalk.drop()
         wait_connection(fake_dingtalk, n + 1, settings)
     wait_for(lambda: account_facts(store)[0] == "running", 10, "the listener to run", lambda: account_facts(store))
@@ -120,3 +127,44 @@ def test_refused_credentials_at_connections_open_fail_the_listener_and_the_autho
     assert account_facts(store) == ("failed", "DINGTALK_AUTH_FAILED", "failed")
     assert fake_dingtalk.tickets_issued == 0 and fake_dingtalk.connections == 0
     assert fake_dingtalk.client_secret not in worker_log(settings)
+
+
+def test_a_connection_accepted_then_dropped_over_and_over_fails_the_listener_and_alerts_the_operator(
+    settings, store, fake_dingtalk, start_worker, kefu
+):
+    """Issue 42 item 5: the fake accepts every connection and cuts it at once; nothing commits.
+    The budget used to be restored on every connect, so this flapped forever, unseen."""
+    from runtime.operators.alerts import AlertKind, undelivered
+    from worker.cli import cli
+
+    cutting = threading.Event()
+
+    def cut_every_connection() -> None:
+        seen = 0
+        while not cutting.is_set():
+            if fake_dingtalk.connections > seen and fake_dingtalk.connected:
+                seen = fake_dingtalk.connections
+                fake_dingtalk.drop()
+            time.sleep(0.005)
+
+    cutter = threading.Thread(target=cut_every_connection, daemon=True)
+    cutter.start()
+    try:
+        start_worker(KEFU_LISTENER__RECONNECT_STABLE_MS="5000", KEFU_LISTENER__RECONNECT_MAX_ATTEMPTS="3")
+        wait_for(
+            lambda: account_facts(store)[0] == "failed",
+            30,
+            "the flapping listener to fail",
+            lambda: (account_facts(store), fake_dingtalk.connections, worker_log(settings)[-3000:]),
+        )
+    finally:
+        cutting.set()
+        cutter.join(5)
+    assert account_facts(store) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", "ready")
+    assert fake_dingtalk.connections == 4  # the first connection and three reconnects
+    assert worker_log(settings).count("listener ding: running") == 4
+    alerts = [(a.kind, a.account_id, a.code) for a in undelivered(store)]
+    assert alerts == [(AlertKind.LISTENER_FAILED, ACCOUNT, "KEFU_LISTENER_RETRIES_EXHAUSTED")]
+    status = kefu.invoke(cli, ["status"], env={"COLUMNS": "250", "KEFU_LANGUAGE": "en"})
+    assert status.exit_code == 0, status.output
+    assert "failed (KEFU_LISTENER_RETRIES_EXHAUSTED)" in status.output

@@ -10,7 +10,7 @@ import pytest
 from runtime.accounts.credentials import save_credentials
 from runtime.accounts.registry import AccountSpec, create_account
 from runtime.admission.routes import RouteSpec, create_route
-from runtime.inbound.media import ImageBody, image_body
+from runtime.inbound.media import MediaBody, media_body
 from tests.fakes.wangwang import FakeWangwangBridge
 from tests.integration.helpers import wait_for, wait_runs, worker_env
 from tests.unit.test_inbound_images import png
@@ -96,10 +96,10 @@ PICTURE = png(4)
 BUYER = "cntaobao买家图"
 
 
-def images(store) -> list[ImageBody]:
+def images(store) -> list[MediaBody]:
     with store.read() as conn:
         rows = conn.execute("SELECT body FROM inbound_message WHERE content_type = 'image' ORDER BY id")
-        return [image_body(body) for (body,) in rows]
+        return [media_body(body) for (body,) in rows]
 
 
 def test_a_picture_is_stored_and_one_over_the_limit_refused_unread(worker, store, fake_wangwang, kefu):

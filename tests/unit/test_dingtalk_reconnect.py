@@ -6,6 +6,7 @@ and WebSocket servers, recording into a real delivery store. Every state change 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -117,13 +118,18 @@ def test_twenty_routine_disconnects_in_a_row_never_leave_running_and_a_message_s
     assert leaks(caplog, fake_dingtalk, "什么时候发货呢") == []
 
 
-def test_twenty_cut_sockets_in_a_row_with_successful_reconnects_stay_running(store, fake_dingtalk, listen):
-    observer, published = listen()
+def test_twenty_cut_sockets_each_after_a_stable_run_stay_running(store, fake_dingtalk, listen):
+    stable_ms = 100
+    observer, published = listen(FAST.model_copy(update={"reconnect_stable_ms": stable_ms}))
     observer.wait_for("running")
     for n in range(1, 21):
         until(lambda n=n: fake_dingtalk.connections == n and fake_dingtalk.connected, f"connection {n}")
+        observer.wait_for("running", count=n)
+        opened = observer.changes[-1][0]
+        until(lambda opened=opened: time.monotonic() - opened > 2 * stable_ms / 1000, f"run {n} to be stable")
         fake_dingtalk.drop()
     observer.wait_for("running", count=21)
+    assert {delay for state, _, delay in observer.sequence() if state == "reconnecting"} == {20}  # budget whole
     until(lambda: fake_dingtalk.connected, "the last connection")
     msg_id = fake_dingtalk.buyer_says("staff-2", "可以开发票吗")
     until(lambda: fake_dingtalk.unacked == 0 and bool(published.items), "the message, published and ACKed")
@@ -240,3 +246,40 @@ def test_an_error_answer_to_connections_open_is_classified(status, body, code, a
 def test_a_ticket_becomes_the_websocket_address_with_the_ticket_quoted():
     answer = httpx.Response(200, json={"endpoint": "wss://gateway/connect", "ticket": "a+b/c="})
     assert ticket_address(answer) == "wss://gateway/connect?ticket=a%2Bb%2Fc%3D"
+
+
+def test_a_gateway_that_accepts_then_drops_every_connection_fails_the_listener_with_an_alert(
+    store, fake_dingtalk, listen
+):
+    """Issue 42 item 5: each connection opens and is cut at once, no page commits. The
+    listener used to count every connect as a recovery and flap forever without an alert."""
+    from runtime.operators.alerts import AlertKind, undelivered
+    from runtime.operators.status import notices
+
+    cutting = threading.Event()
+
+    def cut_every_connection() -> None:
+        seen = 0
+        while not cutting.is_set():
+            if fake_dingtalk.connections > seen and fake_dingtalk.connected:
+                seen = fake_dingtalk.connections
+                fake_dingtalk.drop()
+            time.sleep(0.005)
+
+    cutter = threading.Thread(target=cut_every_connection, daemon=True)
+    cutter.start()
+    try:
+        observer, _ = listen(FAST.model_copy(update={"reconnect_stable_ms": 10_000}))
+        observer.wait_for("failed", timeout_s=20)
+    finally:
+        cutting.set()
+        cutter.join(5)
+    sequence = observer.sequence()
+    assert [state for state, _, _ in sequence].count("running") == 4  # connected four times
+    assert [delay for state, _, delay in sequence if state == "reconnecting"] == [20, 40, 80]
+    assert sequence[-1] == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", None)
+    assert fake_dingtalk.connections == 4  # and never again
+    assert account_facts(store) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", "ready")
+    alerts = [(a.kind, a.account_id, a.code) for a in undelivered(store)]
+    assert alerts == [(AlertKind.LISTENER_FAILED, ACCOUNT, "KEFU_LISTENER_RETRIES_EXHAUSTED")]
+    assert notices(store).listeners_failed == [ACCOUNT]

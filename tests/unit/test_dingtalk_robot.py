@@ -166,4 +166,4 @@ def test_voice_file_and_video_messages_keep_their_references_and_read_as_text(st
         ingest_page(store, page)
     with store.read() as conn:
         rows = conn.execute("SELECT content_type, body FROM inbound_message ORDER BY id").all()
-    assert [content_text(*row) for row in rows] == ["[voice] 我要退货", "[file 发票.pdf]", "[video]"]
+    assert [content_text(*row) for row in rows] == ["[voice 3 s] 我要退货", "[file 发票.pdf]", "[video 12 s]"]

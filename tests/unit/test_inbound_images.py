@@ -14,8 +14,8 @@ from runtime.agent.turn import run_turn
 from runtime.customers.erasure import erase_customer
 from runtime.customers.transcript import transcript
 from runtime.inbound.ingest import ingest_page
-from runtime.inbound.media import buyer_image, fetch_image, image_body, pending_images
-from runtime.pipeline import FetchImage
+from runtime.inbound.media import buyer_image, fetch_media, media_body, pending_media
+from runtime.pipeline import FetchMedia
 from runtime.ports import AssistantReply, ChatMessage, MediaFetchFailure, ToolSpec
 from runtime.store import now_ms
 from tests.local_services import Local
@@ -84,7 +84,7 @@ def turn(store, settings, customer, model, vision=True, rounds=1):
         update={"image_rounds": rounds, "openai": settings.agent.openai.model_copy(update={"vision": vision})}
     )
     evaluate(store, customer, 1000)
-    fetch = lambda ids: [fetch_image(store, lambda _: transport_of(store), m, MAX) for m in ids]  # noqa: E731
+    fetch = lambda ids: [fetch_media(store, lambda _: transport_of(store), m, MAX) for m in ids]  # noqa: E731
     return run_turn(store, model, customer, settings.sessions_dir, ZONE, agent, fetch_images=fetch)
 
 
@@ -103,12 +103,12 @@ def test_an_image_reaches_a_vision_model_then_ages_out(store, settings, shop, tr
     _TRANSPORTS[id(store)] = transport
     picture = png()
     ingested = send(store, transport, platform, media=BuyerMedia(kind="image", name="photo.png", data=picture))
-    [image_id], [customer] = ingested.images, ingested.customer_ids
+    [image_id], [customer] = ingested.media, ingested.customer_ids
     model = Recorder()
     turn(store, settings, customer, model)  # the turn fetches it: nothing did before
     assert images_seen(model) == [[picture]]
     with store.read() as conn:
-        body = image_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": image_id}).scalar())
+        body = media_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": image_id}).scalar())
         assert body.state == "stored" and body.mime == "image/png" and body.size == len(picture)
         assert conn.execute("SELECT data FROM media WHERE sha256 = :s", {"s": body.sha256}).scalar() == picture
     [line] = [line for line in transcript(store, customer).lines if line.speaker == "buyer"]
@@ -133,11 +133,11 @@ def test_an_image_over_the_limit_or_not_an_image_is_refused_and_reads_image(stor
     big = png(filler=b"\x00" * (11 * 1024 * 1024))  # 11 MiB
     too_big = send(store, transport, platform, media=BuyerMedia(kind="image", name="big.png", data=big))
     fake = send(store, transport, platform, media=BuyerMedia(kind="image", name="x.png", data=b"MZ not a picture"))
-    refused = fetch_image(store, lambda _: transport, too_big.images[0], MAX)
+    refused = fetch_media(store, lambda _: transport, too_big.media[0], MAX)
     assert refused.state == "refused" and refused.code == "KEFU_MEDIA_TOO_LARGE" and refused.size == len(big)
-    not_image = fetch_image(store, lambda _: transport, fake.images[0], MAX)
+    not_image = fetch_media(store, lambda _: transport, fake.media[0], MAX)
     assert not_image.state == "refused" and not_image.code == "KEFU_MEDIA_NOT_AN_IMAGE"
-    assert fetch_image(store, lambda _: transport, too_big.images[0], MAX) == refused  # final: not fetched again
+    assert fetch_media(store, lambda _: transport, too_big.media[0], MAX) == refused  # final: not fetched again
     with store.read() as conn:
         assert conn.execute("SELECT count(*) FROM media").scalar() == 0
     model = Recorder()
@@ -152,12 +152,12 @@ def test_a_platform_that_cannot_hand_out_media_fails_the_fetch_after_a_few_tries
 
             raise MediaFetchFailure("PLATFORM_BUSY", transient=True)
 
-    [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
-    states = [fetch_image(store, lambda _: Broken(), image, MAX) for _ in range(3)]
+    [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).media
+    states = [fetch_media(store, lambda _: Broken(), image, MAX) for _ in range(3)]
     assert [(s.state, s.attempts) for s in states] == [("pending", 1), ("pending", 2), ("failed", 2)]
     assert states[-1].code == "PLATFORM_BUSY"
-    unsupported = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).images[0]
-    assert fetch_image(store, lambda _: object(), unsupported, MAX).code == "KEFU_MEDIA_FETCH_UNSUPPORTED"
+    unsupported = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).media[0]
+    assert fetch_media(store, lambda _: object(), unsupported, MAX).code == "KEFU_MEDIA_FETCH_UNSUPPORTED"
 
 
 def test_an_image_whose_buyer_is_erased_mid_download_leaves_nothing(store, settings, shop, transport, platform):
@@ -168,14 +168,14 @@ def test_an_image_whose_buyer_is_erased_mid_download_leaves_nothing(store, setti
             erase_customer(store, None, settings.sessions_dir, None, ingested.customer_ids[0], "tester")
             return png()
 
-    assert fetch_image(store, lambda _: ErasedMeanwhile(), ingested.images[0], MAX) is None
+    assert fetch_media(store, lambda _: ErasedMeanwhile(), ingested.media[0], MAX) is None
     with store.read() as conn:
         assert conn.execute("SELECT count(*) FROM media").scalar() == 0
 
 
 def body_of(store, message_id):
     with store.read() as conn:
-        return image_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": message_id}).scalar())
+        return media_body(conn.execute("SELECT body FROM inbound_message WHERE id = :m", {"m": message_id}).scalar())
 
 
 def test_a_webp_reaches_a_vision_model_and_a_bmp_is_stored_for_operators_only(
@@ -188,9 +188,9 @@ def test_a_webp_reaches_a_vision_model_and_a_bmp_is_stored_for_operators_only(
     turn(store, settings, webp.customer_ids[0], model)
     assert images_seen(model) == [[WEBP]]  # the BMP of the same turn is not image content: `[image]`
     assert model.views[0][-1].content.count("[image]") == 2
-    stored = {m: body_of(store, m) for m in (webp.images[0], bmp.images[0])}
+    stored = {m: body_of(store, m) for m in (webp.media[0], bmp.media[0])}
     assert [(b.state, b.mime) for b in stored.values()] == [("stored", "image/webp"), ("stored", "image/bmp")]
-    bmp_body = stored[bmp.images[0]]
+    bmp_body = stored[bmp.media[0]]
     assert buyer_image(store, bmp.customer_ids[0], bmp_body.sha256) == ("image/bmp", BMP)  # operators see it
 
 
@@ -199,35 +199,35 @@ def test_the_reconciler_backs_off_a_failing_image_and_expires_one_too_old_to_fet
 ):
     quick = settings.model_copy(update={"reconcile": settings.reconcile.model_copy(update={"grace_s": 0})})
     services = Local(quick, store)
-    [failing] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
-    [old] = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).images
-    [older] = send(store, transport, platform, media=BuyerMedia(kind="image", name="c.png", data=png())).images
+    [failing] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).media
+    [old] = send(store, transport, platform, media=BuyerMedia(kind="image", name="b.png", data=png())).media
+    [older] = send(store, transport, platform, media=BuyerMedia(kind="image", name="c.png", data=png())).media
     with store.write() as conn:  # all overdue; two came in more than a day ago (e.g. a store upgraded)
         conn.execute("UPDATE inbound_message SET received_at = received_at - 1000")
         conn.execute(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS} WHERE id >= {old}")
 
-    first = fetch_image(store, lambda _: Busy(), failing, MAX)
+    first = fetch_media(store, lambda _: Busy(), failing, MAX)
     assert first.state == "pending" and first.retry_at > now_ms()
     step = pipeline.reconcile(services)
-    assert [f for f in step.follow_ups if isinstance(f, FetchImage)] == []  # backing off; the others expired
-    assert "0 images (2 expired)" in step.outcome
+    assert [f for f in step.follow_ups if isinstance(f, FetchMedia)] == []  # backing off; the others expired
+    assert "0 media (2 expired)" in step.outcome
     for expired in (old, older):
         body = body_of(store, expired)
         assert (body.state, body.code, body.attempts) == ("failed", "KEFU_MEDIA_EXPIRED", 0)
     with store.read() as conn:
-        assert pending_images(conn, 10, now_ms(), now=first.retry_at) == [failing]  # once the backoff is over
-    second = fetch_image(store, lambda _: Busy(), failing, MAX)
+        assert pending_media(conn, 10, now_ms(), now=first.retry_at) == [failing]  # once the backoff is over
+    second = fetch_media(store, lambda _: Busy(), failing, MAX)
     assert second.retry_at - first.retry_at >= 90_000  # a longer backoff after the second failure
     with store.write() as conn:  # the backoff passed
         conn.execute(f"UPDATE inbound_message SET body = json_set(body, '$.retry_at', 0) WHERE id = {failing}")
-    assert FetchImage(failing) in pipeline.reconcile(services).follow_ups
+    assert FetchMedia(failing) in pipeline.reconcile(services).follow_ups
 
 
 def test_an_image_pending_for_over_a_day_is_not_fetched(store, shop, transport, platform):
-    [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).images
+    [image] = send(store, transport, platform, media=BuyerMedia(kind="image", name="a.png", data=png())).media
     with store.write() as conn:
         conn.execute(f"UPDATE inbound_message SET received_at = received_at - {DAY_MS + 1000}")
-    expired = fetch_image(store, lambda _: NeverAsked(), image, MAX)
+    expired = fetch_media(store, lambda _: NeverAsked(), image, MAX)
     assert (expired.state, expired.code) == ("failed", "KEFU_MEDIA_EXPIRED")
 
 
@@ -238,7 +238,7 @@ def test_an_inline_data_url_is_stored_as_an_image_never_as_base64_text(store, se
     url = "data:image/png;base64," + base64.b64encode(picture).decode()
     ingested = send(store, transport, platform, f"  {url}\n")
     [customer] = ingested.customer_ids
-    assert ingested.images == []  # nothing to fetch: it came with the page
+    assert ingested.media == []  # nothing to fetch: it came with the page
     lying = "data:image/jpeg;base64," + base64.b64encode(picture).decode()  # says JPEG, holds a PNG
     send(store, transport, platform, lying)
     send(store, transport, platform, url)  # the same picture again: one stored copy
@@ -247,7 +247,7 @@ def test_an_inline_data_url_is_stored_as_an_image_never_as_base64_text(store, se
         copies = conn.execute("SELECT count(*) FROM media").scalar()
     assert [r[0] for r in rows] == ["image", "image", "image"] and copies == 1
     assert not any("base64" in r[1] for r in rows)
-    stored, refused, _ = (image_body(r[1]) for r in rows)
+    stored, refused, _ = (media_body(r[1]) for r in rows)
     assert (stored.state, stored.mime, stored.size) == ("stored", "image/png", len(picture))
     assert (refused.state, refused.code) == ("refused", "KEFU_MEDIA_NOT_AN_IMAGE")
     model = Recorder()

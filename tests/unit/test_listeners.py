@@ -163,12 +163,8 @@ def test_a_flaky_connection_follows_the_backoff_and_ends_failed_when_connecting_
         ("starting", None, None),
         ("reconnecting", "FAKE_REFUSED", 40),
         ("starting", None, None),
-        ("running", None, None),  # connected: the budget of 3 is whole again
-        ("reconnecting", "FAKE_DROPPED", 50),  # 20·2² capped at reconnect_max_ms
-        ("starting", None, None),
-        ("reconnecting", "FAKE_REFUSED", 50),
-        ("starting", None, None),
-        ("reconnecting", "FAKE_REFUSED", 50),
+        ("running", None, None),  # connected, but a short run without a commit restores nothing
+        ("reconnecting", "FAKE_DROPPED", 50),  # 20·2² capped at reconnect_max_ms; the third failure
         ("starting", None, None),
         ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", None),
     ]
@@ -208,22 +204,56 @@ def test_a_page_committed_while_running_restores_the_initial_delay(store, shop, 
     ]
 
 
-def test_twenty_drops_each_after_a_successful_reconnect_leave_the_listener_running(
-    store, shop, transport, platform, running
-):
-    page = a_page(transport, platform, shop, "还在吗")
-    drops: list[ListenerFailure | list[Step]] = [[Heartbeat(), ListenerFailure("FAKE_DROPPED")] for _ in range(20)]
-    flaky = FlakyTransport([*drops, [Heartbeat(), Received(page), *[Heartbeat()] * 1000]])
-    observer, published = Observer(), Published()
-    start(store, shop, flaky, published, observer, running)
+def test_twenty_drops_each_after_a_committed_page_leave_the_listener_running(store, shop, transport, platform, running):
+    pages = [a_page(transport, platform, shop, f"还在吗 {n}") for n in range(21)]
+    drops: list[ListenerFailure | list[Step]] = [[Received(p), ListenerFailure("FAKE_DROPPED")] for p in pages[:20]]
+    flaky = FlakyTransport([*drops, [Received(pages[20]), *[Heartbeat()] * 1000]])
+    observer, committed = Observer(), []
+
+    def publish_and_commit(item: InboundPage | BuyerReadReceipt) -> None:
+        ingest_page(store, item)  # stands in for the broker and the ingest task
+        committed.append(item)
+
+    start(store, shop, flaky, publish_and_commit, observer, running)
     observer.wait_for("running", count=21)
     sequence = observer.sequence()
     assert all(state != "failed" for state, _, _ in sequence)
-    assert [delay for state, _, delay in sequence if state == "reconnecting"] == [20, 40] + [50] * 18
+    assert [delay for state, _, delay in sequence if state == "reconnecting"] == [20] * 20  # budget and delay whole
     deadline = time.monotonic() + 5
-    while not published.items and time.monotonic() < deadline:
+    while len(committed) < 21 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert published.items == [page] and stored_state(store, shop) == ("running", None)
+    assert committed == pages and stored_state(store, shop) == ("running", None)
+
+
+def test_a_connection_that_keeps_opening_and_dropping_fails_and_raises_the_alert(store, shop, running):
+    """Issue 42 item 5: every connection opens and drops at once, nothing commits; the listener
+    used to reconnect forever (the budget was restored on each connect) and never alerted."""
+    from runtime.operators.alerts import AlertKind, undelivered
+    from runtime.operators.status import notices
+
+    flapping = FlakyTransport([[Heartbeat(), ListenerFailure("FAKE_DROPPED")] for _ in range(20)])
+    observer = Observer()
+    start(store, shop, flapping, Published(), observer, running)
+    observer.wait_for("failed")
+    assert observer.sequence() == [
+        ("starting", None, None),
+        ("running", None, None),
+        ("reconnecting", "FAKE_DROPPED", 20),
+        ("starting", None, None),
+        ("running", None, None),
+        ("reconnecting", "FAKE_DROPPED", 40),
+        ("starting", None, None),
+        ("running", None, None),
+        ("reconnecting", "FAKE_DROPPED", 50),
+        ("starting", None, None),
+        ("running", None, None),
+        ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", None),
+    ]
+    assert len(flapping.connects) == 4  # the first connection and three reconnects, then no more
+    assert stored_state(store, shop) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED")
+    alerts = [(a.kind, a.account_id, a.code) for a in undelivered(store)]
+    assert alerts == [(AlertKind.LISTENER_FAILED, shop, "KEFU_LISTENER_RETRIES_EXHAUSTED")]
+    assert notices(store).listeners_failed == [shop]
 
 
 def test_an_authorization_failure_is_final_at_once(store, shop, running):

@@ -15,7 +15,7 @@ from runtime.admission.routes import RouteSpec, create_route
 from runtime.agent.tools import TurnBinding, execute
 from runtime.errors import KefuError
 from runtime.inbound.ingest import ingest_page
-from runtime.inbound.media import image_body
+from runtime.inbound.media import media_body
 from runtime.inbound.pages import parse_page
 from runtime.outbox.manual import ManualSend, query_manual, send_manual, send_manual_parts
 from runtime.outbox.media import AttachmentPolicy, describe, read_media_file
@@ -85,7 +85,7 @@ def test_a_stored_copy_is_sent_after_the_source_file_is_gone(store, customer, tr
             " WHERE platform_message_id = 'console-manual:pic-1'"
         ).one()
     assert tuple(mirror)[:2] == ("human-console", "image")
-    shown = image_body(mirror[2])  # the shop's own copy: stored, never fetched from the platform
+    shown = media_body(mirror[2])  # the shop's own copy: stored, never fetched from the platform
     assert (shown.state, shown.mime, shown.size) == ("stored", "image/png", len(PNG))
 
 

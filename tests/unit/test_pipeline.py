@@ -291,7 +291,7 @@ def test_reconcile_rederives_lost_admissions_and_ingests_from_sqlite(services):
     record_received(services.store, lost)  # received, its ingest message lost
     step = pipeline.reconcile(services)
     assert step.follow_ups == (Admit(customer_id), Ingest(lost.model_dump(mode="json")))
-    assert step.outcome == "1 admissions, 0 turns, 0 attempts, 0 settlements, 0 images, 1 received pages, 0 pages"
+    assert step.outcome == "1 admissions, 0 turns, 0 attempts, 0 settlements, 0 media, 1 received pages, 0 pages"
 
 
 def test_reconcile_catches_up_a_page_served_while_no_listener_ran(services):

@@ -59,3 +59,44 @@ def test_salvage_closes_a_crashed_round_as_interrupted_and_leaves_a_busy_one(
     assert (after[crashed[0]].status, after[crashed[1]].status) == ("interrupted", "pending")
     again = salvage(store, settings.sessions_dir, rounds(settings.sessions_dir, customer_id=crashed[0]), 60)
     assert again == []  # nothing pending is left to close: idempotent
+
+
+class KeepsLooking:
+    """A model that only ever reads the history: the turn runs out of steps without an answer."""
+
+    def complete(self, messages, tools):
+        return AssistantReply(text="", tool_calls=[ToolCall(id="h", name="im_query_history", arguments="{}")])
+
+
+class Answers:
+    def complete(self, messages, tools):
+        return AssistantReply(text="好的，马上为您查询。", tool_calls=[])
+
+
+def test_salvage_closes_an_error_round_as_interrupted_and_the_next_turn_runs_as_usual(
+    kefu, store, settings, shop, transport, platform
+):
+    """Seed 000: an `error` round is not settled; salvage lists it with the pending ones and
+    closes it as interrupted, once; the log stays one the next turn appends to."""
+    agent = settings.agent.model_copy(update={"max_steps": 2})
+    message = platform.buyer_says("shop", "b1", "b1", "什么时候发货？")
+    customer = ingest_page(store, transport.page_of("shop", [message])).customer_ids[0]
+    evaluate(store, customer, 1000)
+    assert run_turn(store, KeepsLooking(), customer, settings.sessions_dir, settings.zone, agent).outcome == "error"
+    [failed] = rounds(settings.sessions_dir, unfinished=True)
+    assert (failed.status, failed.settled, failed.successful) == ("error", False, False)
+
+    salvaged = kefu.invoke(cli, ["rounds", "--unfinished", "--salvage", "--json"])
+    assert salvaged.exit_code == 0, salvaged.output
+    report = json.loads(salvaged.output[salvaged.output.index("[") :])
+    assert [(r["turn"], r["outcome"], r["batch_open"]) for r in report] == [(failed.turn, "closed", False)]
+    [after] = rounds(settings.sessions_dir)
+    assert (after.status, after.reason, after.settled, after.successful) == ("interrupted", "salvaged", True, False)
+    assert rounds(settings.sessions_dir, unfinished=True) == []
+    assert salvage(store, settings.sessions_dir, [failed], 60)[0].outcome == "already-ended"  # once only
+
+    again = platform.buyer_says("shop", "b1", "b1", "还在吗？")
+    ingest_page(store, transport.page_of("shop", [again]))
+    evaluate(store, customer, 1000)
+    assert run_turn(store, Answers(), customer, settings.sessions_dir, settings.zone, agent).outcome == "complete"
+    assert [r.status for r in rounds(settings.sessions_dir)] == ["interrupted", "complete"]

@@ -1,5 +1,6 @@
-"""Rounds for salvage (seed 000): each turn with its status, settled apart from successful, and
-the unfinished ones of a shop-local day, also across a DST change."""
+"""Rounds for salvage (seed 000): each turn with its status, settled (complete or interrupted)
+apart from successful (complete), and the unfinished ones (pending or error: what salvage closes)
+of a shop-local day, also across a DST change."""
 
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ def sessions(shop):
     folder = shop.sessions_dir
     first = SessionLog(session_path(folder, "s1-1"))
     turn(first, "t0", "2026-03-08T00:30:00-05:00", "complete")  # just after local midnight (EST)
-    turn(first, "t2", "2026-03-08T23:30:00-04:00", "interrupted", "handling-paused")  # 03:30 UTC on the 9th
+    turn(first, "t2", "2026-03-08T23:30:00-04:00", "error")  # 03:30 UTC on the 9th; out of steps
     second = SessionLog(session_path(folder, "s2-1"))
-    turn(second, "t0", "2026-03-08T12:00:00-04:00", "error")
+    turn(second, "t0", "2026-03-08T12:00:00-04:00", "interrupted", "handling-paused")  # a settled stop
     turn(second, "t4", "2026-03-08T12:05:00-04:00", None)  # a crash left it open
     turn(second, "t6", "2026-03-09T00:10:00-04:00", None)  # the next local day
     return folder
@@ -57,32 +58,35 @@ def test_a_local_day_across_the_dst_change_has_23_hours():
 
 def test_the_unfinished_rounds_of_a_local_day_are_listed_for_salvage(sessions):
     everything = rounds(sessions)
-    assert [(r.customer_id, r.turn, r.status) for r in everything] == [
-        (1, "t0", "complete"),
-        (2, "t0", "error"),
-        (2, "t4", "pending"),
-        (1, "t2", "interrupted"),
-        (2, "t6", "pending"),
+    assert [(r.customer_id, r.turn, r.status, r.settled) for r in everything] == [
+        (1, "t0", "complete", True),
+        (2, "t0", "interrupted", True),
+        (2, "t4", "pending", False),
+        (1, "t2", "error", False),
+        (2, "t6", "pending", False),
     ]
+    assert everything[1].reason == "handling-paused"
     unfinished = rounds(sessions, unfinished=True, day=date(2026, 3, 8), zone=NEW_YORK)
-    assert [(r.customer_id, r.turn) for r in unfinished] == [(2, "t4"), (1, "t2")]  # not filed under the UTC date
-    assert unfinished[1].reason == "handling-paused"
+    # pending and error, never the interrupted one (a settled stop); not filed under the UTC date
+    assert [(r.customer_id, r.turn, r.status) for r in unfinished] == [(2, "t4", "pending"), (1, "t2", "error")]
     assert [r.turn for r in rounds(sessions, customer_id=2, unfinished=True)] == ["t4", "t6"]
     assert [(is_settled(s), is_successful(s)) for s in ("pending", "complete", "error", "interrupted")] == [
         (False, False),
         (True, True),
-        (True, False),
+        (False, False),  # failed: not context until salvage closes it
         (True, False),  # ended normally, yet not a success
     ]
 
 
 def test_kefu_rounds_lists_them_and_refuses_a_bad_day(shop, sessions, monkeypatch):
     monkeypatch.setattr(app, "kefu_settings", shop, raising=False)
-    listed = CliRunner().invoke(cli, ["rounds", "--interrupted", "--day", "2026-03-08", "--json"])
+    listed = CliRunner().invoke(cli, ["rounds", "--unfinished", "--day", "2026-03-08", "--json"])
     assert listed.exit_code == 0, listed.output
     assert [(r["customer_id"], r["turn"], r["status"]) for r in json.loads(listed.output)] == [
         (2, "t4", "pending"),
-        (1, "t2", "interrupted"),
+        (1, "t2", "error"),
     ]
+    alias = CliRunner().invoke(cli, ["rounds", "--interrupted", "--day", "2026-03-08", "--json"])  # the seed's name
+    assert alias.exit_code == 0 and json.loads(alias.output) == json.loads(listed.output)
     bad = CliRunner().invoke(cli, ["rounds", "--day", "08/03/2026"])
     assert bad.exit_code == 2 and "KEFU_INVALID_INPUT" in bad.output

@@ -147,7 +147,7 @@ def test_the_interval_trigger_admits_once_the_interval_has_passed(store, shop):
     assert evaluate(store, customer, 1000).reason == "admitted"
 
 
-def test_a_recorded_preset_that_cannot_load_blocks_admission(store, shop, transport, platform):
+def test_a_profile_gone_from_the_settings_blocks_admission(store, shop, transport, platform):
     spec = RouteSpec(
         id="p",
         account_id="shop",
@@ -156,9 +156,9 @@ def test_a_recorded_preset_that_cannot_load_blocks_admission(store, shop, transp
         conversation_id=platform.conversation_for("b1"),
         agent_preset="cs-hosting",
     )
-    create_route(store, spec, op_id="op-p")
+    create_route(store, spec, op_id="op-p", profiles={"cs-hosting"})  # configured when the route was added
     customer = ingest_page(store, transport.page_of("shop", [platform.buyer_says("shop", "b1", "n", "你好")]))
-    assert evaluate(store, customer.customer_ids[0], 1000).reason == "preset-unavailable"
+    assert evaluate(store, customer.customer_ids[0], 1000).reason == "profile-unknown"  # gone since
 
 
 def test_triggers_accept_the_spec_names():

@@ -8,7 +8,7 @@ import pytest
 
 from runtime.accounts.registry import AccountSpec, create_account
 from runtime.inbound.ingest import ingest_page
-from runtime.inbound.media import fetch_image
+from runtime.inbound.media import fetch_media
 from runtime.inbound.pages import ImageContent
 from runtime.ports import MediaDownloads, MediaFetchFailure, MediaTooLarge
 from tests.fakes.wangwang import FakeWangwangBridge
@@ -124,9 +124,9 @@ def test_fetched_into_the_store_or_refused_there(store, fake_wangwang, transport
     create_account(store, AccountSpec(id="ww", platform="wangwang", identity=fake_wangwang.seller_id))
     fake_wangwang.buyer_sends_image(BUYER, PICTURE)
     fake_wangwang.buyer_sends_image(BUYER, PICTURE + b"\x00" * (11 * 1024 * 1024))
-    small, big = ingest_page(store, transport.page_after("ww", None)).images
-    stored = fetch_image(store, lambda _: transport, small, MAX)
+    small, big = ingest_page(store, transport.page_after("ww", None)).media
+    stored = fetch_media(store, lambda _: transport, small, MAX)
     assert stored is not None and (stored.state, stored.mime, stored.size) == ("stored", "image/png", len(PICTURE))
-    refused = fetch_image(store, lambda _: transport, big, MAX)
+    refused = fetch_media(store, lambda _: transport, big, MAX)
     assert refused is not None and (refused.state, refused.code) == ("refused", "KEFU_MEDIA_TOO_LARGE")
     assert len(fake_wangwang.downloads) == 1  # the big one was never downloaded

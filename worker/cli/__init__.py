@@ -9,11 +9,15 @@ import typer
 
 from worker.cli import (  # noqa: F401  (each registers its commands)
     accounts,
+    agents,
     assignment,
+    backup,
     canned,
     control,
     customers,
+    imports,
     memory,
+    operations,
     reports,
     routes,
     sending,

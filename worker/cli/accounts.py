@@ -213,25 +213,33 @@ def list_command(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
     print_rows(list_accounts(open_store()), as_json, _("accounts"), columns)
 
 
+IntentOpId = Annotated[
+    str | None, typer.Option(help="operation id: replaying it returns the stored result and changes nothing")
+]
+
+
 @accounts.command()
-def pause(account: str) -> None:
+def pause(account: str, op_id: IntentOpId = None) -> None:
     """Disconnect the account: its listener closes within a supervision interval, nothing is sent."""
-    _set_intent(account, "disconnected")
+    _set_intent(account, "disconnected", op_id or f"account-pause-{uuid.uuid4().hex[:12]}")
 
 
 @accounts.command()
-def resume(account: str) -> None:
+def resume(account: str, op_id: IntentOpId = None) -> None:
     """Connect the account again: its listener starts from the committed cursor."""
-    _set_intent(account, "connected")
+    _set_intent(account, "connected", op_id or f"account-resume-{uuid.uuid4().hex[:12]}")
 
 
-def _set_intent(account: str, intent: Literal["connected", "disconnected"]) -> None:
+def _set_intent(account: str, intent: Literal["connected", "disconnected"], op_id: str) -> None:
     from runtime.accounts.registry import set_connection_intent
 
     with operator_errors():
-        revision = set_connection_intent(open_store(), account, intent)
+        revision = set_connection_intent(open_store(), account, intent, op_id)
     console.print(
-        _("account {account}: {intent} (revision {revision})").format(account=account, intent=intent, revision=revision)
+        _("account {account}: {intent} (revision {revision}); operation {op_id}").format(
+            account=account, intent=intent, revision=revision, op_id=op_id
+        ),
+        soft_wrap=True,
     )
 
 

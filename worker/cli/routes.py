@@ -29,6 +29,12 @@ def add_route(
     mention: Annotated[bool, typer.Option(help="group: answer when the robot is mentioned")] = False,
     every_n: Annotated[int | None, typer.Option(help="group: answer every n-th message")] = None,
     interval_s: Annotated[int | None, typer.Option(help="group: answer at most every this many seconds")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="the agent profile that answers (`kefu agents list`; default: the default)")
+    ] = None,
+    observe: Annotated[
+        bool, typer.Option("--observe", help="only listen: store its conversations, never answer (see `routes answer`)")
+    ] = False,
     op_id: OpId = None,
 ) -> None:
     """Add a route (a specific conversation's route beats the account's `all` route)."""
@@ -49,12 +55,15 @@ def add_route(
                 trigger_mention=mention,
                 trigger_every_n=every_n,
                 trigger_interval_s=interval_s,
+                agent_preset=profile,
+                mode="observe" if observe else "answer",
             )
         except ValidationError as error:
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors(include_input=False))
             raise KefuError("KEFU_ROUTE_INVALID", problems, "fix the options and try again") from None
-        batch = current_settings().admission.batch_size
-        saved = create_route(open_store(), spec, _op(op_id, "add"), batch_size=batch)
+        settings = current_settings()
+        batch, profiles = settings.admission.batch_size, settings.agent.profile_names
+        saved = create_route(open_store(), spec, _op(op_id, "add"), batch_size=batch, profiles=profiles)
     console.print(
         _("route {id} added for account {account} (revision {revision})").format(
             id=saved.id, account=saved.account_id, revision=saved.revision
@@ -71,7 +80,7 @@ def list_command(
     from runtime.admission.routes import list_routes
 
     columns = [N_("id"), N_("account_id"), N_("conversation_type"), N_("target"), N_("conversation_id")]
-    columns += [N_("enabled"), N_("revision")]
+    columns += [N_("enabled"), N_("mode"), N_("agent_preset"), N_("revision")]
     print_rows(list_routes(open_store(), account), as_json, _("routes"), columns)
 
 
@@ -100,6 +109,53 @@ def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
     )
 
 
+@routes.command("set-profile")
+def set_profile(
+    route: str,
+    profile: Annotated[str, typer.Argument(help="a profile of `kefu agents list`; `default`: the top-level agent")],
+    op_id: OpId = None,
+) -> None:
+    """Answer this route's conversations as another agent profile (their sessions begin anew)."""
+    from runtime.admission.routes import RouteChanges, current_revision, update_route
+
+    store = open_store()
+    profiles = current_settings().agent.profile_names
+    with operator_errors():
+        changes = RouteChanges(agent_preset=None if profile == "default" else profile)
+        revision = current_revision(store, route)
+        saved = update_route(store, route, revision, changes, _op(op_id, "update"), profiles=profiles)
+    console.print(
+        _("route {id}: agent profile {profile} (revision {revision})").format(
+            id=saved.id, profile=saved.agent_preset or "default", revision=saved.revision
+        )
+    )
+
+
+@routes.command()
+def observe(route: str, op_id: OpId = None) -> None:
+    """Only listen: store this route's conversations (history, memory), never answer them."""
+    _set_mode(route, "observe", op_id)
+
+
+@routes.command()
+def answer(route: str, op_id: OpId = None) -> None:
+    """Answer this route's conversations again: only what buyers write from now on."""
+    _set_mode(route, "answer", op_id)
+
+
+def _set_mode(route: str, mode: str, op_id: str | None) -> None:
+    from runtime.admission.routes import RouteChanges, current_revision, update_route
+
+    store = open_store()
+    with operator_errors():
+        changes = RouteChanges(mode=mode)  # type: ignore[arg-type]  # "answer" or "observe", from the command
+        saved = update_route(store, route, current_revision(store, route), changes, _op(op_id, "update"))
+    said = _("observes (stores, never answers)") if saved.mode == "observe" else _("answers")
+    console.print(
+        _("route {id}: {state} (revision {revision})").format(id=saved.id, state=said, revision=saved.revision)
+    )
+
+
 @routes.command()
 def delete(route: str, op_id: OpId = None) -> None:
     """Remove a route; history stays."""
@@ -109,3 +165,17 @@ def delete(route: str, op_id: OpId = None) -> None:
     with operator_errors():
         delete_route(store, route, current_revision(store, route), _op(op_id, "delete"))
     console.print(_("route {id} deleted").format(id=route))
+
+
+@routes.command("open")
+def open_conversation(route: str) -> None:
+    """Open a direct conversation's route so the shop can write first."""
+    from runtime.outbox.first_contact import open_route_conversation
+
+    with operator_errors():
+        customer = open_route_conversation(open_store(), route)
+    console.print(
+        _("route {id}: customer {customer}; write first with `kefu send {customer} TEXT`").format(
+            id=route, customer=customer
+        )
+    )

@@ -167,6 +167,15 @@ def send(
         str | None, typer.Option(help="your stable id for this message: repeat it to ask again, never to resend")
     ] = None,
     file: Annotated[Path | None, typer.Option(help="a file or image to send before the text")] = None,
+    expect_epoch: Annotated[
+        int | None,
+        typer.Option(
+            "--expect-epoch",
+            min=0,
+            help="the customer's handling epoch you saw (kefu pause prints it): refused with"
+            " KEFU_HANDLING_EPOCH_CHANGED, nothing sent, if a pause or takeover moved it since",
+        ),
+    ] = None,
 ) -> None:
     """Send an operator's message now (also while automatic handling is paused)."""
     from runtime.outbox.manual import message_parts, send_manual_parts
@@ -177,6 +186,6 @@ def send(
     request_id = request_id or _new_request_id()
     with operator_errors():
         attached = read_media_file(file, settings.media_max_bytes) if file is not None else None
-        parts = message_parts(request_id, customer_id, text, attached, cli_operator())
+        parts = message_parts(request_id, customer_id, text, attached, cli_operator(), expect_epoch)
         registered = send_manual_parts(store, parts)
     raise typer.Exit(0 if _deliver([r.request_id for r in registered]) else 1)

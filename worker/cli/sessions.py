@@ -37,7 +37,7 @@ def list_sessions(
     with operator_errors():
         rows = list_sessions(open_store(), settings.sessions_dir, customer_id)
     columns = [N_("id"), N_("current"), N_("created_at"), N_("origin"), N_("reason"), N_("parent"), N_("inherited")]
-    columns += [N_("model"), N_("events")]
+    columns += [N_("model"), N_("profile"), N_("events")]
     print_rows(rows, as_json, _("sessions of customer {customer}").format(customer=customer_id), columns)
 
 

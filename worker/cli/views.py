@@ -278,8 +278,14 @@ def _outcome(line: TranscriptLine) -> str:
 @cli.command()
 def rounds(
     customer: Annotated[int | None, typer.Option(help="only this customer's rounds")] = None,
-    interrupted: Annotated[
-        bool, typer.Option("--interrupted", help="only rounds that did not finish: pending or interrupted")
+    unfinished: Annotated[
+        bool,
+        typer.Option(
+            "--unfinished",
+            "--interrupted",
+            help="only the rounds salvage closes: pending (cut off by a crash, or running now) or error (ended"
+            " without an answer); an interrupted round is settled and is not listed",
+        ),
     ] = False,
     day: Annotated[
         str | None, typer.Option(help="only rounds started on this local day (YYYY-MM-DD, KEFU_TIMEZONE)")
@@ -288,15 +294,15 @@ def rounds(
         bool,
         typer.Option(
             "--salvage",
-            help="close the listed pending rounds a crash left open as interrupted (never re-running a tool),"
-            " and queue the follow-up turn of each whose batch still waits",
+            help="close the listed pending and error rounds as interrupted (never re-running a tool; a round whose"
+            " turn runs now is left alone), and queue the follow-up turn of each whose batch still waits",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
 ) -> None:
     """The agent's rounds (one per turn) with their status: pending, complete, error or
-    interrupted, whether each is settled (ended) and successful (complete); for salvage, the
-    unfinished ones of a day."""
+    interrupted, whether each is settled (complete or interrupted) and successful (complete);
+    for salvage, the unfinished ones (pending or error) of a day."""
     from datetime import date
 
     from runtime.agent.rounds import rounds as list_rounds
@@ -308,7 +314,7 @@ def rounds(
             on = date.fromisoformat(day) if day is not None else None
         except ValueError:
             raise KefuError("KEFU_INVALID_INPUT", "--day must be a date as YYYY-MM-DD") from None
-        found = list_rounds(settings.sessions_dir, customer, interrupted, on, settings.zone)
+        found = list_rounds(settings.sessions_dir, customer, unfinished, on, settings.zone)
         if salvage:
             _salvage(found, settings.sessions_dir, settings.agent.turn_lease_s, as_json)
             return

@@ -98,12 +98,26 @@ async def send(request: Request) -> Response:
         attached = await upload.read(), upload.filename  # at most the form's length, checked before it was read
         await form.close()
         check_media_size(upload.filename, len(attached[0]), max_file)
-    parts = message_parts(request_id, customer_id, text, attached, operator.name)
+    parts = message_parts(request_id, customer_id, text, attached, operator.name, _expected_epoch(form))
     registered = await run_in_threadpool(send_manual_parts, console.store, parts)
     for part in registered:
         await run_in_threadpool(record_action, console.store, operator.name, "send", customer_id, part.request_id)
     await run_in_threadpool(_deliver, console.runtime, [part.request_id for part in registered], console.hand_on)
     return back(customer_id)
+
+
+def _expected_epoch(form: FormData) -> int | None:
+    """The handling epoch the conversation page showed when it was rendered (its send form
+    carries it): a send is refused once a pause or takeover moved it since
+    (runtime.outbox.manual). A post without one (a script's) sends as `kefu send` does."""
+    epoch = form.get("expected_epoch")
+    if epoch is None:
+        return None
+    if not (isinstance(epoch, str) and epoch.isascii() and epoch.isdigit() and len(epoch) <= 18):
+        raise KefuError(
+            "KEFU_INVALID_INPUT", "expected_epoch must be a whole number", "open the conversation again and send"
+        )
+    return int(epoch)
 
 
 async def confirm(request: Request) -> Response:

@@ -30,7 +30,7 @@ from runtime import pipeline
 from runtime.agent.rendering import zone_label
 from runtime.customers.outside_text import visible
 from runtime.errors import KefuError
-from worker.console import actions, pages
+from worker.console import actions, media, pages
 from worker.console.auth import SignInThrottle, csrf_token, session_secret, signed_in
 from worker.console.context import Console, MemoryReader, console_of
 from worker.console.headers import SecurityHeaders
@@ -128,6 +128,7 @@ def _routes(console: Console) -> list[BaseRoute]:
         Route("/c/{customer_id:id}", pages.conversation),
         Route("/c/{customer_id:id}/events", pages.events),
         Route("/c/{customer_id:id}/image/{sha256}", pages.image),
+        Route("/c/{customer_id:id}/media/{sha256}", media.media),
         Route("/c/{customer_id:id}/take-over", actions.take_over, methods=["POST"]),
         Route("/c/{customer_id:id}/hand-back", actions.hand_back, methods=["POST"]),
         Route("/c/{customer_id:id}/assign", actions.assign, methods=["POST"]),

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from runtime.accounts.registry import list_accounts
+from runtime.admission.routes import list_routes, observing_route
+from runtime.agent.profiles import unknown_profile_routes
 from runtime.customers.summaries import (
     SOURCES,
     CustomerSummary,
@@ -180,6 +182,9 @@ def conversation(request: Request) -> Response:
         live_html=live_html,
         live=f"/c/{customer_id}/events?seen={seen_param({'transcript': live_html})}",
         memory=console.memory.notes(customer_id),
+        observing=observing_route(
+            console.store, customer.account_id, customer.conversation_type, customer.conversation_id
+        ),
         request_id=f"console-{int(time.time())}-{secrets.token_hex(4)}",  # kept by a resubmitted form
     )
 
@@ -252,6 +257,8 @@ def ops(request: Request) -> Response:
         pauses=input_pauses(store),
         alerts=backlog(store),
         webhook=console.runtime.settings.alerts.webhook_url is not None,  # else alerts go to the worker log
+        # Routes whose agent profile left the settings: their customers are not answered.
+        lost_profiles=unknown_profile_routes(store, list_routes(store), console.runtime.settings.agent.profile_names),
     )
 
 

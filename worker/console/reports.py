@@ -24,6 +24,7 @@ from worker.console.auth import require, signed_in
 from worker.console.context import console_of
 
 CHART_WIDTH, CHART_HEIGHT = 720.0, 160.0
+TIMELINE_DAYS = 7  # the longest period whose hours are plotted one after another
 
 
 @dataclass(frozen=True)
@@ -78,21 +79,28 @@ def chart(buckets: list[tuple[str, int, int]], every: int = 1) -> Chart:
 
 
 def charts(report: Report) -> dict[str, Chart]:
-    """The hourly plot (labelled every 3 hours of a day, or at each day's start), and the
-    daily one for a period of several days."""
+    """The hourly plot and, for a period of several days, the daily one. Up to a week the hours
+    are drawn in order (labelled every 3 hours of a day, or at each day's start); over a week
+    an hour's bar would be thinner than a pixel, so the hours of the day are drawn instead, each
+    the sum over the period's days: when buyers write, which is what a rota is planned on."""
     days = len(report.days)
-    hourly = [
-        (
-            hour.start.strftime("%H:%M") if days == 1 else hour.start.strftime("%m-%d %H:%M"),
-            hour.messages,
-            hour.conversations,
+    if days == 1:
+        hourly = [(hour.start.strftime("%H:%M"), hour.messages, hour.conversations) for hour in report.hours]
+        return {"hours": chart(hourly, every=3)}
+    plots = {
+        "days": chart(
+            [(d.day.strftime("%m-%d"), d.messages, d.conversations) for d in report.days], every=max(1, days // 10)
         )
-        for hour in report.hours
-    ]
-    plots = {"hours": chart(hourly, every=3 if days == 1 else 24 * max(1, days // 8))}
-    if days > 1:
-        daily = [(day.day.strftime("%m-%d"), day.messages, day.conversations) for day in report.days]
-        plots["days"] = chart(daily, every=max(1, days // 10))
+    }
+    if days <= TIMELINE_DAYS:
+        hourly = [(hour.start.strftime("%m-%d %H:%M"), hour.messages, hour.conversations) for hour in report.hours]
+        plots["hours"] = chart(hourly, every=24)
+    else:
+        sums = {hour: [0, 0] for hour in range(24)}
+        for hour in report.hours:  # a day of 23 or 25 hours (summer time) still has hours 0-23
+            sums[hour.start.hour][0] += hour.messages
+            sums[hour.start.hour][1] += hour.conversations
+        plots["hours_of_day"] = chart([(f"{h:02d}:00", m, c) for h, (m, c) in sums.items()], every=3)
     return plots
 
 

@@ -13,9 +13,12 @@ from config.retries import MEMORY_SESSION_BUSY
 from runtime.agent.session_log import SessionLog
 from runtime.memory.audit import audit as memory_audit
 from runtime.memory.engine import MemoryEngine, SessionMemory
+from runtime.memory.history import observed_customers
+from runtime.memory.history import remember_observed as remember_observed_of
 from runtime.memory.jobs import SessionJobs, archive_job, backlog, rearchive_job, scope_memory, score_scope
 from runtime.memory.report import report as memory_report
 from runtime.memory.selfcheck import selfcheck as memory_selfcheck
+from runtime.store import now_ms
 from runtime.store.leases import LeaseLost
 from worker.context import WorkerRuntime, runtime_for
 from worker.tasks.base import kefu_task
@@ -73,6 +76,19 @@ def score_backlog(self: Task) -> int:
     for scope in scopes:
         self.app.tasks[score.name].delay(scope)
     return len(scopes)
+
+
+@kefu_task("kefu.memory.remember_observed")
+def remember_observed(self: Task) -> int:
+    """Beat, hourly: what observing routes stored on each day that has ended, into each
+    customer's memory (runtime.memory.history); the folders made."""
+    runtime = runtime_for(self.app)
+    engine = _engine(runtime)
+    if engine is None:
+        return 0
+    now, lease_s = now_ms(), runtime.settings.agent.turn_lease_s
+    customers = observed_customers(runtime.store, engine, now)
+    return sum(remember_observed_of(runtime.store, engine, c, now, lease_s) for c in customers)
 
 
 @kefu_task("kefu.memory.rebuild_index")

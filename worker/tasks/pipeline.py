@@ -40,9 +40,9 @@ def ingest(self: Task, page: dict[str, Any]) -> str:
     return step.outcome
 
 
-@kefu_task("kefu.ingest.fetch_image")
-def fetch_image(self: Task, message_id: int) -> str:
-    return _run(self, pipeline.fetch_image(runtime_for(self.app), message_id))
+@kefu_task("kefu.ingest.fetch_media")
+def fetch_media(self: Task, message_id: int) -> str:
+    return _run(self, pipeline.fetch_media(runtime_for(self.app), message_id))
 
 
 @kefu_task("kefu.agent.admit")

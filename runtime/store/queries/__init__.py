@@ -25,6 +25,7 @@ from runtime.store.queries import (
     erasure,
     group_receipt,
     held_page,
+    history_import,
     inbound_message,
     input_pause,
     lease,
@@ -51,6 +52,7 @@ from runtime.store.queries import (
     route,
     shard_fence,
     shard_grant,
+    shard_key,
 )
 
 __all__ = [
@@ -68,6 +70,7 @@ __all__ = [
     "erasure",
     "group_receipt",
     "held_page",
+    "history_import",
     "inbound_message",
     "input_pause",
     "lease",
@@ -94,4 +97,5 @@ __all__ = [
     "route",
     "shard_fence",
     "shard_grant",
+    "shard_key",
 ]

@@ -51,7 +51,8 @@ BY_ID = "SELECT * FROM account WHERE id = :id"
 LIVE = "SELECT * FROM account WHERE deleted_at IS NULL ORDER BY id"
 LIVE_IDS = "SELECT id FROM account WHERE deleted_at IS NULL ORDER BY id"
 # Accounts that should have a listener now (SPEC 3.1): connected, authorised, with at least one
-# enabled route to deliver to, and not in a move (SPEC 3.12).
+# enabled route to deliver to, and not in a move (SPEC 3.12). A route that observes counts: it is
+# SPEC 3.1's observation lease (its input is stored, never answered).
 LISTENING = (
     "SELECT * FROM account a WHERE a.connection_intent = 'connected' AND a.authorization = 'ready'"
     " AND EXISTS (SELECT 1 FROM route r WHERE r.account_id = a.id AND r.enabled)"

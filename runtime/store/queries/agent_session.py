@@ -8,7 +8,8 @@ ENDED_BEFORE = (
 )
 RECORD = (
     "INSERT OR REPLACE INTO agent_session (id, customer_id, created_at, model, origin, reason, parent,"
-    " inherited) VALUES (:id, :customer_id, :created_at, :model, :origin, :reason, :parent, :inherited)"
+    " inherited, profile) VALUES (:id, :customer_id, :created_at, :model, :origin, :reason, :parent, :inherited,"
+    " :profile)"
 )
 BY_ID = "SELECT * FROM agent_session WHERE id = :s"
 OF_CUSTOMER = "SELECT * FROM agent_session WHERE customer_id = :c ORDER BY created_at, id"

@@ -9,6 +9,12 @@ UNDELIVERED = (
     "SELECT id, key, kind, account_id, customer_id, request_id, code, simulated, raised_at, attempts"
     " FROM alert WHERE state = 'raised' ORDER BY id LIMIT :n"
 )
+# runtime.agent.profiles.report_unknown: an alert of :kind and :code for customer :c raised
+# since their last admitted batch (the news is the same until they are admitted again).
+RAISED_SINCE_LAST_BATCH = (
+    "SELECT 1 FROM alert WHERE kind = :kind AND customer_id = :c AND code = :code AND raised_at >="
+    " coalesce((SELECT max(created_at) FROM admission_batch WHERE customer_id = :c), 0) LIMIT 1"
+)
 SETTLE = "UPDATE alert SET state = :s, settled_at = :at, last_failure = :f WHERE id = :i AND state = 'raised'"
 RETRY = "UPDATE alert SET attempts = attempts + 1, last_failure = :f WHERE id = :i AND state = 'raised'"
 PRUNE = "DELETE FROM alert WHERE state != 'raised' AND settled_at < :before"

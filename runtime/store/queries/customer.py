@@ -24,7 +24,7 @@ def effective_status(c: str) -> str:
     return (
         f"CASE WHEN {c}.status IN ('resolved', 'snoozed') AND ({c}.snoozed_until <= :now"
         f" OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = {c}.id AND m.id > {c}.status_after"
-        f" AND m.sender_role = 'external')) THEN 'open' ELSE {c}.status END"
+        f" AND m.sender_role = 'external' AND m.origin = 'live')) THEN 'open' ELSE {c}.status END"
     )
 
 
@@ -92,11 +92,17 @@ PLACEHOLDER_WAITING = (
     " AND platform_message_id >= 'console-manual:' AND platform_message_id < 'console-manual;')"
 )
 # What `recipient_of` decides from (runtime.outbox.recipients.RecipientFacts), as columns over a
-# customer `c` joined with its account `a`. The webhook (the latest kept with a message of the
-# customer, as inbound_message.LATEST_WEBHOOK) is looked up only for a DingTalk direct
-# conversation without a staff id.
+# customer `c` joined with its account `a`. The stored platform peer is the one the platform
+# paged with the conversation, else the `peer_id` an operator stored on the conversation's
+# specific direct route (a shop writing first to a buyer who has not written yet). The webhook
+# (the latest kept with a message of the customer, as inbound_message.LATEST_WEBHOOK) is looked
+# up only for a DingTalk direct conversation without a staff id.
 _RECIPIENT_COLUMNS = (
-    "c.conversation_type, c.conversation_id, c.direct_peer_id, a.platform,"
+    "c.conversation_type, c.conversation_id,"
+    " coalesce(c.direct_peer_id, (SELECT r.peer_id FROM route r WHERE r.account_id = c.account_id"
+    "  AND r.conversation_type = 'direct' AND r.target = 'specific' AND r.conversation_id = c.conversation_id"
+    "  ORDER BY r.created_at LIMIT 1)),"
+    " a.platform,"
     " (SELECT sender_id FROM inbound_message m WHERE m.customer_id = c.id AND m.sender_role = 'external'"
     "  ORDER BY m.id DESC LIMIT 1),"
     " CASE WHEN a.platform = 'dingtalk' AND c.conversation_type = 'direct'"
@@ -254,7 +260,11 @@ def unread(ids: int) -> str:
     """Unread buyer lines of `ids` customers (`?` each, after the reader's `?`) since the reader's watermark."""
     return (
         "SELECT c.id, (SELECT count(*) FROM inbound_message m"
-        " WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.id >"
+        " WHERE m.customer_id = c.id AND m.sender_role IN ('external', 'human-native') AND m.origin = 'live' AND m.id >"
         " coalesce((SELECT watermark FROM reader_watermark w WHERE w.customer_id = c.id AND w.reader = ?), 0))"
         f" FROM customer c WHERE c.id IN ({', '.join('?' * ids)})"
     )
+
+
+# runtime.inbound.history_import: the type a stored conversation has (an import must agree with it).
+TYPE_OF_CONVERSATION = "SELECT conversation_type FROM customer WHERE account_id = ? AND conversation_id = ?"

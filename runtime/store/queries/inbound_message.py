@@ -1,6 +1,7 @@
 """The `inbound_message` table's statements."""
 
 from runtime.store.queries.account import of_source
+from runtime.store.queries.media import INBOUND_MEDIA
 
 # What the agent answers: the counterpart's and a native operator's lines, and an operator's
 # direct message to the agent under test (`operator-dm`, runtime.agent.operator_dm: never from a
@@ -45,8 +46,8 @@ TRANSCRIPT_VERSION = (
     "SELECT (SELECT max(id) FROM inbound_message WHERE customer_id = :c),"
     " (SELECT max(updated_at) FROM outbox_request WHERE customer_id = :c),"
     " (SELECT max(updated_at) FROM admission_batch WHERE customer_id = :c),"  # a turn that only spoke
-    " (SELECT count(*) FROM inbound_message WHERE customer_id = :c AND content_type = 'image'"
-    "  AND json_extract(body, '$.media') IS NOT NULL),"  # an image fetched
+    f" (SELECT count(*) FROM inbound_message WHERE customer_id = :c AND {INBOUND_MEDIA}"
+    "  AND json_extract(body, '$.media') IS NOT NULL),"  # an image, a file, voice or video fetched
     " (SELECT count(*) FROM buyer_read WHERE customer_id = :c),"
     " (SELECT max(id) FROM operator_note WHERE customer_id = :c),"
     " handling_paused, handling_reason, assignee, status, status_at, snoozed_until FROM customer WHERE id = :c"
@@ -219,28 +220,33 @@ INSERT = (
     " ON CONFLICT (account_id, conversation_id, platform_message_id) DO UPDATE SET mention = 1"
     " WHERE excluded.mention = 1 AND inbound_message.mention IS NOT 1"
 )
-# runtime.inbound.media: an image not fetched yet (the partial index of V19 serves it).
-_PENDING_IMAGE = "content_type = 'image' AND json_extract(body, '$.media') IS NULL"
-# runtime.inbound.ingest: a message of the page just stored whose image is still to fetch.
-PENDING_IMAGE_ID = (
-    f"SELECT id FROM inbound_message WHERE {_PENDING_IMAGE}"
+# runtime.inbound.media: a buyer's image, file, voice or video not fetched yet (V27's partial index
+# serves it). A voice message without a reference (its recognition only) has nothing to fetch.
+_PENDING_MEDIA = (
+    f"{INBOUND_MEDIA} AND json_extract(body, '$.media') IS NULL AND json_extract(body, '$.ref') IS NOT NULL"
+)
+# runtime.inbound.ingest: a message of the page just stored whose media is still to fetch.
+PENDING_MEDIA_ID = (
+    f"SELECT id FROM inbound_message WHERE {_PENDING_MEDIA}"
     " AND account_id = ? AND conversation_id = ? AND platform_message_id = ?"
 )
-# Images not fetched yet that came in before :t (their own fetch is overdue) and not before :old,
+# Media not fetched yet that came in before :t (their own fetch is overdue) and not before :old,
 # oldest first; not one whose backoff after a transient failure runs past :now (its `retry_at`).
-IMAGES_TO_FETCH = (
-    f"SELECT id FROM inbound_message WHERE {_PENDING_IMAGE} AND received_at < :t AND received_at >= :old"
+MEDIA_TO_FETCH = (
+    f"SELECT id FROM inbound_message WHERE {_PENDING_MEDIA} AND received_at < :t AND received_at >= :old"
     " AND coalesce(json_extract(body, '$.retry_at'), 0) <= :now ORDER BY id LIMIT :n"
 )
-IMAGES_TOO_OLD = f"SELECT id FROM inbound_message WHERE {_PENDING_IMAGE} AND received_at < :old ORDER BY id LIMIT :n"
-EXPIRE_IMAGES = (
+MEDIA_TOO_OLD = f"SELECT id FROM inbound_message WHERE {_PENDING_MEDIA} AND received_at < :old ORDER BY id LIMIT :n"
+EXPIRE_MEDIA = (
     "UPDATE inbound_message SET body = json_remove(json_set(body, '$.media', 'failed', '$.code', :code),"
-    f" '$.retry_at') WHERE id IN (SELECT value FROM json_each(:ids)) AND {_PENDING_IMAGE}"
+    f" '$.retry_at') WHERE id IN (SELECT value FROM json_each(:ids)) AND {_PENDING_MEDIA}"
 )
-IMAGE = "SELECT account_id, body, received_at FROM inbound_message WHERE id = :m AND content_type = 'image'"
+MEDIA_MESSAGE = (
+    f"SELECT account_id, body, received_at, content_type FROM inbound_message WHERE id = :m AND {INBOUND_MEDIA}"
+)
 BODY = "SELECT body FROM inbound_message WHERE id = :m"
-# An image's fetch outcome, unless another fetcher wrote one first.
-RECORD_IMAGE_OUTCOME = f"UPDATE inbound_message SET body = :b WHERE id = :m AND {_PENDING_IMAGE}"
+# A fetch's outcome, unless another fetcher wrote one first.
+RECORD_MEDIA_OUTCOME = f"UPDATE inbound_message SET body = :b WHERE id = :m AND {_PENDING_MEDIA}"
 BODIES = "SELECT id, body FROM inbound_message WHERE id IN (SELECT value FROM json_each(:ids))"
 # runtime.inbound.checkpoints: input not yet committed to a session. Through the open-state
 # indexes (V14): the account's own index would read all it stored.
@@ -272,4 +278,24 @@ RECLASSIFY_EARLY_ECHO = (
     f" state = CASE WHEN state = 'pending' AND {_ROW_ROLE} = 'ai' THEN 'ignored' ELSE state END"
     " WHERE (account_id, conversation_id, platform_message_id) ="
     "  (SELECT account_id, conversation_id, platform_message_id FROM outbox_request WHERE request_id = :r)"
+)
+
+# runtime.admission.batches: a customer whose route observes (listens, never answers): its waiting
+# input is kept as observed, never admitted, also after the route answers again (only new input is).
+OBSERVE_PENDING = "UPDATE inbound_message SET state = 'observed' WHERE customer_id = :c AND state = 'pending'"
+# runtime.memory.history: an import batch's messages of one conversation (:ids, a JSON array of
+# platform message ids) that are stored as history, as memory archives them, oldest first.
+_AS_RENDERED = "id, customer_id, sender_role, sender_name, content_type, body, received_at, occurred_at"
+HISTORY_OF_KEYS = (
+    f"SELECT {_AS_RENDERED} FROM inbound_message WHERE account_id = :a AND conversation_id = :c"
+    " AND state = 'history' AND platform_message_id IN (SELECT value FROM json_each(:ids)) ORDER BY received_at, id"
+)
+# runtime.memory.history: customers with observed input received in [:since, :until); a customer's.
+OBSERVED_CUSTOMERS = (
+    "SELECT DISTINCT customer_id FROM inbound_message WHERE state = 'observed'"
+    " AND received_at >= :since AND received_at < :until ORDER BY customer_id"
+)
+OBSERVED_OF_CUSTOMER = (
+    f"SELECT {_AS_RENDERED} FROM inbound_message WHERE customer_id = :c AND state = 'observed'"
+    " AND received_at >= :since AND received_at < :until ORDER BY received_at, id"
 )

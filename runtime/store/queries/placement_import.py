@@ -15,3 +15,5 @@ IMPORTING_ACCOUNT = (
     " WHERE i.op_id = :o AND p.state = :st"
 )
 DELETE = "DELETE FROM placement_import WHERE op_id = :o"
+# runtime.placement.operations.query_operation: an import this shard made under a move's op id.
+SHOW = "SELECT account_id, result, files_done, imported_at FROM placement_import WHERE op_id = :o"

@@ -18,6 +18,12 @@
       document.activeElement.addEventListener("blur", function () { target.innerHTML = JSON.parse(event.data); }, { once: true });
       return;
     }
+    // Nor cut off a buyer's voice message or video an operator is playing: update once it stops.
+    var playing = Array.prototype.filter.call(target.querySelectorAll("audio, video"), function (m) { return !m.paused; })[0];
+    if (playing) {
+      playing.addEventListener("pause", function () { target.innerHTML = JSON.parse(event.data); }, { once: true });
+      return;
+    }
     target.innerHTML = JSON.parse(event.data);  // rendered by the server's templates, escaped there
   });
   stream.addEventListener("rows", function (event) {

@@ -1,0 +1,68 @@
+"""Operation ids (SPEC 3.1): `kefu accounts pause|resume --op-id` store their result, so the
+same id again returns it and changes nothing; `kefu operations show OP_ID` reads what an id
+holds (an account or route receipt, a move's journal) without running or replaying anything."""
+
+from __future__ import annotations
+
+import json
+
+from runtime.accounts.registry import AccountSpec, create_account, load_account
+from runtime.placement.directory import enter_accounts
+from runtime.placement.moves import begin_move
+from worker.cli import cli
+from worker.coordination import LocalCoordinator
+
+
+def _revision(store, account: str) -> tuple[int, str]:
+    with store.read() as conn:
+        found = load_account(conn, account)
+    return found.revision, found.connection_intent
+
+
+def _receipts(store) -> int:
+    with store.read() as conn:
+        return conn.execute("SELECT count(*) FROM operation").scalar_one()
+
+
+def test_pause_and_resume_under_an_op_id_replay_their_stored_result(kefu, store, shop):
+    paused = kefu.invoke(cli, ["accounts", "pause", "shop", "--op-id", "pause-1"])
+    assert paused.exit_code == 0, paused.output
+    assert "account shop: disconnected (revision 2); operation pause-1" in paused.output
+    resumed = kefu.invoke(cli, ["accounts", "resume", "shop", "--op-id", "resume-1"])
+    assert "account shop: connected (revision 3)" in resumed.output
+    replayed = kefu.invoke(cli, ["accounts", "pause", "shop", "--op-id", "pause-1"])  # a lost response, asked again
+    assert replayed.exit_code == 0 and "account shop: disconnected (revision 2); operation pause-1" in replayed.output
+    assert _revision(store, "shop") == (3, "connected")  # the replay paused nothing
+
+    create_account(store, AccountSpec(id="other", platform="simulator", identity="seller-2"))
+    for args in (["resume", "shop"], ["pause", "other"]):  # another operation, or another account, under that id
+        refused = kefu.invoke(cli, ["accounts", *args, "--op-id", "pause-1"])
+        assert refused.exit_code == 2 and "KEFU_OPERATION_CONFLICT" in refused.output, refused.output
+    assert _revision(store, "shop") == (3, "connected") and _revision(store, "other") == (1, "connected")
+    plain = kefu.invoke(cli, ["accounts", "pause", "shop"])  # without one: a fresh id, named for the record
+    assert "account shop: disconnected (revision 4); operation account-pause-" in plain.output
+
+
+def test_operations_show_reads_a_receipt_or_a_move_and_never_runs_anything(kefu, store, shop, settings):
+    kefu.invoke(cli, ["accounts", "pause", "shop", "--op-id", "pause-1"])
+    before = _receipts(store)
+    shown = kefu.invoke(cli, ["operations", "show", "pause-1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    pause = json.loads(shown.output)
+    assert (pause["kind"], pause["state"]) == ("account.pause", "done")
+    assert pause["result"] == {"account_id": "shop", "connection_intent": "disconnected", "revision": 2}
+    route = json.loads(kefu.invoke(cli, ["operations", "show", "op-all", "--json"]).output)  # the shop's route
+    assert (route["kind"], route["result"]["id"]) == ("route.create", "all-direct")
+    table = kefu.invoke(cli, ["operations", "show", "pause-1"])
+    assert table.exit_code == 0 and "account.pause" in table.output and "done" in table.output
+
+    coordination = LocalCoordinator(settings.data_dir / "coordination.sqlite")  # the embedded broker's
+    enter_accounts(store, coordination, settings.shard)
+    begin_move(coordination, "move-1", "shop", "b")
+    move = json.loads(kefu.invoke(cli, ["operations", "show", "move-1", "--json"]).output)
+    assert (move["kind"], move["state"]) == ("account.move", "stopping")
+    assert (move["result"]["source"], move["result"]["target"], move["result"]["error"]) == ("default", "b", None)
+
+    unknown = kefu.invoke(cli, ["operations", "show", "pause-2"])
+    assert unknown.exit_code == 2 and "KEFU_OPERATION_UNKNOWN" in unknown.output and "Traceback" not in unknown.output
+    assert _receipts(store) == before and _revision(store, "shop") == (2, "disconnected")  # nothing ran
