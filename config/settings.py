@@ -448,6 +448,9 @@ class ConsoleSettings(_Section):
     # uvicorn's --forwarded-allow-ips takes them). None by default: the socket's address is the
     # client's, so no header moves the sign-in throttle's key.
     trusted_proxies: str = Field("", max_length=4096, pattern=r"^[0-9A-Fa-f.:/, *]*$")
+    # `/metrics` answers a scrape with `Authorization: Bearer <token>` only (and then names each
+    # account in its listener states); without a token it answers loopback clients only.
+    metrics_token: SecretStr | None = None
 
 
 class Settings(BaseSettings):
@@ -468,6 +471,12 @@ class Settings(BaseSettings):
     # operator commands) shares its lease; a process of another instance waits as a standby.
     instance: str = Field(default_factory=lambda: socket.gethostname() or "kefu", min_length=1, max_length=128)
     shard_lease_s: float = Field(15.0, ge=2, le=300)  # renewed every quarter; lost after 80 % unrenewed
+    # How long a worker, beat, listener or console waits at startup for its broker (and the
+    # shard lease in it) before it exits with KEFU_BROKER_UNREACHABLE: a supervisor sees a failure.
+    broker_unreachable_s: float = Field(30.0, ge=1, le=3600)
+    # Beat's routine lines ("Sending due task", an idle housekeeping task's received/succeeded)
+    # at info as well: off, an idle worker logs a few lines a minute (worker.celery_app).
+    log_routine_tasks: bool = False
     timezone: str = "Asia/Shanghai"
     # The words of the console and of the CLI's output: Simplified Chinese, or English.
     language: Literal["zh_CN", "en"] = "zh_CN"

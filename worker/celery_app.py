@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import sys
 
 from celery import Celery, current_app
+from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
 from celery.concurrency import get_implementation
 from celery.concurrency.thread import TaskPool as ThreadPool
 from celery.signals import beat_init, worker_init, worker_process_init, worker_ready, worker_shutdown
@@ -86,6 +88,93 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
     }
 
 
+# What a housekeeping task returns when it found nothing to do: every number in it is 0 (a
+# count, a summary of counts, a dict of them), or nothing at all.
+_IDLE_RESULTS = {"None", "[]", "{}", "", "no move of this shard's to take"}
+_NUMBER = re.compile(r"\d+")
+_SENDING_DUE = "Scheduler: Sending due task %s (%s)"  # celery.beat's own
+
+
+def _idle_result(shown: object) -> bool:
+    text = str(shown).strip("'\"").replace("\\'", "'")  # a string's repr, unquoted
+    numbers = _NUMBER.findall(text)
+    return text in _IDLE_RESULTS or (bool(numbers) and all(int(n) == 0 for n in numbers))
+
+
+class RoutineToDebug(logging.Filter):
+    """An idle worker stays quiet at `-l info` (issue 43: some 85 lines a minute before): beat's
+    "Sending due task", and the "received" and idle "succeeded" lines of the housekeeping tasks
+    beat sends every few seconds, log at debug. A housekeeping task that did something (a
+    number in its outcome that is not 0) or failed, and every task of the pipeline, still log
+    at info and above. The record is demoted, not dropped: `-l debug` shows it."""
+
+    def __init__(self, housekeeping: set[str], beat: bool = True) -> None:
+        super().__init__()
+        self.housekeeping = housekeeping
+        self.beat = beat
+
+    def _routine(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return False
+        if record.msg == _SENDING_DUE:
+            return self.beat
+        data = record.args if isinstance(record.args, dict) else {}
+        if record.msg not in (LOG_RECEIVED, LOG_SUCCESS) or data.get("name") not in self.housekeeping:
+            return False
+        return record.msg == LOG_RECEIVED or _idle_result(data.get("return_value"))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._routine(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_INTERRUPTED = "kefu: KEFU_TASK_INTERRUPTED: the shutdown stopped a task (%s); its message goes back to its queue"
+
+
+class ShutdownToOneLine(logging.Filter):
+    """A worker stopped as a whole (SIGTERM to its process group: a terminal, systemd) has its
+    prefork children killed by the same signal, and Celery logs each as an error, a task that
+    was running with a WorkerLostError traceback. While this worker shuts down that is the
+    normal case, not a failure: its message goes back to the queue (acks_late,
+    reject_on_worker_lost) and the reconciler covers the rest. One line each, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from celery.worker import state
+
+        stopping = (state.should_stop is not None and state.should_stop is not False) or (
+            state.should_terminate is not None and state.should_terminate is not False
+        )  # as Celery's maybe_shutdown reads them: 0 (EX_OK) is a warm shutdown
+        if not stopping:
+            return True
+        if record.msg == "Task handler raised error: %r" and record.exc_info:
+            record.msg = _INTERRUPTED
+            lost = record.args[0] if isinstance(record.args, tuple) and record.args else record.exc_info[1]
+            record.args = (type(lost).__name__,)  # WorkerLostError (exc_info holds billiard's wrapper)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        elif record.msg == "Process %r pid:%r exited with %r":
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def quiet_routine_logs(housekeeping: set[str], beat: bool = True) -> None:
+    """Install RoutineToDebug on the loggers Celery writes those lines with (replacing the one of
+    an app made before in this process), and ShutdownToOneLine. With KEFU_LOG_ROUTINE_TASKS no
+    task is housekeeping and beat's lines stay (`beat` False)."""
+    routine = RoutineToDebug(housekeeping, beat)
+    for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace"):
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, RoutineToDebug)]:
+            logger.removeFilter(old)
+        logger.addFilter(routine)
+    for name in ("celery.worker.request", "multiprocessing"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ShutdownToOneLine) for f in logger.filters):
+            logger.addFilter(ShutdownToOneLine())
+
+
 def pool_defaults(settings: Settings, argv: list[str]) -> dict[str, object]:
     """The pool a worker runs when its command line (`argv`) names none.
 
@@ -137,6 +226,10 @@ def make_app(settings: Settings) -> Celery:
     )
     # After the configuration: naming a task object binds the tasks, which read it (acks_late).
     app.conf.beat_schedule = _beat_schedule(settings)
+    if not settings.log_routine_tasks:
+        quiet_routine_logs({str(entry["task"]) for entry in app.conf.beat_schedule.values()})
+    else:
+        quiet_routine_logs(set(), beat=False)
     app.kefu_settings = settings
     install_listeners(app)
     return app

@@ -16,6 +16,11 @@ recovery (the work is on disk before it runs, and every step is idempotent and f
 Everything else is sent to its family's queue. A send that fails raises: the work is still in
 SQLite, and the reconciler finds it after its grace.
 
+A step run inline is still seen (Flower, the worker's log): the task that ran it records it,
+under the name of the task it would have been, in `Ran`, and returns the list as its result; a
+reply whose send failed (rejected, of unknown outcome, or not taken and not retried) fails the
+task once its work is done (`SendNotDelivered`), as a `kefu.outbox.attempt` task of its own would.
+
 And the one way a page enters kefu, `receive_page`: listeners, the DingTalk HTTP callback,
 the demo and the benchmarks record it in the delivery store, then publish it, so no page lives
 only in the broker. A page that is recorded but could not be published is not an error for the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery, Task
@@ -39,15 +45,62 @@ from worker.context import runtime_for
 
 log = logging.getLogger(__name__)
 
+ADMIT, RUN_TURN, ATTEMPT = "kefu.agent.admit", "kefu.agent.run_turn", "kefu.outbox.attempt"
+# A send's outcomes that mean the reply did not (surely) reach the buyer (runtime.pipeline.deliver).
+SEND_FAILED = frozenset({"rejected", "result-unknown", "not-submitted"})
 
-def dispatch(app: Celery, follow_ups: Iterable[FollowUp], turns_here: bool = False) -> None:
+
+class SendNotDelivered(Exception):
+    """A reply this task attempted was not delivered; the outbox has its state (and its retry or
+    receipt query, if any), so this only makes the task show as failed. Expected: the worker
+    logs it in one line, without a traceback (the tasks' `throws`)."""
+
+
+@dataclass
+class Ran:
+    """The steps one task ran inline, in order: each as `<task name> <subject>: <outcome>`."""
+
+    steps: list[list[str]] = field(default_factory=list)
+    failed_sends: list[str] = field(default_factory=list)
+
+    def begin(self, task: str, subject: str) -> list[str]:
+        entry = [task, subject, "running"]
+        self.steps.append(entry)
+        return entry
+
+    def sent(self, request_id: str, step: pipeline.Step, inline: bool = True) -> None:
+        """A send's step: listed if it ran inline; remembered if it failed (`inline` False: the
+        task's own step, a `kefu.outbox.attempt`)."""
+        if inline:
+            self.begin(ATTEMPT, request_id)[2] = step.outcome
+        retried = any(isinstance(w, Attempt) and w.request_id == request_id for w in step.follow_ups)
+        if step.outcome in SEND_FAILED and not retried:
+            self.failed_sends.append(f"{request_id}: {step.outcome}")
+
+    def result(self, outcome: str) -> str | dict[str, object]:
+        """The task's result (Flower shows it): its own outcome, and the inline steps if any ran.
+        Raises SendNotDelivered after a failed send."""
+        steps = [f"{task} {subject}: {result}" for task, subject, result in self.steps]
+        if self.failed_sends:
+            raise SendNotDelivered(f"not delivered: {', '.join(self.failed_sends)} (this task: {outcome}; {steps})")
+        return {"outcome": outcome, "steps": steps} if steps else outcome
+
+
+def dispatch(app: Celery, follow_ups: Iterable[FollowUp], turns_here: bool = False, ran: Ran | None = None) -> None:
     """`turns_here`: the caller ingested a page; a turn its admission made due runs here when
-    the agent is local (see the module)."""
+    the agent is local (see the module). `ran` records the steps run here."""
+    ran = ran if ran is not None else Ran()
     for work in follow_ups:
         if isinstance(work, Admit):
-            dispatch(app, pipeline.admit(runtime_for(app), work.customer_id).follow_ups, turns_here)
+            entry = ran.begin(ADMIT, f"customer {work.customer_id}")
+            step = pipeline.admit(runtime_for(app), work.customer_id)
+            entry[2] = step.outcome
+            dispatch(app, step.follow_ups, turns_here, ran)
         elif turns_here and isinstance(work, RunTurn) and not work.countdown_s and _turns_inline(app):
-            dispatch(app, turn(app, work.customer_id).follow_ups)
+            entry = ran.begin(RUN_TURN, f"customer {work.customer_id}")
+            step = turn(app, work.customer_id, ran)
+            entry[2] = step.outcome
+            dispatch(app, step.follow_ups, ran=ran)
         else:
             send(app, work)
 
@@ -56,18 +109,23 @@ def _turns_inline(app: Celery) -> bool:
     return runtime_for(app).local_agent or getattr(app, "kefu_thread_pool", False)
 
 
-def turn(app: Celery, customer_id: int) -> pipeline.Step:
-    """The customer's turn, in this task; each reply it registers is attempted here at once."""
+def turn(app: Celery, customer_id: int, ran: Ran | None = None) -> pipeline.Step:
+    """The customer's turn, in this task; each reply it registers is attempted here at once
+    (recorded in `ran`)."""
     services = runtime_for(app)
+    ran = ran if ran is not None else Ran()
 
     def attempt_here(work: FollowUp) -> None:
         if not isinstance(work, Attempt):
-            dispatch(app, (work,))
+            dispatch(app, (work,), ran=ran)
             return
         try:
-            dispatch(app, pipeline.deliver(services, work.request_id, work.retries, work.begun).follow_ups)
+            step = pipeline.deliver(services, work.request_id, work.retries, work.begun)
+            ran.sent(work.request_id, step)
+            dispatch(app, step.follow_ups, ran=ran)
         except Exception as error:  # the outbox queue takes it (and failing that, the reconciler)
             log.warning("attempt of %s handed to the outbox queue (%s)", work.request_id, type(error).__name__)
+            ran.begin(ATTEMPT, work.request_id)[2] = f"handed to the outbox queue ({type(error).__name__})"
             send(app, work)
 
     return pipeline.turn(services, customer_id, attempt_here, sends_here=True)

@@ -43,9 +43,15 @@ class KefuProcess(ABC):
     `clean_env` drops the KEFU_* variables of this process's own environment, so a child sees
     exactly the kefu settings it is given. `cwd` is where it runs (default: here)."""
 
+    # A worker or beat run here logs beat's routine runs at info (KEFU_LOG_ROUTINE_TASKS, unless
+    # `env` says otherwise): a test counts the housekeeping passes it waits for in the log.
+    routine_logs = False
+
     def __init__(self, env: dict[str, str], log_path: Path, clean_env: bool = False, cwd: Path | None = None) -> None:
         inherited = {k: v for k, v in os.environ.items() if not (clean_env and k.startswith("KEFU_"))}
         self.env = {**inherited, **env}
+        if self.routine_logs:
+            self.env.setdefault("KEFU_LOG_ROUTINE_TASKS", "true")
         self.log_path = log_path
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
@@ -130,6 +136,8 @@ class WorkerProcess(KefuProcess):
     `listen`, also the account listeners); `concurrency` > 1 runs a prefork pool, unless `pool`
     names one ("default": the pool kefu picks for its settings, worker.celery_app.pool_defaults)."""
 
+    routine_logs = True
+
     def __init__(
         self,
         env: dict[str, str],
@@ -197,6 +205,8 @@ class WorkerProcess(KefuProcess):
 
 class BeatProcess(KefuProcess):
     """`celery -A worker beat`: the reconciler and the other periodic tasks, alone."""
+
+    routine_logs = True
 
     def command(self) -> list[str]:
         schedule = Path(self.env["KEFU_DATA_DIR"]) / "beat-schedule-standalone"

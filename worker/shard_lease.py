@@ -38,6 +38,7 @@ from collections.abc import Callable
 from config import Settings
 from runtime.errors import KefuError
 from runtime.placement.shards import ShardGuard, ShardHeldElsewhere, ShardLeaseLost, newest_grant
+from worker.broker import broker_unreachable, wait_for_broker
 from worker.coordination import Coordinator, Grant, coordinator_for
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def _terminate() -> None:
 
 class ShardHolder:
     def __init__(self, settings: Settings, coordinator: Coordinator, on_lost: Callable[[], None]) -> None:
+        self.settings = settings
         self.shard = settings.shard
         self.owner = settings.instance
         self.coordinator = coordinator
@@ -72,19 +74,31 @@ class ShardHolder:
         """Take or join the lease. Another instance holding it: wait as a standby (announced,
         so `kefu shards` lists it) or, without `wait`, refuse."""
         waiting_since: float | None = None
+        failing_since: float | None = None  # the coordination store has not answered since
         while True:
             sent = time.monotonic_ns()
             try:
                 floor = newest_grant(self.store_path)
                 grant = self.coordinator.grant(self.shard, self.owner, self.ttl_ms, self.member, floor)
+            except KefuError:
+                raise
             except Exception as error:
                 if not wait:
                     raise
-                log.warning(
-                    "shard %s: the lease cannot be asked for (%s); trying again", self.shard, type(error).__name__
-                )
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.warning(
+                        "shard %s: the lease cannot be asked for (%s); trying again for up to %g s",
+                        self.shard,
+                        type(error).__name__,
+                        self.settings.broker_unreachable_s,
+                    )
+                elif now - failing_since >= self.settings.broker_unreachable_s:
+                    raise self._unreachable(type(error).__name__) from None
                 time.sleep(1)
                 continue
+            failing_since = None
             if grant is not None:
                 self._granted(grant, sent)
                 if waiting_since is not None:
@@ -107,6 +121,17 @@ class ShardHolder:
                 )
             self.coordinator.announce_standby(self.shard, self.owner, 3 * self.ttl_ms)
             time.sleep(min(1.0, self.ttl_ms / 4000))
+
+    def _unreachable(self, reason: str) -> KefuError:
+        """Startup gives up: the lease's store (Redis, or the coordination file) never answered."""
+        if self.settings.redis_broker:
+            return broker_unreachable(self.settings, f"asking for the shard lease: {reason}")
+        return KefuError(
+            "KEFU_COORDINATION_UNAVAILABLE",
+            f"the shard lease in {self.settings.data_dir / 'coordination.sqlite'} could not be asked for within"
+            f" {self.settings.broker_unreachable_s:g} s ({reason})",
+            "see the warnings above; KEFU_BROKER_UNREACHABLE_S sets how long a process waits",
+        )
 
     def start_renewing(self) -> None:
         self._thread = threading.Thread(target=self._renew, name=f"kefu-shard-{self.shard}", daemon=True)
@@ -171,6 +196,8 @@ def hold_shard(settings: Settings, wait: bool = True, on_lost: Callable[[], None
     held = _holders.get(_key(settings))
     if held is not None and not held.guard.lost:
         return held
+    if wait:  # a process that serves the shard: a broker that never answers ends its startup
+        wait_for_broker(settings)
     holder = ShardHolder(settings, coordinator_for(settings), on_lost)
     holder.acquire(wait)
     holder.start_renewing()

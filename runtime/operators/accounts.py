@@ -56,15 +56,20 @@ def _matches(password: str, stored: str) -> bool:
     return hmac.compare_digest(computed, base64.b64decode(digest))
 
 
-def add_operator(store: DeliveryStore, name: str, role: Role, password: str) -> Operator:
-    """Create an operator, or set an existing one's role and password (KEFU_OPERATOR_INVALID
-    for a bad name or a short password)."""
+def check_operator_name(name: str) -> None:
+    """KEFU_OPERATOR_INVALID for a name no operator can have: checked before a password is asked."""
     if not _NAME.fullmatch(name):
         raise KefuError(
             "KEFU_OPERATOR_INVALID",
             f"operator name {name[:40]!r} is not 1-64 letters, digits, '.', '_', '@' or '-'",
             "choose a short login name such as alice",
         )
+
+
+def add_operator(store: DeliveryStore, name: str, role: Role, password: str) -> Operator:
+    """Create an operator, or set an existing one's role and password (KEFU_OPERATOR_INVALID
+    for a bad name or a short password)."""
+    check_operator_name(name)
     if len(password) < MIN_PASSWORD:
         raise KefuError(
             "KEFU_OPERATOR_INVALID",

@@ -1086,6 +1086,99 @@ V30 = Migration(
     ),
 )
 
+# V31's reply-latency histogram bounds in ms: frozen with it (other bounds are a new migration's,
+# never an edit of this one). runtime.operators.status.REPLY_LATENCY_BOUNDS names them in seconds.
+_V31_BOUNDS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+# A reply's histogram rows: its count, its latency's sum and each bucket it is within.
+_V31_HISTOGRAM_ROWS = " UNION ALL ".join(
+    [
+        "SELECT 'reply_latency_count' AS name, '' AS labels, NULL AS bound",
+        "SELECT 'reply_latency_sum_ms', '', NULL",
+        *(f"SELECT 'reply_latency_bucket', '{bound}', {bound}" for bound in _V31_BOUNDS_MS),
+    ]
+)
+# From the first buyer message of request r's batch reaching the store to `sent_at`: an automatic
+# reply to a buyer only (not one that follows another request, not one to an operator's line).
+_V31_LATENCY = (
+    "{sent_at} - (SELECT min(m.received_at) FROM inbound_message m"
+    " WHERE m.batch_id = r.batch_id AND m.sender_role = 'external')"
+)
+_V31_ADD = " ON CONFLICT (name, labels) DO UPDATE SET value = value + excluded.value"
+_V31_UNCOUNT_IMPORTED = (
+    "UPDATE metric_counter SET value = value - (SELECT count(*) FROM inbound_message"
+    " WHERE account_id = NEW.account_id AND sender_role = 'external')"
+    " WHERE name = 'buyer_messages_received' AND labels = ''"
+)
+_V31_OUTCOMES = "('sent', 'failed', 'result-unknown', 'revoked', 'route-changed', 'skipped')"
+
+V31 = Migration(
+    31,
+    "counters that only ever grow, kept in the transaction of the event they count (metrics)",
+    (
+        # One row per counter and label values (tab-separated, in the order worker.console.metrics
+        # names them). Pruning and erasure never touch it: a Prometheus counter never goes down.
+        """CREATE TABLE metric_counter (
+            name TEXT NOT NULL,
+            labels TEXT NOT NULL DEFAULT '',
+            value NUMERIC NOT NULL DEFAULT 0,
+            PRIMARY KEY (name, labels)
+        ) WITHOUT ROWID""",
+        # Triggers, so no path that stores a buyer message or settles a send can forget to
+        # count it, and the message path runs no statement more.
+        """CREATE TRIGGER metric_buyer_message AFTER INSERT ON inbound_message
+            WHEN NEW.sender_role = 'external'
+        BEGIN
+            INSERT INTO metric_counter (name, labels, value) VALUES ('buyer_messages_received', '', 1)"""
+        + _V31_ADD
+        + """;
+        END""",
+        # An account's slice imported from another shard (runtime.placement.slices) inserts its
+        # buyer messages too, then places the account 'importing' in the same transaction: the
+        # placement takes them off again, so the transaction adds nothing. Its messages were
+        # counted where they were received; a discarded import leaves the counter as it was.
+        f"""CREATE TRIGGER metric_import_inserted AFTER INSERT ON account_placement
+            WHEN NEW.state = 'importing'
+        BEGIN
+            {_V31_UNCOUNT_IMPORTED};
+        END""",
+        f"""CREATE TRIGGER metric_import_placed AFTER UPDATE OF state ON account_placement
+            WHEN NEW.state = 'importing' AND OLD.state IS NOT 'importing'
+        BEGIN
+            {_V31_UNCOUNT_IMPORTED};
+        END""",
+        f"""CREATE TRIGGER metric_outbox_outcome AFTER UPDATE OF state ON outbox_request
+            WHEN NEW.state IS NOT OLD.state AND NEW.state IN {_V31_OUTCOMES}
+        BEGIN
+            INSERT INTO metric_counter (name, labels, value)
+            VALUES ('outbox_outcomes', NEW.origin || char(9) || NEW.state, 1){_V31_ADD};
+        END""",
+        f"""CREATE TRIGGER metric_reply_latency AFTER UPDATE OF state ON outbox_attempt
+            WHEN NEW.state = 'sent' AND OLD.state IS NOT 'sent'
+        BEGIN
+            INSERT INTO metric_counter (name, labels, value)
+            SELECT k.name, k.labels, CASE WHEN k.name = 'reply_latency_sum_ms' THEN l.ms ELSE 1 END
+            FROM (SELECT {_V31_LATENCY.format(sent_at="coalesce(NEW.finished_at, 0)")} AS ms
+                FROM outbox_request r WHERE r.request_id = NEW.request_id
+                AND r.origin = 'auto' AND r.follows IS NULL) AS l, ({_V31_HISTOGRAM_ROWS}) AS k
+            WHERE l.ms IS NOT NULL AND (k.bound IS NULL OR l.ms <= k.bound){_V31_ADD};
+        END""",
+        # What the store holds today, so an upgraded store's counters start where its
+        # recounted figures stood.
+        """INSERT INTO metric_counter (name, labels, value)
+        SELECT 'buyer_messages_received', '', count(*) FROM inbound_message WHERE sender_role = 'external'""",
+        f"""INSERT INTO metric_counter (name, labels, value)
+        SELECT 'outbox_outcomes', origin || char(9) || state, count(*) FROM outbox_request
+        WHERE state IN {_V31_OUTCOMES} GROUP BY origin, state""",
+        f"""INSERT INTO metric_counter (name, labels, value)
+        SELECT k.name, k.labels, sum(CASE WHEN k.name = 'reply_latency_sum_ms' THEN l.ms ELSE 1 END)
+        FROM (SELECT {_V31_LATENCY.format(sent_at="t.finished_at")} AS ms
+            FROM outbox_request r JOIN outbox_attempt t ON t.request_id = r.request_id AND t.state = 'sent'
+            WHERE r.origin = 'auto' AND r.follows IS NULL) AS l, ({_V31_HISTOGRAM_ROWS}) AS k
+        WHERE l.ms IS NOT NULL AND (k.bound IS NULL OR l.ms <= k.bound) GROUP BY k.name, k.labels""",
+    ),
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -1117,5 +1210,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     V28,
     V29,
     V30,
+    V31,
 )
 LATEST_VERSION = latest(MIGRATIONS)

@@ -63,7 +63,9 @@ CASES: dict[str, tuple[Callable[[Path], dict[str, str]], str]] = {
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
     kept = {k: v for k, v in os.environ.items() if not k.startswith("KEFU_") or k == "KEFU_TEST_REDIS_URL"}
-    return {**kept, "KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200", **extra}
+    # beat's ticks logged at info, so "Sending due task" shows that beat ran (it must not)
+    routine = {"KEFU_LOG_ROUTINE_TASKS": "true"}
+    return {**kept, "KEFU_DATA_DIR": str(data_dir), "COLUMNS": "200", **routine, **extra}
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:

@@ -178,7 +178,7 @@ def test_metrics_from_a_known_store_scrape_cleanly_with_their_names_and_values(
     )  # the unknown send and the agent's handoff; "VIP" is none
     key = ("kefu_outbox_requests", (("origin", "manual"), ("shard", "default"), ("state", "result-unknown")))
     assert samples[key] == 1
-    assert samples[("kefu_listener_state", (("account", "shop"), ("shard", "default"), ("state", "stopped")))] == 1
+    assert samples[("kefu_listeners", (("shard", "default"), ("state", "stopped")))] == 1  # no account named
     assert samples[("kefu_reply_latency_seconds_count", (("shard", "default"),))] == 1  # the automatic reply only
     assert samples[("kefu_reply_latency_seconds_bucket", (("le", "+Inf"), ("shard", "default")))] == 1
     assert samples[("kefu_reply_latency_seconds_bucket", (("le", "300.0"), ("shard", "default")))] == 1

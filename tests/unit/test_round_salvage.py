@@ -48,7 +48,7 @@ def test_salvage_closes_a_crashed_round_as_interrupted_and_leaves_a_busy_one(
     assert [r.status for r in rounds(settings.sessions_dir, unfinished=True)] == ["pending", "pending"]
     with held(store, f"customer:{crashed[1]}", 60) as fence:  # b2's turn is running (again) now
         assert fence is not None
-        salvaged = kefu.invoke(cli, ["rounds", "--interrupted", "--salvage", "--json"])
+        salvaged = kefu.invoke(cli, ["rounds", "--interrupted", "--salvage", "--json", "--source", "simulation"])
     assert salvaged.exit_code == 0, salvaged.output
     report = json.loads(salvaged.output[salvaged.output.index("[") :])
     assert [(r["customer_id"], r["outcome"], r["batch_open"]) for r in report] == [
@@ -86,7 +86,7 @@ def test_salvage_closes_an_error_round_as_interrupted_and_the_next_turn_runs_as_
     [failed] = rounds(settings.sessions_dir, unfinished=True)
     assert (failed.status, failed.settled, failed.successful) == ("error", False, False)
 
-    salvaged = kefu.invoke(cli, ["rounds", "--unfinished", "--salvage", "--json"])
+    salvaged = kefu.invoke(cli, ["rounds", "--unfinished", "--salvage", "--json", "--source", "simulation"])
     assert salvaged.exit_code == 0, salvaged.output
     report = json.loads(salvaged.output[salvaged.output.index("[") :])
     assert [(r["turn"], r["outcome"], r["batch_open"]) for r in report] == [(failed.turn, "closed", False)]

@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from runtime.errors import KefuError
+from runtime.errors import KefuError, validation_problems
 from runtime.outbox.media import sniff
 from transports.simulator.platform import BuyerMedia
 
@@ -188,13 +188,22 @@ def load_script(path: Path) -> Script:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as error:
         raise ScriptInvalid(f"{path}: {error}") from None
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ScriptInvalid(f"{path}: {where}: {first['msg']} ({error.error_count()} problems)") from None
+        raise ScriptInvalid(_every(path, validation_problems(error, "script"))) from None
+    problems: list[str] = []
     for n, conversation in enumerate(script.conversations):
         for m, step in enumerate(conversation.steps):
             try:
                 script.media(step)
-            except OSError as error:
-                raise ScriptInvalid(f"{path}: conversations.{n}.steps.{m}: {error}") from None
+            except (OSError, ScriptInvalid) as error:
+                detail = error.message if isinstance(error, ScriptInvalid) else str(error)
+                problems.append(f"conversations.{n}.steps.{m}: {detail}")
+    if problems:
+        raise ScriptInvalid(_every(path, problems))
     return script
+
+
+def _every(path: Path, problems: list[str]) -> str:
+    """Every problem of a script at once, so one edit fixes them all (never a value: a value
+    may be a buyer's words). English, like every KefuError message: counted in English."""
+    count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
+    return f"{path}: {count}: " + "; ".join(problems)

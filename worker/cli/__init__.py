@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from worker.cli import (  # noqa: F401  (each registers its commands)
     accounts,
@@ -15,6 +16,7 @@ from worker.cli import (  # noqa: F401  (each registers its commands)
     canned,
     control,
     customers,
+    health,
     imports,
     memory,
     operations,
@@ -68,5 +70,12 @@ def main() -> None:
     """The `kefu` entry point. An error a command did not catch itself (a store that is damaged
     or too new, say) still prints its code and exits 2: an operator never sees a traceback."""
     make_private()  # what a command creates (a store, a session log) is its user's alone
-    with operator_errors(SystemExit):
-        cli()
+    try:
+        with operator_errors(SystemExit):
+            cli()
+    except OSError as error:  # a file a command was given or needs: name it (no filename: a bug, shown)
+        if error.filename is None:
+            raise
+        why = error.strerror or type(error).__name__
+        console.print(Text(f"kefu: KEFU_FILE_UNAVAILABLE: {error.filename}: {why}", style="red"), soft_wrap=True)
+        raise SystemExit(2) from None

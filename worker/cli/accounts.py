@@ -16,8 +16,10 @@ from runtime.errors import KefuError
 from worker.cli.common import (
     N_,
     _,
+    ask_secret,
     celery_app,
     cli,
+    confirm,
     console,
     current_settings,
     open_store,
@@ -55,8 +57,10 @@ Yes = Annotated[bool, typer.Option("--yes", help="confirm without asking")]
 AccountId = Annotated[str, typer.Option("--id", help="kefu's name for the account")]
 
 
-def _secret(env_name: str, prompt: str) -> SecretStr:
-    return SecretStr(os.environ.get(env_name) or typer.prompt(prompt, hide_input=True))
+def _secret(env_name: str, what: str) -> SecretStr:
+    """From `env_name`, else asked at the terminal (KEFU_SECRET_REQUIRED without one)."""
+    instead = f"set {env_name} (or name another variable with --secret-env)"
+    return SecretStr(os.environ.get(env_name) or ask_secret(what, instead))
 
 
 @add.command("dingtalk")
@@ -101,7 +105,7 @@ def add_wangwang(
         credentials = WangwangCredentials(
             gateway_url=gateway_url,
             app_key=app_key,
-            app_secret=_secret(secret_env, _("app secret")),
+            app_secret=_secret(secret_env, N_("app secret")),
             seller_id=seller_id,
             sign_method=sign_method,  # type: ignore[arg-type]  # a str from Typer; pydantic checks it
         )
@@ -184,7 +188,7 @@ def _preview_and_confirm(
         soft_wrap=True,
     )
     if not yes:
-        typer.confirm(_("save this account?"), abort=True)
+        confirm(_("save this account?"))
     saved = setups.confirm(store, preview.setup_id, op_id)
     with store.write() as conn:
         record_placement(conn, placement)
@@ -262,7 +266,7 @@ def listen() -> None:
 @cli.command("dingtalk-callback")
 def dingtalk_callback(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port (0: any free one)")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8080,
 ) -> None:
     """Receive DingTalk HTTP-callback robots at POST /dingtalk/<account id>, verified with the
     account's app secret, and publish them like Stream messages (until Ctrl-C or SIGTERM)."""
@@ -271,14 +275,28 @@ def dingtalk_callback(
 
     serve_shard()
 
+    started: list[int] = []
+
     def listening(bound: int) -> None:
+        started.append(bound)
         console.print(
             _("receiving DingTalk callbacks at {url}; Ctrl-C stops").format(
                 url=f"http://{host}:{bound}/dingtalk/<account id>"
             )
         )
 
-    serve_callbacks(open_store(), broker_publisher(celery_app()), host, port, listening)
+    store = open_store()
+    with operator_errors():
+        try:
+            serve_callbacks(store, broker_publisher(celery_app()), host, port, listening)
+        except OSError as error:
+            if started:  # it was serving: not a port's problem
+                raise
+            raise KefuError(
+                "KEFU_CALLBACK_PORT_UNAVAILABLE",
+                f"cannot listen on {host}:{port} ({error.strerror or type(error).__name__})",
+                "stop what uses the port or pass another --port (and --host an address of this machine)",
+            ) from None
     console.print(_("callback receiver stopped"))
 
 
@@ -341,12 +359,12 @@ def renew(
             )
         fresh = {**stored, **{k: v for k, v in given.items() if v is not None}}
         if found.platform == "dingtalk":
-            fresh |= {"client_secret": _secret(secret_env, _("new ClientSecret")), "robot_code": found.identity}
+            fresh |= {"client_secret": _secret(secret_env, N_("new ClientSecret")), "robot_code": found.identity}
             dingtalk = DingTalkCredentials.model_validate(fresh)
             _verify_dingtalk(dingtalk)
             storable = dingtalk.storable()
         elif found.platform == "wangwang":
-            fresh |= {"app_secret": _secret(secret_env, _("new app secret")), "seller_id": found.identity}
+            fresh |= {"app_secret": _secret(secret_env, N_("new app secret")), "seller_id": found.identity}
             wangwang = WangwangCredentials.model_validate(fresh)
             _verify_wangwang(wangwang)
             storable = wangwang.storable()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -82,15 +84,38 @@ def serve_shard() -> None:
 
 
 def open_store() -> DeliveryStore:
+    """The data dir's store for a command that reads or acts on what is in it: none yet is the
+    operator's answer (KEFU_STORE_MISSING, exit 2), not an empty one created by a typo'd data dir."""
     settings = current_settings()
     if not settings.delivery_path.exists():
-        console.print(
-            _("no delivery store at {path} yet (nothing has run with this data dir)").format(
-                path=settings.delivery_path
-            )
-        )
-        raise typer.Exit(1)
+        with operator_errors():
+            raise store_missing(settings.delivery_path, "kefu demo, or a worker, creates it on its first run")
     return ensure_store()
+
+
+def store_missing(path: Path, action: str) -> KefuError:
+    return KefuError("KEFU_STORE_MISSING", f"no store at {path} yet (nothing has run with this data dir)", action)
+
+
+def ask_secret(what: str, instead: str, confirm: bool = False) -> str:
+    """A secret typed at a terminal, never echoed; `what` is its msgid (marked with N_ where it
+    is written). With no terminal to ask on (a script, a container) the command stops with
+    KEFU_SECRET_REQUIRED naming `instead`, the way to give it there, rather than warning that
+    the secret would be echoed and then saying "Aborted."."""
+    if not sys.stdin.isatty():
+        with operator_errors():
+            raise KefuError("KEFU_SECRET_REQUIRED", f"no terminal to ask for the {what} on", instead)
+    answer: str = typer.prompt(_(what), hide_input=True, confirmation_prompt=confirm)
+    return answer
+
+
+def confirm(question: str) -> None:
+    """The operator's yes before an irreversible step (no: "Aborted.", exit 1). With no terminal
+    to ask on, KEFU_CONFIRMATION_REQUIRED (exit 2): a script says --yes."""
+    if not sys.stdin.isatty():
+        with operator_errors():
+            raise KefuError("KEFU_CONFIRMATION_REQUIRED", "no terminal to confirm on", "pass --yes to confirm")
+    typer.confirm(question, abort=True)
 
 
 def ensure_store() -> DeliveryStore:
@@ -171,6 +196,24 @@ def report_source(source: str) -> Source:
 
     with operator_errors():
         return parse_source(source)
+
+
+def simulated_customers() -> set[int]:
+    """Customers of simulated accounts, from this shard's delivery store: what keeps apart by
+    source the rows of stores that know no accounts (memory, session logs). No delivery store
+    yet: no customer is simulated."""
+    from runtime.customers.summaries import simulated_customer_ids
+
+    if not current_settings().delivery_path.exists():
+        return set()
+    store = ensure_store()
+    with operator_errors(), store.read() as conn:
+        return simulated_customer_ids(conn)
+
+
+def of_source(source: Source, customer_id: int | None, simulated: set[int]) -> bool:
+    """Whether a row of `customer_id` is `source`'s (a row of no customer is real)."""
+    return (customer_id in simulated) if source == "simulation" else customer_id not in simulated
 
 
 def hint_simulation(what: str, command: str) -> None:

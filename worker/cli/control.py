@@ -31,7 +31,7 @@ def read(
 @cli.command("pause-input")
 def pause_input_command(
     account: Annotated[str | None, typer.Option(help="only this account (default: the whole host)")] = None,
-    wait: Annotated[float | None, typer.Option(help="seconds to wait for in-flight pages and turns")] = None,
+    wait: Annotated[float | None, typer.Option(min=0, help="seconds to wait for in-flight pages and turns")] = None,
 ) -> None:
     """Stop taking in new pages (they are held, not lost) and stop new admissions."""
     from runtime.inbound.input_pause import in_flight, pause_input

@@ -14,6 +14,7 @@ from worker.cli.common import (
     SourceOption,
     _,
     cli,
+    confirm,
     console,
     current_settings,
     hint_simulation,
@@ -116,7 +117,7 @@ def _confirm(plan: ErasureReport, group: bool, yes: bool) -> None:
         raise typer.Exit(2)
     if not yes:
         _print(plan)
-        typer.confirm(_("erase customer {id}? this cannot be undone").format(id=plan.customer_id), abort=True)
+        confirm(_("erase customer {id}? this cannot be undone").format(id=plan.customer_id))
 
 
 def _print(report: ErasureReport) -> None:

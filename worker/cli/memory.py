@@ -15,13 +15,15 @@ from worker.cli.common import (
     cli,
     console,
     current_settings,
-    ensure_store,
     hint_simulation,
+    of_source,
     operator_errors,
     print_table,
     report_source,
     shop_time,
+    simulated_customers,
     source_words,
+    store_missing,
 )
 
 if TYPE_CHECKING:  # loaded where used: `kefu --help` loads none of them
@@ -36,12 +38,9 @@ def _store() -> MemoryStore:
     from runtime.memory.store import MemoryStore
 
     path = current_settings().memory_path
-    if not path.exists():
-        console.print(
-            _("no memory store at {path} yet (nothing has been archived with this data dir)").format(path=path)
-        )
-        raise typer.Exit(1)
     with operator_errors():
+        if not path.exists():
+            raise store_missing(path, "a worker creates it when it first archives a conversation")
         return MemoryStore(path)
 
 
@@ -101,18 +100,6 @@ def show(
             console.print(_("{scope}: no archived memory").format(scope=scope))
 
 
-def _simulated_customers() -> set[int]:
-    """Customers of simulated accounts, from this shard's delivery store: the memory store knows
-    no accounts. No delivery store yet: no customer is simulated."""
-    from runtime.customers.summaries import simulated_customer_ids
-
-    if not current_settings().delivery_path.exists():
-        return set()
-    store = ensure_store()
-    with operator_errors(), store.read() as conn:
-        return simulated_customer_ids(conn)
-
-
 @memory_cli.command()
 def report(
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
@@ -123,7 +110,7 @@ def report(
 
     kind = report_source(source)
     _store()  # a missing store is reported
-    path, simulated = current_settings().memory_path, _simulated_customers()
+    path, simulated = current_settings().memory_path, simulated_customers()
     with operator_errors():
         rows = memory_report(path, only=simulated) if kind == "simulation" else memory_report(path, without=simulated)
     if as_json:
@@ -144,17 +131,26 @@ def audit(
         bool, typer.Option("--apply", help="do the upkeep it finds (safe beside a running worker)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+    source: SourceOption = "real",
 ) -> None:
     """What needs upkeep per customer: scoring backlog, unindexed folders, stale recall state
     ids, the folder cap, unnamed image files. Read-only unless --apply."""
     from runtime.memory.audit import apply as apply_audit
     from runtime.memory.audit import audit as memory_audit
+    from runtime.memory.report import customer_of
 
+    kind = report_source(source)
     settings = current_settings()
     store = _store()
     stale_ms = int(settings.memory.heuristic_after_s * 1000)
+    simulated = simulated_customers()
     with operator_errors():
         found = memory_audit(settings.memory_path, settings.memory_images_dir, settings.memory.max_folders, stale_ms)
+        # One source's scopes; unnamed image files belong to no customer: the real view's upkeep.
+        every = found.scopes
+        kept = [s for s in every if of_source(kind, customer_of(s.scope), simulated)]
+        orphans = found.orphan_images if kind == "real" else []
+        found = found.model_copy(update={"scopes": kept, "orphan_images": orphans})
         if apply:
             found = apply_audit(store, found, settings.memory_images_dir)
     if as_json:
@@ -167,11 +163,13 @@ def audit(
          str(s.unindexed), str(s.dangling)]
         for s in found.scopes
     ]  # fmt: skip
-    print_table(_("memory audit"), columns, rows)
+    print_table(_("{source} memory audit").format(source=source_words(kind)), columns, rows)
     for line in found.findings() or [_("nothing needs upkeep")]:
         console.print(line, markup=False, highlight=False)
     for line in found.applied:
         console.print(_("applied: {what}").format(what=line), markup=False, highlight=False)
+    if not kept and kind == "real" and len(every) > len(kept):
+        hint_simulation(N_("memory"), "memory audit")
 
 
 @memory_cli.command()

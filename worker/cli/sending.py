@@ -34,10 +34,7 @@ cli.add_typer(outbox_cli, name="outbox")
 @outbox_cli.callback(invoke_without_command=True)
 def outbox(
     ctx: typer.Context,
-    state: Annotated[
-        str | None,
-        typer.Option(help="pending, sending, sent, failed, result-unknown, revoked, route-changed or skipped"),
-    ] = None,
+    state: Annotated[OutboxState | None, typer.Option(help="only requests in this state")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
     source: SourceOption = "real",
 ) -> None:

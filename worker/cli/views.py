@@ -20,6 +20,7 @@ from worker.cli.common import (
     current_settings,
     enqueue,
     hint_simulation,
+    of_source,
     open_store,
     operator_errors,
     outside,
@@ -28,6 +29,7 @@ from worker.cli.common import (
     report_source,
     shop_time,
     shop_zone,
+    simulated_customers,
     source_words,
 )
 
@@ -299,6 +301,7 @@ def rounds(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts")] = False,
+    source: SourceOption = "real",
 ) -> None:
     """The agent's rounds (one per turn) with their status: pending, complete, error or
     interrupted, whether each is settled (complete or interrupted) and successful (complete);
@@ -308,19 +311,26 @@ def rounds(
     from runtime.agent.rounds import rounds as list_rounds
     from runtime.errors import KefuError
 
+    kind = report_source(source)
     settings = current_settings()
+    simulated = simulated_customers()
     with operator_errors():
         try:
             on = date.fromisoformat(day) if day is not None else None
         except ValueError:
             raise KefuError("KEFU_INVALID_INPUT", "--day must be a date as YYYY-MM-DD") from None
-        found = list_rounds(settings.sessions_dir, customer, unfinished, on, settings.zone)
+        if customer is not None and customer < 1:
+            raise KefuError("KEFU_INVALID_INPUT", "--customer is a customer id, 1 or more")
+        every = list_rounds(settings.sessions_dir, customer, unfinished, on, settings.zone)
+        found = [r for r in every if of_source(kind, r.customer_id, simulated)]
         if salvage:
             _salvage(found, settings.sessions_dir, settings.agent.turn_lease_s, as_json)
             return
     columns = [N_("customer_id"), N_("session_id"), N_("turn"), N_("kind"), N_("started_at"), N_("status")]
     columns += [N_("reason"), N_("settled"), N_("successful")]
-    print_rows(found, as_json, _("rounds"), columns)
+    print_rows(found, as_json, _("{source} rounds").format(source=source_words(kind)), columns)
+    if not found and not as_json and kind == "real" and every:
+        hint_simulation(N_("rounds"), "rounds")
 
 
 def _salvage(found: list[Round], sessions_dir: Path, lease_s: float, as_json: bool) -> None:

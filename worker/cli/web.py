@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from typing import Annotated
 
 import typer
 
+from runtime.errors import KefuError
 from runtime.operators.roles import Role
-from worker.cli.common import N_, _, celery_app, cli, console, enqueue, ensure_store, operator_errors, print_rows
+from worker.cli.common import (
+    N_,
+    _,
+    ask_secret,
+    celery_app,
+    cli,
+    console,
+    enqueue,
+    ensure_store,
+    operator_errors,
+    print_rows,
+)
 
 DEFAULT_PORT = 8470
 operators_cli = typer.Typer(help="Console operators: add one (or change their role or password), list them.")
@@ -26,10 +39,13 @@ def operators_add(
 
 
 def add_operator_prompted(name: str, role: Role = Role.OPERATOR, password: str | None = None) -> None:
-    from runtime.operators.accounts import add_operator
+    """The name is checked before the password is asked for: a bad name costs no typing."""
+    from runtime.operators.accounts import add_operator, check_operator_name
 
+    with operator_errors():
+        check_operator_name(name)
     if password is None:
-        password = typer.prompt(_("password"), hide_input=True, confirmation_prompt=True)
+        password = ask_secret(N_("password"), "pass --password-stdin and give the password on stdin", confirm=True)
     with operator_errors():
         operator = add_operator(ensure_store(), name, role, password)
     console.print(_("operator {name}: {role}").format(name=operator.name, role=operator.role))
@@ -57,7 +73,7 @@ def operators_list(as_json: Annotated[bool, typer.Option("--json", help="JSON fo
 @cli.command("console")
 def console_command(
     host: Annotated[str, typer.Option(help="the address to listen on (default: this machine only)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="the port to listen on")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="the port to listen on")] = DEFAULT_PORT,
 ) -> None:
     """Serve the operator console for this shard (sign in as an operator from `kefu operators add`)."""
     serve_console(host, port)
@@ -67,10 +83,13 @@ def serve_console(host: str, port: int) -> None:
     import uvicorn
 
     from runtime.operators.accounts import list_operators
+    from worker.broker import wait_for_broker
     from worker.console import create_app
     from worker.context import runtime_for
 
     with operator_errors():
+        listening = _bound(host, port)  # first: a port in use is said at once
+        wait_for_broker(celery_app().kefu_settings)  # the console's actions are tasks: no broker, no start
         runtime = runtime_for(celery_app())
         if not list_operators(runtime.store):
             console.print(_("no operator can sign in yet: add one with `kefu operators add NAME`"))
@@ -80,7 +99,7 @@ def serve_console(host: str, port: int) -> None:
         soft_wrap=True,
     )
     trusted = runtime.settings.console.trusted_proxies.strip()
-    uvicorn.run(
+    config = uvicorn.Config(
         web,
         host=host,
         port=port,
@@ -88,4 +107,32 @@ def serve_console(host: str, port: int) -> None:
         timeout_graceful_shutdown=2,
         proxy_headers=bool(trusted),  # else uvicorn trusts X-Forwarded-For from 127.0.0.1
         forwarded_allow_ips=trusted or None,
+    )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """The console's listening socket, bound here rather than by uvicorn, whose bind failure is
+    a logged traceback or exit 3: a port in use, or an address not on this machine, is
+    KEFU_CONSOLE_PORT_UNAVAILABLE naming it."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as error:
+        raise _unavailable(host, port, error) from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart rebinds at once
+        listening.bind(address)
+    except OSError as error:
+        listening.close()
+        raise _unavailable(host, port, error) from None
+    listening.set_inheritable(True)
+    return listening
+
+
+def _unavailable(host: str, port: int, error: OSError) -> KefuError:
+    return KefuError(
+        "KEFU_CONSOLE_PORT_UNAVAILABLE",
+        f"cannot listen on {host}:{port} ({error.strerror or type(error).__name__})",
+        "stop what uses the port or pass another --port (and --host an address of this machine)",
     )

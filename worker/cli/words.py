@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import typer
+from typer._click import Context
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click: its errors are these
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from config import Settings
@@ -99,3 +103,34 @@ class TranslatedGroup(TyperGroup):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         translate_help(self)
         return super().main(*args, **kwargs)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Context:
+        with _coded_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Context) -> Any:
+        with _coded_usage_errors():  # a subcommand's own options are parsed in here
+            return super().invoke(ctx)
+
+
+class CodedUsageError(UsageError):
+    """A usage error (an unknown option, a value not among an option's choices, a missing
+    argument) as every other bad input is shown: with its KEFU_ code, exit 2."""
+
+    def __init__(self, error: UsageError) -> None:
+        super().__init__(error.format_message(), error.ctx)
+
+    def format_message(self) -> str:
+        return self.message if "KEFU_" in self.message else f"KEFU_INVALID_INPUT: {self.message}"
+
+
+@contextmanager
+def _coded_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except NoArgsIsHelpError:  # `kefu outbox` alone: its help, not an error
+        raise
+    except UsageError as error:
+        if isinstance(error, CodedUsageError):
+            raise
+        raise CodedUsageError(error) from None

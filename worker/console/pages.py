@@ -9,7 +9,6 @@ import time
 from urllib.parse import urlencode
 
 from markupsafe import Markup
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -42,6 +41,7 @@ from runtime.store.states import ConversationStatus, OutboxState
 from worker.console.auth import check_csrf, csrf_token, require, sign_in, signed_in
 from worker.console.context import Console, console_of, read_form
 from worker.console.live import live_stream, seen_param
+from worker.console.metrics import scrape
 
 PAGE_ROWS = 50
 WAITING = ConversationStatus.WAITING
@@ -277,4 +277,5 @@ def readyz(request: Request) -> Response:
 
 
 def metrics(request: Request) -> Response:
-    return Response(generate_latest(console_of(request).registry), media_type=CONTENT_TYPE_LATEST)
+    console = console_of(request)
+    return scrape(request, console.registry, console.runtime.settings)  # token or loopback only

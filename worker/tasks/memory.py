@@ -21,7 +21,7 @@ from runtime.memory.selfcheck import selfcheck as memory_selfcheck
 from runtime.store import now_ms
 from runtime.store.leases import LeaseLost
 from worker.context import WorkerRuntime, runtime_for
-from worker.tasks.base import kefu_task
+from worker.tasks.base import HOUSEKEEPING, kefu_task
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def score(self: Task, scope: str) -> int:
     return score_scope(scope_memory(engine, scope)) if engine else 0
 
 
-@kefu_task("kefu.memory.score_backlog")
+@kefu_task("kefu.memory.score_backlog", **HOUSEKEEPING)
 def score_backlog(self: Task) -> int:
     """Beat: hand every scope with a due backlog to `kefu.memory.score`."""
     engine = _engine(runtime_for(self.app))
@@ -78,7 +78,7 @@ def score_backlog(self: Task) -> int:
     return len(scopes)
 
 
-@kefu_task("kefu.memory.remember_observed")
+@kefu_task("kefu.memory.remember_observed", **HOUSEKEEPING)
 def remember_observed(self: Task) -> int:
     """Beat, hourly: what observing routes stored on each day that has ended, into each
     customer's memory (runtime.memory.history); the folders made."""
@@ -105,7 +105,7 @@ def report(self: Task) -> list[dict[str, Any]]:
     return rows
 
 
-@kefu_task("kefu.memory.audit")
+@kefu_task("kefu.memory.audit", **HOUSEKEEPING)
 def audit(self: Task) -> list[str]:
     """Beat, daily: what needs upkeep, logged for the operator (`kefu memory audit --apply` does it)."""
     settings = runtime_for(self.app).settings

@@ -18,74 +18,90 @@ from runtime.store import now_ms
 from worker.broker import embedded_folders
 from worker.checkpoint_sinks import report_checkpoints
 from worker.context import runtime_for
-from worker.dispatch import dispatch, turn
-from worker.tasks.base import kefu_task
+from worker.dispatch import Ran, SendNotDelivered, dispatch, turn
+from worker.tasks.base import HOUSEKEEPING, kefu_task
 
 PROCESSED_KEEP_S = 3600  # the embedded broker's consumed messages, kept for inspection
+# A task that sends replies fails when one was not delivered (worker.dispatch.Ran): expected,
+# so the worker logs it in one line, and Flower shows the task failed.
+SENDS: dict[str, Any] = {"throws": (SendNotDelivered,)}
+
+Result = str | dict[str, object]  # the step's outcome, with the steps run inline if any (Ran.result)
 
 
-def _run(task: Task, step: pipeline.Step) -> str:
-    dispatch(task.app, step.follow_ups)
-    return step.outcome
+def _run(task: Task, step: pipeline.Step) -> Result:
+    ran = Ran()
+    dispatch(task.app, step.follow_ups, ran=ran)
+    return ran.result(step.outcome)
 
 
-@kefu_task("kefu.ingest.page")
-def ingest(self: Task, page: dict[str, Any]) -> str:
+@kefu_task("kefu.ingest.page", **SENDS)
+def ingest(self: Task, page: dict[str, Any]) -> Result:
+    """A page, and with the rules agent (or a thread pool) the rest of its buyer message's way:
+    admission, the turn, the reply's first attempt, each listed in the result."""
     services = runtime_for(self.app)
     step = pipeline.ingest(services, page)
-    dispatch(self.app, step.follow_ups, turns_here=True)
+    ran = Ran()
+    dispatch(self.app, step.follow_ups, turns_here=True, ran=ran)
     for work in step.follow_ups:  # forwarded: its record here is done only once it is on its way
         if isinstance(work, pipeline.Ingest) and work.shard is not None:
             pipeline.forwarded(services, work)
-    return step.outcome
+    return ran.result(step.outcome)
 
 
 @kefu_task("kefu.ingest.fetch_media")
-def fetch_media(self: Task, message_id: int) -> str:
+def fetch_media(self: Task, message_id: int) -> Result:
     return _run(self, pipeline.fetch_media(runtime_for(self.app), message_id))
 
 
 @kefu_task("kefu.agent.admit")
-def admit(self: Task, customer_id: int) -> str:
+def admit(self: Task, customer_id: int) -> Result:
     return _run(self, pipeline.admit(runtime_for(self.app), customer_id))
 
 
-@kefu_task("kefu.agent.run_turn")
-def run_turn(self: Task, customer_id: int) -> str:
-    return _run(self, turn(self.app, customer_id))
+@kefu_task("kefu.agent.run_turn", **SENDS)
+def run_turn(self: Task, customer_id: int) -> Result:
+    ran = Ran()
+    step = turn(self.app, customer_id, ran)
+    dispatch(self.app, step.follow_ups, ran=ran)
+    return ran.result(step.outcome)
 
 
-@kefu_task("kefu.ingest.rescue")
-def rescue(self: Task) -> str:
+@kefu_task("kefu.ingest.rescue", **HOUSEKEEPING)
+def rescue(self: Task) -> Result:
     """Beat (a few times per customer lease), and once when a worker starts: turns and sends
     whose holder died go again at once (runtime.pipeline.rescue). On the ingest queue, with the
     reconciler: a backlog of turns on the agent queue must not hold up finding a dead one."""
     return _run(self, pipeline.rescue(runtime_for(self.app)))
 
 
-@kefu_task("kefu.outbox.attempt")
-def attempt(self: Task, request_id: str, retries: int = 0) -> str:
-    return _run(self, pipeline.deliver(runtime_for(self.app), request_id, retries))
+@kefu_task("kefu.outbox.attempt", **SENDS)
+def attempt(self: Task, request_id: str, retries: int = 0) -> Result:
+    step = pipeline.deliver(runtime_for(self.app), request_id, retries)
+    ran = Ran()
+    ran.sent(request_id, step, inline=False)
+    dispatch(self.app, step.follow_ups, ran=ran)
+    return ran.result(step.outcome)
 
 
 @kefu_task("kefu.outbox.settle")
-def settle(self: Task, request_id: str) -> str:
+def settle(self: Task, request_id: str) -> Result:
     return _run(self, pipeline.settle(runtime_for(self.app), request_id))
 
 
 @kefu_task("kefu.receipts.buyer_read")
-def buyer_read(self: Task, receipt: dict[str, Any]) -> str:
+def buyer_read(self: Task, receipt: dict[str, Any]) -> Result:
     return _run(self, pipeline.record_read(runtime_for(self.app), receipt))
 
 
-@kefu_task("kefu.receipts.read_status")
-def read_status(self: Task) -> str:
+@kefu_task("kefu.receipts.read_status", **HOUSEKEEPING)
+def read_status(self: Task) -> Result:
     """Beat."""
     return _run(self, pipeline.check_reads(runtime_for(self.app)))
 
 
-@kefu_task("kefu.ingest.reconcile")
-def reconcile(self: Task, grace_s: float | None = None) -> str:
+@kefu_task("kefu.ingest.reconcile", **HOUSEKEEPING)
+def reconcile(self: Task, grace_s: float | None = None) -> Result:
     """Beat, and once with no grace when a worker starts. Also prunes the embedded broker's
     consumed messages."""
     runtime = runtime_for(self.app)
@@ -102,7 +118,7 @@ def _prune_processed(folder: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-@kefu_task("kefu.receipts.checkpoint")
+@kefu_task("kefu.receipts.checkpoint", **HOUSEKEEPING)
 def checkpoint(self: Task) -> int:
     """Beat: report each account's checkpoint to the configured sink."""
     runtime = runtime_for(self.app)
@@ -110,14 +126,14 @@ def checkpoint(self: Task) -> int:
     return len(report_checkpoints(runtime.store, runtime.checkpoint_sink, interval, now_ms()))
 
 
-@kefu_task("kefu.receipts.alerts")
+@kefu_task("kefu.receipts.alerts", **HOUSEKEEPING)
 def alerts(self: Task) -> int:
     """Beat: deliver the alerts raised since the last round (runtime.operators.alerts, worker.alert_sinks)."""
     runtime = runtime_for(self.app)
     return deliver_alerts(runtime.store, runtime.alert_sink)
 
 
-@kefu_task("kefu.receipts.retention")
+@kefu_task("kefu.receipts.retention", **HOUSEKEEPING)
 def retention(self: Task) -> dict[str, int]:
     """Beat: bring the reports' facts up to date (runtime.operators.reports: what is pruned next
     is counted first, and a report asked for later has little left to read), then prune what the

@@ -14,7 +14,7 @@ from runtime.placement import moves
 from runtime.store.states import MoveStep
 from worker.context import runtime_for
 from worker.dispatch import dispatch
-from worker.tasks.base import kefu_task
+from worker.tasks.base import HOUSEKEEPING, kefu_task
 
 
 @kefu_task("kefu.placement.advance")
@@ -27,7 +27,7 @@ def advance(self: Task, op_id: str) -> str:
     return step.outcome
 
 
-@kefu_task("kefu.placement.drive")
+@kefu_task("kefu.placement.drive", **HOUSEKEEPING)
 def drive(self: Task) -> str:
     services = runtime_for(self.app)
     outcomes = []
@@ -52,7 +52,7 @@ def hand_on(app: Celery, op_id: str, was: MoveStep | None) -> None:
         app.tasks[advance.name].apply_async((op_id,), queue=queue_name("placement", actor))
 
 
-@kefu_task("kefu.placement.directory")
+@kefu_task("kefu.placement.directory", **HOUSEKEEPING)
 def directory(self: Task) -> str:
     """Beat: enter this shard's accounts in the directory again and end the moves it lost
     (runtime.placement.directory). Cheap: a read of the store's placements and one lookup per account."""
