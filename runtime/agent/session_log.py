@@ -373,7 +373,7 @@ def read_frames(data: bytes) -> list[tuple[int, int, bytes]]:
     return frames
 
 
-def _whole_frame_after(data: bytes, start: int) -> int | None:
+def whole_frame_after(data: bytes, start: int) -> int | None:
     """Where a complete, valid frame begins after `start`, if any: a torn last frame has none
     after it, damage in the middle of the file does."""
     position = data.find(_FRAME_MAGIC, start + 1)
@@ -661,7 +661,7 @@ class SessionLog:
         frames = read_frames(data)
         events: list[SessionEvent] = []
         self._damage_at = frames[-1][1] if frames else 0  # where the torn tail starts
-        if self._damage_at < len(data) and (later := _whole_frame_after(data, self._damage_at)) is not None:
+        if self._damage_at < len(data) and (later := whole_frame_after(data, self._damage_at)) is not None:
             _parsed.drop(self.path)
             raise CorruptSessionLog(
                 f"{self.path}: bytes {self._damage_at}-{later} do not decode and whole frames follow them"

@@ -55,13 +55,12 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Literal
 
-import zstandard
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.exc import DatabaseError
 
 from config import Settings
 from config.settings import SHARD_NAME
-from runtime.agent.session_log import read_frames
+from runtime.agent.session_log import read_frames, whole_frame_after
 from runtime.errors import KefuError, validation_problems
 from runtime.memory.store import MIGRATIONS as MEMORY_MIGRATIONS
 from runtime.placement.shards import customer_id_base
@@ -88,7 +87,6 @@ RESTORED_NOTE = (
 )
 SNAPSHOT_BUSY_S = 30.0  # a snapshot waits this long for a writer (only a DELETE-journal store blocks it)
 CHUNK = 1 << 20
-_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class FileKind(StrEnum):
@@ -428,23 +426,9 @@ def consistent_length(data: bytes) -> int:
     evidence the worker keeps aside (runtime.agent.sessions)."""
     frames = read_frames(data)
     end = frames[-1][1] if frames else 0
-    if end == len(data) or not _whole_frame_after(data, end):
+    if end == len(data) or whole_frame_after(data, end) is None:
         return end
     return len(data)
-
-
-def _whole_frame_after(data: bytes, start: int) -> bool:
-    position = data.find(_FRAME_MAGIC, start + 1)
-    while position != -1:
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
-        try:
-            decompressor.decompress(data[position:])
-            if decompressor.eof:
-                return True
-        except zstandard.ZstdError:
-            pass
-        position = data.find(_FRAME_MAGIC, position + 1)
-    return False
 
 
 def _copy_images(files: ShardFiles, copy: ShardFiles) -> list[BackupFile]:

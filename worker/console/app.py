@@ -36,7 +36,7 @@ from worker.console.context import Console, MemoryReader, console_of
 from worker.console.headers import SecurityHeaders
 from worker.console.live import StoreChanges
 from worker.console.metrics import registry_for
-from worker.console.reports import report_routes
+from worker.console.reports import report_routes, spoken_duration
 from worker.console.simulations import simulation_routes
 from worker.console.streams import StreamSlots
 from worker.console.team import team_routes
@@ -109,6 +109,7 @@ def _templates(runtime: WorkerRuntime) -> Jinja2Templates:
     templates.env.globals["who"] = lambda line: who(line, words.gettext)  # worker.transcript_words
     templates.env.globals["said"] = lambda line: said(line, words.gettext)
     templates.env.globals["language"] = runtime.settings.language.replace("_", "-")  # <html lang>
+    templates.env.filters["duration"] = lambda seconds: spoken_duration(seconds, words.gettext)  # reports
     templates.env.filters["combine"] = lambda base, change: {**base, **change}  # a link's query, one part changed
     templates.env.globals["zone"] = zone_label(zone)  # every time a page shows is in it: said once, in the header
     return templates
