@@ -1106,7 +1106,7 @@ _V31_LATENCY = (
 _V31_ADD = " ON CONFLICT (name, labels) DO UPDATE SET value = value + excluded.value"
 _V31_UNCOUNT_IMPORTED = (
     "UPDATE metric_counter SET value = value - (SELECT count(*) FROM inbound_message"
-    " WHERE account_id = NEW.account_id AND sender_role = 'external')"
+    " WHERE account_id = NEW.account_id AND sender_role = 'external' AND origin = 'live')"
     " WHERE name = 'buyer_messages_received' AND labels = ''"
 )
 _V31_OUTCOMES = "('sent', 'failed', 'result-unknown', 'revoked', 'route-changed', 'skipped')"
@@ -1125,8 +1125,9 @@ V31 = Migration(
         ) WITHOUT ROWID""",
         # Triggers, so no path that stores a buyer message or settles a send can forget to
         # count it, and the message path runs no statement more.
+        # Received live: an imported history (runtime.inbound.history_import) was received long ago.
         """CREATE TRIGGER metric_buyer_message AFTER INSERT ON inbound_message
-            WHEN NEW.sender_role = 'external'
+            WHEN NEW.sender_role = 'external' AND NEW.origin = 'live'
         BEGIN
             INSERT INTO metric_counter (name, labels, value) VALUES ('buyer_messages_received', '', 1)"""
         + _V31_ADD
@@ -1165,7 +1166,8 @@ V31 = Migration(
         # What the store holds today, so an upgraded store's counters start where its
         # recounted figures stood.
         """INSERT INTO metric_counter (name, labels, value)
-        SELECT 'buyer_messages_received', '', count(*) FROM inbound_message WHERE sender_role = 'external'""",
+        SELECT 'buyer_messages_received', '', count(*) FROM inbound_message
+        WHERE sender_role = 'external' AND origin = 'live'""",
         f"""INSERT INTO metric_counter (name, labels, value)
         SELECT 'outbox_outcomes', origin || char(9) || state, count(*) FROM outbox_request
         WHERE state IN {_V31_OUTCOMES} GROUP BY origin, state""",

@@ -20,6 +20,7 @@ from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.customers.erasure import erase_customer
 from runtime.customers.retention import DAY_MS, prune
+from runtime.inbound.history_import import check_against_store, file_format, parse_file, run_import
 from runtime.inbound.ingest import ingest_page
 from runtime.outbox.manual import ManualSend, send_manual
 from runtime.outbox.requests import begin_attempt, record_failure, record_sent
@@ -95,6 +96,19 @@ def test_retention_and_erasure_prune_rows_and_no_counter_goes_down(store, settin
     assert after[("kefu_buyer_messages_received_total", shard)] == 3
     assert after[("kefu_reply_latency_seconds_count", shard)] == 3
     assert all(after[key] >= value for key, value in before.items())
+
+
+def test_an_imported_history_is_not_counted_as_received(store, settings, shop, transport, platform, tmp_path):
+    """Earlier chats brought in (kefu import history) were received long ago, not now."""
+    say(store, transport, platform, "b1", "在吗")
+    line = {"conversation_id": "c9", "conversation_type": "direct", "sender_id": "b9", "role": "buyer"}
+    lines = [line | {"occurred_at": f"2025-11-30T14:0{n}:00+08:00", "text": f"早先的话 {n}"} for n in range(3)]
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
+    parsed = parse_file(path, path.read_bytes(), file_format(path, None), shop)
+    check_against_store(store, parsed)
+    assert run_import(store, parsed, None, 30.0).imported == 3
+    assert scraped(store, settings)[("kefu_buyer_messages_received_total", (("shard", "default"),))] == 1
 
 
 def test_an_upgraded_store_starts_its_counters_where_the_recount_stood(store, settings, shop, transport, platform):
