@@ -173,7 +173,7 @@ def _retire_damaged(
     with open(partial, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(partial, kept)
-    _fsync_folder(kept.parent)
+    fsync_folder(kept.parent)
     with fenced(store, fence) as conn:
         old = session_header(conn, session_id)
         record = DamagedSession(
@@ -207,7 +207,8 @@ def _retire_damaged(
     return record
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """A rename or a new file in `folder` survives a power cut only once the folder is synced."""
     descriptor = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(descriptor)

@@ -295,7 +295,7 @@ def _zipped(data: bytes) -> tuple[str, str]:
                 if kind in _OPENDOCUMENT:
                     return kind.decode(), _OPENDOCUMENT[kind]
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError):
-        pass
+        pass  # a ZIP signature with an unreadable directory: stored as the ZIP it says it is
     return "application/zip", ".zip"
 
 

@@ -61,6 +61,7 @@ from sqlalchemy.exc import DatabaseError
 from config import Settings
 from config.settings import SHARD_NAME
 from runtime.agent.session_log import read_frames, whole_frame_after
+from runtime.agent.sessions import fsync_folder
 from runtime.errors import KefuError, validation_problems
 from runtime.memory.store import MIGRATIONS as MEMORY_MIGRATIONS
 from runtime.placement.shards import customer_id_base
@@ -490,20 +491,12 @@ def _write_manifest(dest: Path, manifest: Manifest) -> None:
     """The manifest, written beside and renamed into place after every folder of the backup is
     on disk: its presence is what makes the folder a backup."""
     for folder, _, _ in os.walk(dest):
-        _sync_folder(Path(folder))
+        fsync_folder(Path(folder))
     draft = dest / f".{MANIFEST}.partial"
     with _private(draft) as out:
         out.write(manifest.model_dump_json(indent=2).encode())
     os.replace(draft, dest / MANIFEST)
-    _sync_folder(dest)
-
-
-def _sync_folder(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    fsync_folder(dest)
 
 
 # --- reading and verifying a backup ---------------------------------------------------------------
@@ -671,7 +664,7 @@ def restore_backup(src: Path, target_dir: Path, report: Report = _quiet) -> Rest
         raise
     with _private(staging / READY) as out:
         out.write(result.model_dump_json().encode())
-    _sync_folder(staging)
+    fsync_folder(staging)
     placed = time.monotonic()
     _place(ShardFiles.under(staging, manifest.shard), target)
     shutil.rmtree(staging, ignore_errors=True)
@@ -869,7 +862,7 @@ def _place(staged: ShardFiles, target: ShardFiles) -> None:
             )
         destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.rename(source, destination)
-        _sync_folder(destination.parent)
+        fsync_folder(destination.parent)
 
 
 def _finish_interrupted(target: ShardFiles) -> RestoreResult | None:

@@ -103,6 +103,7 @@ class FakeDingTalk:
     token_requests: int = 0
     tickets_issued: int = 0
     connections: int = 0  # websocket sessions opened with a valid ticket
+    drop_every_connection: bool = False  # each session aborted as soon as it opens
     acks: list[str] = field(default_factory=list)  # frame message ids, in ACK order
     uploads: list[int] = field(default_factory=list)  # sizes of uploaded media bodies
     read: dict[str, dict[str, int]] = field(default_factory=dict)  # process key -> user -> read at
@@ -306,6 +307,10 @@ class FakeDingTalk:
             return
         previous, self._socket = self._socket, socket
         self.connections += 1
+        if self.drop_every_connection:  # a flapping path: each connection opens, then dies at once
+            self._socket = None
+            socket.transport.abort()
+            return
         if previous is not None:
             previous.transport.abort()
         with self._lock:

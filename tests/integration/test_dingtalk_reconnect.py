@@ -5,7 +5,6 @@ fake's record of sends are what is checked."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -137,18 +136,7 @@ def test_a_connection_accepted_then_dropped_over_and_over_fails_the_listener_and
     from runtime.operators.alerts import AlertKind, undelivered
     from worker.cli import cli
 
-    cutting = threading.Event()
-
-    def cut_every_connection() -> None:
-        seen = 0
-        while not cutting.is_set():
-            if fake_dingtalk.connections > seen and fake_dingtalk.connected:
-                seen = fake_dingtalk.connections
-                fake_dingtalk.drop()
-            time.sleep(0.005)
-
-    cutter = threading.Thread(target=cut_every_connection, daemon=True)
-    cutter.start()
+    fake_dingtalk.drop_every_connection = True
     try:
         start_worker(KEFU_LISTENER__RECONNECT_STABLE_MS="5000", KEFU_LISTENER__RECONNECT_MAX_ATTEMPTS="3")
         wait_for(
@@ -158,8 +146,7 @@ def test_a_connection_accepted_then_dropped_over_and_over_fails_the_listener_and
             lambda: (account_facts(store), fake_dingtalk.connections, worker_log(settings)[-3000:]),
         )
     finally:
-        cutting.set()
-        cutter.join(5)
+        fake_dingtalk.drop_every_connection = False
     assert account_facts(store) == ("failed", "KEFU_LISTENER_RETRIES_EXHAUSTED", "ready")
     assert fake_dingtalk.connections == 4  # the first connection and three reconnects
     assert worker_log(settings).count("listener ding: running") == 4

@@ -6,7 +6,6 @@ and WebSocket servers, recording into a real delivery store. Every state change 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -256,24 +255,12 @@ def test_a_gateway_that_accepts_then_drops_every_connection_fails_the_listener_w
     from runtime.operators.alerts import AlertKind, undelivered
     from runtime.operators.status import notices
 
-    cutting = threading.Event()
-
-    def cut_every_connection() -> None:
-        seen = 0
-        while not cutting.is_set():
-            if fake_dingtalk.connections > seen and fake_dingtalk.connected:
-                seen = fake_dingtalk.connections
-                fake_dingtalk.drop()
-            time.sleep(0.005)
-
-    cutter = threading.Thread(target=cut_every_connection, daemon=True)
-    cutter.start()
+    fake_dingtalk.drop_every_connection = True
     try:
         observer, _ = listen(FAST.model_copy(update={"reconnect_stable_ms": 10_000}))
         observer.wait_for("failed", timeout_s=20)
     finally:
-        cutting.set()
-        cutter.join(5)
+        fake_dingtalk.drop_every_connection = False
     sequence = observer.sequence()
     assert [state for state, _, _ in sequence].count("running") == 4  # connected four times
     assert [delay for state, _, delay in sequence if state == "reconnecting"] == [20, 40, 80]
