@@ -51,7 +51,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-REDIS_TEST_DB = 11
+def _parallel_slot() -> int:
+    """pytest-xdist runs tests in parallel workers (gw0, gw1, ...): each gets its own Redis
+    databases, so one worker's flushdb never empties another's queues."""
+    slot = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    if slot > 3:
+        raise RuntimeError(f"the Redis test databases are laid out for 4 parallel workers, not {slot + 1}")
+    return slot
+
+
+# Each worker's three databases: the suite's broker, and two for tests that need a second or third.
+REDIS_TEST_DB = 11 - 3 * _parallel_slot()
+REDIS_SECOND_DB = REDIS_TEST_DB + 1
+REDIS_THIRD_DB = REDIS_TEST_DB + 2
 
 
 def _answers(url: str) -> bool:

@@ -10,11 +10,11 @@ import pytest
 import redis
 
 from config import Settings, load_settings
+from tests.integration.conftest import REDIS_SECOND_DB
 from tests.integration.test_faults import run_short, summary
 from worker.cli import cli
 from worker.coordination import RedisCoordinator
 
-REDIS_DB = 12
 WALL_BOUND_S = 180  # the short form, on a CI machine shared by two cores
 
 
@@ -34,7 +34,7 @@ def test_faults_backup_restore_short(tmp_path: Path) -> None:
 @pytest.fixture
 def settings(tmp_path: Path, redis_base_url: str) -> Settings:
     """Settings on a Redis broker: where another host's shard lease is seen."""
-    url = f"{redis_base_url}/{REDIS_DB}"
+    url = f"{redis_base_url}/{REDIS_SECOND_DB}"
     redis.Redis.from_url(url).flushdb()
     return load_settings(data_dir=tmp_path / "var", broker_url=url)
 

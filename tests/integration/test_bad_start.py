@@ -18,6 +18,7 @@ import redis
 from config import load_settings
 from runtime.store import DeliveryStore
 from runtime.store.migrations import LATEST_VERSION
+from tests.integration.conftest import REDIS_THIRD_DB
 from worker.celery_app import make_app
 
 BIN = Path(sys.executable).parent
@@ -111,7 +112,7 @@ def test_a_worker_in_bad_state_exits_with_the_code(tmp_path, case, mode):
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_worker_on_redis_in_bad_state_exits_before_taking_a_message(tmp_path, case, redis_base_url):
-    broker = f"{redis_base_url}/13"
+    broker = f"{redis_base_url}/{REDIS_THIRD_DB}"
     client = redis.Redis.from_url(broker)
     client.flushdb()
     data_dir, extra, code = _prepared(tmp_path, case)

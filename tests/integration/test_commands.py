@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.integration.conftest import REDIS_SECOND_DB
 from tests.integration.helpers import wait_for
 from transports.simulator import SimulatedPlatform
 
@@ -88,7 +89,7 @@ def test_worker_and_beat_start_with_defaults_and_inspect_answers(tmp_path):
 
 
 def test_inspect_ping_and_flower_queues_on_redis(tmp_path, redis_base_url):
-    broker = f"{redis_base_url}/12"
+    broker = f"{redis_base_url}/{REDIS_SECOND_DB}"
     port = _free_port()
     worker = _spawn(
         [str(BIN / "celery"), "-A", "worker", "worker", "-P", "solo", "-l", "info"],

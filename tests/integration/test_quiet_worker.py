@@ -17,11 +17,11 @@ import pytest
 import redis
 
 from config import load_settings
+from tests.integration.conftest import REDIS_TEST_DB
 from tests.integration.helpers import wait_for
 from worker.celery_app import make_app
 from worker.process import KefuProcess
 
-DB = 11
 WINDOW_S = 60
 MAX_LINES = 5
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+: (DEBUG|INFO|WARNING|ERROR|CRITICAL)/", re.M)
@@ -37,7 +37,7 @@ class ReadmeWorker(KefuProcess):
 
 @pytest.fixture
 def broker(redis_base_url: str) -> str:
-    url = f"{redis_base_url}/{DB}"
+    url = f"{redis_base_url}/{REDIS_TEST_DB}"
     redis.Redis.from_url(url).flushdb()
     return url
 

@@ -20,7 +20,6 @@ from runtime.store.states import PlacementState
 from tests.integration import conftest as integration
 from worker.coordination import Coordinator, Grant, LocalCoordinator, RedisCoordinator
 
-REDIS_DB = 12
 SHORT_MS = 300
 LONG_MS = 60_000
 
@@ -40,7 +39,7 @@ def coordinator(request: pytest.FixtureRequest, tmp_path: Path, n: Callable[[str
     if request.param == "local":
         yield LocalCoordinator(tmp_path / "coordination.sqlite")
         return
-    url = f"{request.getfixturevalue('redis_base_url')}/{REDIS_DB}"
+    url = f"{request.getfixturevalue('redis_base_url')}/{integration.REDIS_SECOND_DB}"
     yield RedisCoordinator(url)
     client = redis.Redis.from_url(url)  # leave the database as it was: drop only this test's keys
     prefix = n("").encode()
