@@ -4,7 +4,8 @@ tombstone that says who erased whom and when, never what was said.
 What goes: the customer's rows in the delivery store (its messages, batches, replies with their
 attempts, read receipts and read checks, alerts, reader watermarks, damaged-session records,
 operators' notes on it, its writer lease), the conversation's part of the received and held
-pages kept for replay, the media only its replies used, the free text of operator actions about
+pages kept for replay, its words in the search index (whose segments are merged, so no piece is
+left in an older one), the media only its replies used, the free text of operator actions about
 it (who did what stays), its session logs (damaged copies included), its memory scope and its
 memory images.
 
@@ -255,6 +256,7 @@ def _erase_rows(
         conn.execute(statement, params)
     for sha256 in media:
         conn.execute(queries.media.DELETE, {"s": sha256})
+    conn.execute(queries.message_search.MERGE)
     cut, latest = _cut_pages(conn, found["account_id"], found["conversation_id"])
     tombstone = Erasure(
         erased_customer=customer_id,

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from runtime.customers import search_index
 from runtime.customers.outside_text import search_text
 from runtime.errors import CustomerUnknown, KefuError
 from runtime.store import DeliveryStore, now_ms, queries
@@ -100,13 +101,17 @@ def list_customers(
             return []  # only control characters were typed: nothing says them
     else:
         search = None
+    if search is not None:
+        search_index.catch_up(store)
+    indexed = search is not None and len(search) >= search_index.TRIGRAM
     with store.read() as conn:
         found = conn.execute(
-            queries.customer.LIST_PAGE,
+            queries.customer.LIST_PAGE_MATCHED if indexed else queries.customer.LIST_PAGE,
             {
                 "sim": source == "simulation",
                 "a": account_id,
                 "q": _literal(search) if search else None,
+                "phrase": search_index.phrase(search) if search else None,
                 "n": limit,
                 "at": at,
                 "id": last_id,

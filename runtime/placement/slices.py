@@ -43,7 +43,7 @@ from runtime.memory.engine import scope_of
 from runtime.memory.store import MemoryStore, ScopeRows
 from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection, connect
-from runtime.store.migrate import migrate
+from runtime.store.migrate import ORDINARY_TABLES, migrate
 from runtime.store.migrations import MIGRATIONS
 from runtime.store.states import PlacementState
 from runtime.store.tables import insert_named
@@ -180,7 +180,7 @@ def _schema() -> dict[str, frozenset[str]]:
 
 
 def _columns(db: Connection) -> dict[str, frozenset[str]]:
-    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    names = [r[0] for r in db.execute(ORDINARY_TABLES)]
     return {n: frozenset(r[1] for r in db.execute(f"PRAGMA table_info({n})")) for n in names}
 
 

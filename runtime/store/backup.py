@@ -69,7 +69,7 @@ from runtime.store.clock import now_ms
 from runtime.store.connection import Connection, connect
 from runtime.store.engine import DeliveryStore, immediate
 from runtime.store.failures import store_error
-from runtime.store.migrate import latest, user_version
+from runtime.store.migrate import ORDINARY_TABLES, latest, user_version
 from runtime.store.migrations import LATEST_VERSION
 from runtime.store.queries import restore_window as queries
 
@@ -378,12 +378,7 @@ def _driver_errors(conn: Connection, path: Path, delivery: bool) -> Iterator[Non
 
 def table_counts(conn: Connection) -> dict[str, int]:
     """Rows of every table of the file (the manifest's counts, which a restore reads again)."""
-    names = [
-        str(name)
-        for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-        )
-    ]
+    names = [str(name) for (name,) in conn.execute(ORDINARY_TABLES)]
     return {name: int(conn.execute(f'SELECT count(*) FROM "{name}"').scalar_one()) for name in names}
 
 
@@ -821,8 +816,7 @@ def relocate_paths(conn: Connection, old_dir: Path, new_dir: Path) -> int:
         return 0
     old, new = str(old_dir) + os.sep, str(new_dir) + os.sep
     changed = 0
-    tables = [str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    for table in (t for t in tables if not t.startswith("sqlite_")):
+    for table in [str(r[0]) for r in conn.execute(ORDINARY_TABLES)]:
         for column in (str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')):
             if column == "path" or column.endswith("_path"):
                 changed += conn.execute(

@@ -21,6 +21,7 @@ import sqlite3
 from typing import Any
 
 from runtime.errors import KefuError
+from runtime.store.migrate import ORDINARY_TABLES
 
 REFUSED = "KEFU_SHARD_FENCE_REFUSED"
 UNFENCED = ("shard_fence", "shard_grant")  # the fence itself: written by the claim that proves a grant
@@ -45,11 +46,7 @@ class ShardLeaseLost(KefuError):
 def install(db: sqlite3.Connection) -> None:
     """Triggers for every table and kind of write, under token 0 (no grant proved yet)."""
     db.kefu_fence_tables = [  # type: ignore[attr-defined]
-        name
-        for (name,) in db.execute(
-            "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-        if name not in UNFENCED
+        name for (name,) in db.execute(ORDINARY_TABLES) if name not in UNFENCED
     ]
     _create(db.execute, db.kefu_fence_tables, 0)  # type: ignore[attr-defined]
 

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runtime.errors import KefuError
-from runtime.store.connection import Connection
+
+if TYPE_CHECKING:  # the connection's module installs the fence, which reads ORDINARY_TABLES here
+    from runtime.store.connection import Connection
 
 NEWER_KEFU = "run a newer kefu, or point KEFU_DATA_DIR at another directory"
+
+# The file's own tables, in name order: not SQLite's, and not a full-text index (V32's
+# message_search) or the shadow tables it keeps itself. What "every table" means to the
+# shard fence, a backup's counts and a move's columns.
+ORDINARY_TABLES = (
+    "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' AND name NOT LIKE 'sqlite_%'"
+    " ORDER BY name"
+)
 
 
 @dataclass(frozen=True)

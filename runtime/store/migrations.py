@@ -1181,6 +1181,56 @@ V31 = Migration(
 )
 
 
+# What a conversation search reads of a message (runtime.customers.search_index): the sender's
+# name, and what was said: text, a file's name, what a voice message was heard to say; never the
+# JSON kefu keeps about media. Frozen with V32 (queries.message_search.SAID is today's).
+_V32_SAID = (
+    "CASE WHEN {m}.content_type IN ('text', 'markdown') THEN {m}.body"
+    " WHEN NOT json_valid({m}.body) THEN (CASE WHEN {m}.content_type = 'file' THEN {m}.body END)"
+    " WHEN {m}.content_type = 'file' THEN json_extract({m}.body, '$.name')"
+    " WHEN {m}.content_type = 'voice' THEN json_extract({m}.body, '$.recognition') END"
+)
+_V32_INDEX = (
+    "INSERT INTO message_search (rowid, name, said) VALUES (NEW.id, NEW.sender_name, " + _V32_SAID.format(m="NEW") + ")"
+)
+_V32_INDEXED = "(SELECT message_id FROM search_state WHERE id = 1)"
+
+V32 = Migration(
+    32,
+    "an index of what was said, so a search of 10^6 messages reads the index, not every row",
+    (
+        # A trigram index finds any substring of three characters or more (a Chinese word is
+        # often two: those are looked for by a scan of this table, still far smaller than the
+        # messages' rows). Its rowid is the message's id.
+        "CREATE VIRTUAL TABLE message_search USING fts5(name, said, tokenize = 'trigram')",
+        # New messages are indexed in batches by a catch-up (runtime.customers.search_index),
+        # not one by one as they are stored: that would cost ingest half its speed. It holds
+        # every message up to `message_id`.
+        """CREATE TABLE search_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            message_id INTEGER NOT NULL
+        )""",
+        "INSERT INTO search_state (id, message_id) VALUES (1, 0)",
+        # What changes under the mark follows at once: a message deleted (retention, erasure, a
+        # move) or rewritten (a media fetch). A deleted newest message leaves its id free for the
+        # next one (SQLite gives max(id) + 1): the mark comes down to the newest left, so that
+        # the next message is above it, and indexed by the next catch-up.
+        f"""CREATE TRIGGER message_search_delete AFTER DELETE ON inbound_message
+            WHEN OLD.id <= {_V32_INDEXED}
+        BEGIN
+            DELETE FROM message_search WHERE rowid = OLD.id;
+            UPDATE search_state SET message_id = (SELECT coalesce(max(id), 0) FROM inbound_message)
+            WHERE id = 1 AND message_id > (SELECT coalesce(max(id), 0) FROM inbound_message);
+        END""",
+        f"""CREATE TRIGGER message_search_update AFTER UPDATE OF sender_name, content_type, body ON inbound_message
+            WHEN OLD.id <= {_V32_INDEXED}
+        BEGIN
+            DELETE FROM message_search WHERE rowid = OLD.id;
+            {_V32_INDEX};
+        END""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     V1,
     V2,
@@ -1213,5 +1263,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     V29,
     V30,
     V31,
+    V32,
 )
 LATEST_VERSION = latest(MIGRATIONS)

@@ -17,6 +17,7 @@ from runtime.agent.rules import RulesProvider, load_knowledge
 from runtime.agent.turn import run_turn
 from runtime.customers.erasure import erase_customer, plan_erasure
 from runtime.customers.retention import DAY_MS, prune
+from runtime.customers.summaries import list_customers
 from runtime.errors import KefuError
 from runtime.inbound.inbox import prune_ingested, record_received
 from runtime.inbound.ingest import ingest_page
@@ -199,3 +200,15 @@ def test_the_cli_shows_a_dry_run_erases_once_and_refuses_a_group_without_group(
     assert refused.exit_code == 2 and "KEFU_ERASE_GROUP" in refused.output
     unknown = kefu.invoke(cli, ["customers", "erase", "999999", "--yes"])
     assert unknown.exit_code == 2 and "KEFU_CUSTOMER_UNKNOWN" in unknown.output
+
+
+def test_the_search_index_keeps_no_piece_of_what_the_erased_buyer_said(settings, store, two_buyers):
+    """The index (V32) holds a message's trigrams, case-folded; a deleted message's stay in its
+    older segments until they are merged, which erasing does."""
+    erased, kept, _, memory = two_buyers
+    pieces = [SECRET.lower()[i : i + 3] for i in range(len(SECRET) - 2)]
+    assert [piece for piece in pieces if traces(settings, piece)]  # "单a7" is only in the index
+    erase_customer(store, memory, settings.sessions_dir, settings.memory_images_dir, erased, "tester")
+    assert [piece for piece in pieces if traces(settings, piece)] == []
+    assert [row.id for row in list_customers(store, "simulation", search=KEPT[:4])] == [kept]
+    assert list_customers(store, "simulation", search=SECRET[:4]) == []

@@ -195,8 +195,15 @@ def snapshot(*paths: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for path in paths:
         db = sqlite3.connect(path)
-        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for name in (n for n in names if not n.startswith("sqlite_")):
+        # The search index by its rows: its segments' layout may differ for the same rows.
+        names = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type IN ('table', 'virtual')"
+                " AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        for name in names:
             out[f"{path.name}:{name}"] = sorted(map(repr, db.execute(f"SELECT * FROM {name}")))
         db.close()
         out[f"{path.parent}/*"] = sorted(str(p) for p in path.parent.rglob("*.zst"))

@@ -26,6 +26,7 @@ from runtime.inbound.pages import InboundPage, parse_page
 from runtime.placement.shards import ID_RANGE, ShardGuard, ShardLeaseLost, customer_id_base
 from runtime.store import DeliveryStore, immediate, leases
 from runtime.store.leases import before_file_write
+from runtime.store.migrate import ORDINARY_TABLES
 from runtime.store.migrations import LATEST_VERSION
 
 MINUTE_NS = 60 * 1_000_000_000
@@ -327,12 +328,7 @@ def test_a_connection_that_proved_its_grant_is_refused_by_sqlite_once_a_newer_on
 def test_each_table_but_the_fence_has_its_triggers(open_store):
     store = open_store(held(1))
     with store.raw() as db:
-        tables = {
-            name
-            for (name,) in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
+        tables = {name for (name,) in db.execute(ORDINARY_TABLES)}
         triggers = {name for (name,) in db.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'")}
     assert {"shard_fence", "shard_grant", "outbox_attempt", "lease", "inbound_message"} <= tables
     expected = {

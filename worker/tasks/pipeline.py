@@ -11,6 +11,7 @@ from typing import Any
 from celery import Task
 
 from runtime import pipeline
+from runtime.customers import search_index
 from runtime.customers.retention import prune
 from runtime.operators.alerts import deliver_alerts
 from runtime.operators.reports.facts import catch_up
@@ -135,12 +136,14 @@ def alerts(self: Task) -> int:
 
 @kefu_task("kefu.receipts.retention", **HOUSEKEEPING)
 def retention(self: Task) -> dict[str, int]:
-    """Beat: bring the reports' facts up to date (runtime.operators.reports: what is pruned next
-    is counted first, and a report asked for later has little left to read), then prune what the
-    retention policy no longer keeps (runtime.customers.retention; default: nothing)."""
+    """Beat: bring the reports' facts and the search index up to date (runtime.operators.reports:
+    what is pruned next is counted first; a report or search asked for later has little left to
+    read), then prune what the retention policy no longer keeps (runtime.customers.retention;
+    default: nothing)."""
     runtime = runtime_for(self.app)
     settings = runtime.settings
     catch_up(runtime.store, settings.zone)
+    search_index.catch_up(runtime.store)
     return prune(
         runtime.store, settings.sessions_dir, settings.retention, memory_images_dir=settings.memory_images_dir
     ).model_dump()

@@ -1,5 +1,6 @@
 """The `customer` table's statements."""
 
+from runtime.store.queries import message_search
 from runtime.store.queries.inbound_message import AGENT_INPUT_ROLES
 
 HANDLING = "SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"
@@ -208,18 +209,9 @@ SLICE = "SELECT * FROM customer WHERE account_id = :a"
 DELETE_OF_ACCOUNT = "DELETE FROM customer WHERE account_id = :a"
 
 
-# What a message said, as a search sees it: text, a file's name, what a voice message was heard
-# to say; never the JSON kefu keeps about media (a digest, a platform reference).
-SAID = (
-    "CASE WHEN m.content_type IN ('text', 'markdown') THEN m.body"
-    " WHEN NOT json_valid(m.body) THEN (CASE WHEN m.content_type = 'file' THEN m.body END)"
-    " WHEN m.content_type = 'file' THEN json_extract(m.body, '$.name')"
-    " WHEN m.content_type = 'voice' THEN json_extract(m.body, '$.recognition') END"
-)
-
 # runtime.customers.summaries.list_customers: the page's rows first (newest activity first), then
-# their names and newest lines.
-LIST_PAGE = (
+# their names and newest lines; {messages}: a search's (queries.message_search: MATCHED or SCANNED).
+_LIST_PAGE = (
     "SELECT c.*,"
     " (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
     "  AND m.sender_role = 'external' ORDER BY m.id DESC LIMIT 1) AS name,"
@@ -237,11 +229,12 @@ LIST_PAGE = (
     "  AND (:view IS NULL OR (:view = 'mine' AND c.assignee = :me) OR (:view = 'unassigned' AND c.assignee IS NULL))"
     f"  AND (:status IS NULL OR {effective_status('c')} = :status)"
     "  AND (:q IS NULL OR coalesce(c.title, '') LIKE :q ESCAPE '!' OR c.conversation_id LIKE :q ESCAPE '!'"
-    "   OR EXISTS (SELECT 1 FROM inbound_message m WHERE m.customer_id = c.id"
-    f"    AND (m.sender_name LIKE :q ESCAPE '!' OR ({SAID}) LIKE :q ESCAPE '!')))"
+    "   OR c.id IN (SELECT m.customer_id FROM inbound_message m WHERE m.id IN ({messages})))"
     "  ORDER BY c.last_activity_at DESC, c.id DESC LIMIT :n) c"
     " ORDER BY c.last_activity_at DESC, c.id DESC"
 )
+LIST_PAGE_MATCHED = _LIST_PAGE.replace("{messages}", message_search.MATCHED)
+LIST_PAGE = _LIST_PAGE.replace("{messages}", message_search.SCANNED)  # a short search, or none
 
 DISPLAY_NAME = (
     "SELECT coalesce(c.title, (SELECT m.sender_name FROM inbound_message m WHERE m.customer_id = c.id"
