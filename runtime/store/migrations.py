@@ -1194,6 +1194,7 @@ _V32_INDEX = (
     "INSERT INTO message_search (rowid, name, said) VALUES (NEW.id, NEW.sender_name, " + _V32_SAID.format(m="NEW") + ")"
 )
 _V32_INDEXED = "(SELECT message_id FROM search_state WHERE id = 1)"
+_V32_NEWEST = "coalesce((SELECT max(id) FROM inbound_message), 0)"
 
 V32 = Migration(
     32,
@@ -1212,15 +1213,14 @@ V32 = Migration(
         )""",
         "INSERT INTO search_state (id, message_id) VALUES (1, 0)",
         # What changes under the mark follows at once: a message deleted (retention, erasure, a
-        # move) or rewritten (a media fetch). A deleted newest message leaves its id free for the
-        # next one (SQLite gives max(id) + 1): the mark comes down to the newest left, so that
-        # the next message is above it, and indexed by the next catch-up.
+        # move) or rewritten (a media fetch). A deleted newest message (indexed or not) leaves
+        # its id free for the next one (SQLite gives max(id) + 1): the mark comes down to the
+        # newest left, so that the next message is above it, and indexed by the next catch-up.
+        # One trigger: its entry goes first, while the mark still says it was indexed.
         f"""CREATE TRIGGER message_search_delete AFTER DELETE ON inbound_message
-            WHEN OLD.id <= {_V32_INDEXED}
         BEGIN
-            DELETE FROM message_search WHERE rowid = OLD.id;
-            UPDATE search_state SET message_id = (SELECT coalesce(max(id), 0) FROM inbound_message)
-            WHERE id = 1 AND message_id > (SELECT coalesce(max(id), 0) FROM inbound_message);
+            DELETE FROM message_search WHERE rowid = OLD.id AND OLD.id <= {_V32_INDEXED};
+            UPDATE search_state SET message_id = {_V32_NEWEST} WHERE id = 1 AND message_id > {_V32_NEWEST};
         END""",
         f"""CREATE TRIGGER message_search_update AFTER UPDATE OF sender_name, content_type, body ON inbound_message
             WHEN OLD.id <= {_V32_INDEXED}

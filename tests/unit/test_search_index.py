@@ -79,6 +79,19 @@ def test_a_message_stored_under_the_id_a_deleted_newest_one_left_free_is_found(s
     assert found(store, "新来的") == [again] and found(store, "会被删掉") == []
 
 
+def test_newest_messages_deleted_with_unindexed_ones_leave_no_id_the_index_skips(store, transport, platform, buyers):
+    """Indexed and not yet indexed messages deleted in one statement (an erasure, a move away):
+    the ids SQLite gives next are above the mark, whichever of them the deletion met last."""
+    gone = say(store, transport, platform, "b4", "赵六", "先被索引的一句")
+    assert found(store, "先被索引") == [gone]  # indexed: the mark is at its id
+    for text in ("还没索引的一句", "也还没索引"):
+        say(store, transport, platform, "b4", "赵六", text)
+    with store.write() as conn:
+        conn.execute("DELETE FROM inbound_message WHERE customer_id = :c", {"c": gone})
+    again = say(store, transport, platform, "b5", "钱七", "删掉之后的新消息")
+    assert found(store, "删掉之后") == [again] and found(store, "索引") == []
+
+
 def test_a_catch_up_indexes_in_batches_each_moving_the_mark(store, transport, platform, buyers, monkeypatch):
     monkeypatch.setattr(search_index, "BATCH", 2)
     for n in range(5):
