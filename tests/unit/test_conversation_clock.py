@@ -4,6 +4,7 @@ real time; a real conversation's platform times never move the shop's clock."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -56,6 +57,10 @@ def test_labels_and_history_follow_the_script_clock_across_days(store, settings,
     tuesday, friday = script_ms("2026-03-03T09:00:00+08:00"), script_ms("2026-03-06T18:00:00+08:00")
     customer = say(store, transport, platform, "什么时候发货？", at_ms=tuesday)
     first = answer(store, settings, customer)
+    with store.read() as conn:
+        replied = conn.execute("SELECT max(created_at) FROM outbox_request").scalar_one()
+    while now_ms() <= replied:  # Friday's message comes in after Tuesday's reply, as a buyer's would
+        time.sleep(0.001)  # (the transcript's order is real time; within one millisecond, input first)
     customer = say(store, transport, platform, "还没收到，什么时候发货？", at_ms=friday)
     answer(store, settings, customer)
     shown = batches(settings, first.session_id)
