@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 
+from runtime.errors import KefuError
 from runtime.store import fence
+
+# RETURNING (3.35), pragma_table_list (3.37); the delivery store's search index (V32) needs
+# FTS5's trigram tokenizer (3.34, and FTS5 built in).
+SQLITE_NEEDED = (3, 37, 0)
 
 Params = Mapping[str, Any] | Sequence[Any]
 Row = tuple[Any, ...]
@@ -237,3 +244,25 @@ def connect(
         dbapi.close()
         raise
     return conn
+
+
+@cache
+def require_sqlite() -> None:
+    """The SQLite this Python was built with can hold kefu's files: refused once, at the first
+    file opened, with what to do; not by a statement failing deep in a migration or a task."""
+    problem = None
+    if sqlite3.sqlite_version_info < SQLITE_NEEDED:
+        problem = f"SQLite {sqlite3.sqlite_version} is older than {'.'.join(map(str, SQLITE_NEEDED))}"
+    else:
+        try:
+            with closing(sqlite3.connect(":memory:")) as db:
+                db.execute("CREATE VIRTUAL TABLE probe USING fts5(text, tokenize = 'trigram')")
+        except sqlite3.Error:
+            problem = f"SQLite {sqlite3.sqlite_version} is built without FTS5's trigram tokenizer"
+    if problem is not None:
+        raise KefuError(
+            "KEFU_SQLITE_UNSUITED",
+            f"{problem}: this Python's sqlite3 module cannot hold kefu's stores",
+            "run kefu on a Python whose SQLite is 3.37 or newer with FTS5 (python.org builds, Debian 12,"
+            " Ubuntu 22.04, the python:3.11 images)",
+        )

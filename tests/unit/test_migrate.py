@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 from sqlalchemy.exc import OperationalError
 
 from runtime.errors import KefuError
-from runtime.store.connection import Connection, connect
+from runtime.store import DeliveryStore
+from runtime.store.connection import Connection, connect, require_sqlite
 from runtime.store.migrate import Migration, migrate, user_version
 
 V1 = Migration(1, "notes", ("CREATE TABLE note (id INTEGER PRIMARY KEY, text TEXT NOT NULL)",))
@@ -62,3 +65,36 @@ def test_a_step_runs_in_its_migration_s_transaction(tmp_path: Path) -> None:
     conn.execute("INSERT INTO note (text) VALUES ('old')")
     migrate(conn, (V1, Migration(2, V2.summary, V2.statements, fill)), "a.sqlite")
     assert conn.execute("SELECT author FROM note").scalar_one() == "shop"
+
+
+@pytest.mark.parametrize(
+    ("version", "fts5", "said"),
+    [((3, 31, 1), True, "SQLite 3.31.1 is older than 3.37.0"), ((3, 45, 0), False, "without FTS5's trigram")],
+)
+def test_a_python_whose_sqlite_cannot_hold_kefus_files_is_refused_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: tuple[int, int, int], fts5: bool, said: str
+) -> None:
+    """An old or FTS5-less SQLite cannot exist on this machine: its version and its refusal of
+    the index are what the check reads, so they are what is stood in for."""
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", version)
+    monkeypatch.setattr(sqlite3, "sqlite_version", ".".join(map(str, version)))
+    if not fts5:
+        real_connect = sqlite3.connect
+
+        def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+            db = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+            db.set_authorizer(lambda action, *_: sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_CREATE_VTABLE else 0)
+            return db
+
+        monkeypatch.setattr(sqlite3, "connect", connect)
+    require_sqlite.cache_clear()
+    try:
+        with pytest.raises(KefuError) as refused:
+            DeliveryStore(tmp_path / "delivery.sqlite")
+    finally:
+        monkeypatch.undo()
+        require_sqlite.cache_clear()
+    assert refused.value.code == "KEFU_SQLITE_UNSUITED" and said in refused.value.message
+    assert "3.37 or newer" in refused.value.action
+    with closing(sqlite3.connect(tmp_path / "delivery.sqlite")) as db:  # nothing half-written
+        assert db.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
