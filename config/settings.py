@@ -342,10 +342,23 @@ class SimulatorSettings(_Section):
     buyer_max_turns: int = Field(12, ge=1, le=200)  # buyer messages before a paired instance stops itself
 
 
+DINGTALK_SDK_ENDPOINT = "DINGTALK_OPENAPI_ENDPOINT"
+_HTTP_URL = r"^https?://"
+
+
+def _dingtalk_openapi() -> str:
+    """The official dingtalk-stream SDK's own override, DINGTALK_OPENAPI_ENDPOINT (SPEC 7: how a
+    test or a proxy points DingTalk clients at another host), when KEFU_DINGTALK__OPENAPI_URL
+    does not say. One that is no http(s) URL is left out here and named by load_settings."""
+    given = os.environ.get(DINGTALK_SDK_ENDPOINT, "").rstrip("/")
+    return given if re.match(_HTTP_URL, given) else "https://api.dingtalk.com"
+
+
 class DingTalkSettings(_Section):
     """Where the DingTalk OpenAPI lives (tests point these at a local fake) and how patient to be."""
 
-    openapi_url: str = Field("https://api.dingtalk.com", pattern=r"^https?://")  # token, send, read status
+    # Tokens, Stream tickets, sends, read status.
+    openapi_url: str = Field(default_factory=_dingtalk_openapi, pattern=_HTTP_URL)
     oapi_url: str = Field("https://oapi.dingtalk.com", pattern=r"^https?://")  # media upload
     timeout_s: float = Field(10.0, gt=0, le=120)
     ack_wait_s: float = Field(10.0, gt=0, le=60)  # a stream callback waits this long for the broker
@@ -495,7 +508,7 @@ class Settings(BaseSettings):
     checkpoint: CheckpointSettings = CheckpointSettings()
     alerts: AlertSettings = AlertSettings()
     listener: ListenerSettings = ListenerSettings()
-    dingtalk: DingTalkSettings = DingTalkSettings()
+    dingtalk: DingTalkSettings = Field(default_factory=DingTalkSettings)  # reads DINGTALK_OPENAPI_ENDPOINT when made
     wangwang: WangwangSettings = WangwangSettings()
     memory: MemorySettings = MemorySettings()
     console: ConsoleSettings = ConsoleSettings()
@@ -712,6 +725,9 @@ def _describe(error: ValidationError) -> list[str]:
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings or raise SettingsError with one line per bad or unknown variable."""
     problems = _unknown_variables(os.environ)
+    endpoint = os.environ.get(DINGTALK_SDK_ENDPOINT)
+    if endpoint and not re.match(_HTTP_URL, endpoint):
+        problems.append(f"  {DINGTALK_SDK_ENDPOINT} (got {_without_credentials(endpoint)!r}): must be an http(s) URL")
     settings: Settings | None = None
     try:
         settings = Settings(**overrides)

@@ -129,13 +129,7 @@ def set_connection_intent(
             )
             return {"account_id": account_id, "connection_intent": intent, "revision": account.revision + 1}
 
-        result = change() if op_id is None else run_once(conn, op_id, kind, change)
-        if result.get("account_id") != account_id:
-            raise KefuError(
-                "KEFU_OPERATION_CONFLICT",
-                f"operation id {op_id!r} was already used for account {result.get('account_id')!r}",
-                "use a new operation id for a new operation",
-            )
+        result = change() if op_id is None else run_once(conn, op_id, kind, account_id, change)
         revision: int = result["revision"]
         return revision
 
@@ -154,7 +148,7 @@ def delete_account(store: DeliveryStore, account_id: str, expected_revision: int
             conn.execute(queries.credential.DELETE_OF_ACCOUNT, {"a": account_id})
             return {"revision": account.revision + 1}
 
-        revision: int = run_once(conn, op_id, "account.delete", delete)["revision"]
+        revision: int = run_once(conn, op_id, "account.delete", account_id, delete)["revision"]
         return revision
 
 
@@ -174,5 +168,5 @@ def renew_account(
             conn.execute(queries.account.RENEW, {"a": account_id})
             return {"revision": account.revision + 1}
 
-        revision: int = run_once(conn, op_id, "account.renew", renew)["revision"]
+        revision: int = run_once(conn, op_id, "account.renew", account_id, renew)["revision"]
         return revision

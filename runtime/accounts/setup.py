@@ -8,7 +8,6 @@ confirm whose answer was lost can be replayed and returns the same account.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -18,8 +17,8 @@ from typing import Any
 from runtime.accounts.credentials import save_credentials
 from runtime.accounts.registry import AccountSpec, identity_clash, insert_account
 from runtime.errors import KefuError
-from runtime.placement.operations import run_once
-from runtime.store import DeliveryStore, queries
+from runtime.placement.operations import run_once, stored_result
+from runtime.store import DeliveryStore
 from runtime.store.tables import Account
 
 
@@ -76,7 +75,9 @@ class AccountSetups:
                 save_credentials(conn, account.id, pending.credentials)
                 return account.model_dump()
 
-            account = Account.model_validate(run_once(conn, op_id, "account.create", create))
+            account = Account.model_validate(
+                run_once(conn, op_id, "account.create", pending.spec.id if pending else None, create)
+            )
         self._pending.pop(setup_id, None)
         return account
 
@@ -89,11 +90,5 @@ class AccountSetups:
 def replayed_account(store: DeliveryStore, op_id: str) -> Account | None:
     """The account an earlier confirm under this operation id saved, if any."""
     with store.read() as conn:
-        row = conn.execute(queries.operation.BY_ID, {"id": op_id}).mappings().first()
-    if row is None:
-        return None
-    if row["kind"] != "account.create":
-        raise KefuError(
-            "KEFU_OPERATION_CONFLICT", f"operation id {op_id!r} was already used for {row['kind']}", "use a new one"
-        )
-    return Account.model_validate(json.loads(row["result"]))
+        result = stored_result(conn, op_id, "account.create", None)
+    return None if result is None else Account.model_validate(result)

@@ -112,7 +112,7 @@ def create_route(
             insert_row(conn, row)
             return row.model_dump()
 
-        return Route.model_validate(run_once(conn, op_id, "route.create", create))
+        return Route.model_validate(run_once(conn, op_id, "route.create", spec.id, create))
 
 
 def _expect_revision(conn: Connection, route_id: str, expected_revision: int) -> Route:
@@ -163,7 +163,7 @@ def update_route(
             update_row(conn, updated)
             return updated.model_dump()
 
-        return Route.model_validate(run_once(conn, op_id, "route.update", update))
+        return Route.model_validate(run_once(conn, op_id, "route.update", route_id, update))
 
 
 def current_revision(store: DeliveryStore, route_id: str) -> int:
@@ -191,7 +191,7 @@ def delete_route(store: DeliveryStore, route_id: str, expected_revision: int, op
             conn.execute(queries.route.DELETE, {"r": route_id})
             return {"deleted": route_id}
 
-        run_once(conn, op_id, "route.delete", delete)
+        run_once(conn, op_id, "route.delete", route_id, delete)
 
 
 def resolve_route(conn: Connection, account_id: str, conversation_type: str, conversation_id: str) -> Route | None:

@@ -3,6 +3,7 @@ reader's watermark only moves forward, so two consoles acking out of order lose 
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from runtime.agent.rendering import content_text
 from runtime.customers import search_index
 from runtime.customers.outside_text import search_text
 from runtime.errors import CustomerUnknown, KefuError
@@ -46,6 +48,9 @@ def simulated_customer_ids(conn: Connection) -> set[int]:
     return {int(c) for c in conn.execute(queries.customer.SIMULATED_IDS).scalars()}
 
 
+PREVIEW_CHARS = 80
+
+
 class CustomerSummary(BaseModel):
     id: int
     account_id: str
@@ -59,7 +64,8 @@ class CustomerSummary(BaseModel):
     status: ConversationStatus = ConversationStatus.OPEN  # as it reads now
     snoozed_until: int | None = None
     name: str | None = None  # the buyer's display name, as their newest message gave it
-    preview: str | None = None  # the start of the conversation's newest line
+    preview: str | None = None  # the start of the conversation's newest line, as the agent reads it
+    session_id: str | None = None  # the agent's latest session of it
     unread: int  # counterpart messages newer than the reader's watermark
 
     @property
@@ -124,7 +130,18 @@ def list_customers(
         ).mappings()
         rows = [dict(row) for row in found]
     unread = unread_counts(store).get(reader, [row["id"] for row in rows])
+    for row in rows:
+        row["preview"] = _preview(row.pop("newest"))
     return [CustomerSummary.model_validate({**row, "unread": unread[row["id"]]}) for row in rows]
+
+
+def _preview(newest: str | None) -> str | None:
+    """The newest line's start: its text, or what it is (`[image]`, `[file 报价单.pdf, 120 KB]`,
+    `[unsupported message type: sticker]`)."""
+    if newest is None:
+        return None
+    content_type, body = json.loads(newest)
+    return content_text(content_type, body or "")[:PREVIEW_CHARS]
 
 
 class Attention(BaseModel):

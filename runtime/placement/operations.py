@@ -16,24 +16,38 @@ from runtime.ports import Coordination
 from runtime.store import DeliveryStore, now_ms, queries
 from runtime.store.connection import Connection
 
+ON = "on"  # the key of a receipt's result naming what the operation was on (an account, a route)
 
-def run_once(conn: Connection, op_id: str, kind: str, operation: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Inside the caller's write transaction: the stored result, or run and store it."""
+
+def stored_result(conn: Connection, op_id: str, kind: str, on: str | None) -> dict[str, Any] | None:
+    """The result stored under `op_id`, if any. The same id for another kind of operation, or
+    on anything but `on` (None: the caller cannot tell), is refused rather than answered with
+    another's result (a receipt from before kefu kept `on` is taken at its word)."""
     row = conn.execute(queries.operation.BY_ID, {"id": op_id}).mappings().first()
-    if row is not None:
-        if row["kind"] != kind:
-            raise KefuError(
-                "KEFU_OPERATION_CONFLICT",
-                f"operation id {op_id!r} was already used for {row['kind']}",
-                "use a new operation id for a new operation",
-            )
-        stored: dict[str, Any] = json.loads(row["result"])
+    if row is None:
+        return None
+    result: dict[str, Any] = json.loads(row["result"])
+    was_on = result.pop(ON, None)
+    if row["kind"] != kind or (None not in (on, was_on) and was_on != on):
+        raise KefuError(
+            "KEFU_OPERATION_CONFLICT",
+            f"operation id {op_id!r} was already used for {row['kind']}" + (f" on {was_on!r}" if was_on else ""),
+            "use a new operation id for a new operation",
+        )
+    return result
+
+
+def run_once(
+    conn: Connection, op_id: str, kind: str, on: str | None, operation: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Inside the caller's write transaction: the stored result (see stored_result), or run the
+    operation and store its result with what it was on."""
+    stored = stored_result(conn, op_id, kind, on)
+    if stored is not None:
         return stored
     result = operation()
-    conn.execute(
-        queries.operation.RECORD,
-        {"id": op_id, "kind": kind, "result": json.dumps(result, ensure_ascii=False), "at": now_ms()},
-    )
+    receipt = json.dumps({**result, ON: on}, ensure_ascii=False)
+    conn.execute(queries.operation.RECORD, {"id": op_id, "kind": kind, "result": receipt, "at": now_ms()})
     return result
 
 
@@ -46,6 +60,7 @@ class OperationState(BaseModel):
 
     op_id: str
     kind: str
+    on: str | None = None  # the account or route an account or route operation was on
     state: str
     result: dict[str, Any]
     recorded_at: int  # ms: when the receipt was written, or the move's journal last changed
@@ -71,11 +86,13 @@ def query_operation(
         receipt = conn.execute(queries.operation.SHOW, {"id": op_id}).mappings().first()
         imported = conn.execute(queries.placement_import.SHOW, {"o": op_id}).mappings().first()
     if receipt is not None:
+        result = json.loads(receipt["result"])
         return OperationState(
             op_id=op_id,
             kind=receipt["kind"],
+            on=result.pop(ON, None),
             state="done",
-            result=json.loads(receipt["result"]),
+            result=result,
             recorded_at=receipt["created_at"],
         )
     journal = coordination.journal(op_id) if coordination is not None else None

@@ -264,3 +264,19 @@ def test_a_data_dir_that_is_a_file_is_a_coded_setting_error_naming_it(tmp_path):
     assert str(raised.value).startswith("KEFU_CONFIG_INVALID") and "KEFU_DATA_DIR" in str(raised.value)
     assert "is a file, not a folder" in str(raised.value)
     assert load_settings(data_dir=tmp_path / "not-yet").data_dir == tmp_path / "not-yet"  # made when first needed
+
+
+def test_the_dingtalk_sdks_own_endpoint_variable_points_kefu_at_another_openapi(monkeypatch):
+    """SPEC 7: DINGTALK_OPENAPI_ENDPOINT is how the official SDK is pointed at a local fake; kefu's
+    own setting, when given, says more."""
+    assert load_settings().dingtalk.openapi_url == "https://api.dingtalk.com"
+    monkeypatch.setenv("DINGTALK_OPENAPI_ENDPOINT", "http://127.0.0.1:8765/")
+    assert load_settings().dingtalk.openapi_url == "http://127.0.0.1:8765"
+    monkeypatch.setenv("KEFU_DINGTALK__OPENAPI_URL", "http://127.0.0.1:9999")
+    assert load_settings().dingtalk.openapi_url == "http://127.0.0.1:9999"
+    monkeypatch.delenv("KEFU_DINGTALK__OPENAPI_URL")
+    monkeypatch.setenv("DINGTALK_OPENAPI_ENDPOINT", "ftp://elsewhere")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert "DINGTALK_OPENAPI_ENDPOINT (got 'ftp://elsewhere'): must be an http(s) URL" in str(raised.value)
+    assert "OPENAPI_URL" not in str(raised.value)

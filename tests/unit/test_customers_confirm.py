@@ -111,3 +111,27 @@ def test_unread_counts_are_reused_until_the_delivery_store_changes(store, shop):
     assert unread() == {"c-0": 0, "c-1": 1} and cache.computed == 6
     ingest_page(store, parse_page(page("shop", "u9", "c-0", "赵六")))  # so is a new message
     assert unread() == {"c-0": 1, "c-1": 1} and cache.computed == 8
+
+
+def test_a_row_previews_the_newest_line_as_the_agent_reads_it_and_names_the_latest_session(store, shop):
+    """SPEC 3.4: `[image]`, `[unsupported message type: <type>]`; a file by its name."""
+    contents = {
+        "c-sticker": {"type": "unsupported", "platform_type": "sticker"},
+        "c-image": {"type": "image", "ref": "img-1"},
+        "c-file": {"type": "file", "ref": "file-1", "name": "报价单.pdf"},
+        "c-text": {"type": "text", "text": "长" * 100},
+    }
+    for n, (conversation, content) in enumerate(contents.items()):
+        sent = page("shop", f"p{n}", conversation, "张三")
+        sent["groups"][0]["messages"][0]["content"] = content
+        ingest_page(store, parse_page(sent))
+    with store.write() as conn:
+        conn.execute("UPDATE customer SET session_id = 'sess-7' WHERE conversation_id = 'c-text'")
+    rows = {row.conversation_id: row for row in list_customers(store, source="simulation")}
+    assert {c: row.preview for c, row in rows.items()} == {
+        "c-sticker": "[unsupported message type: sticker]",
+        "c-image": "[image]",
+        "c-file": "[file 报价单.pdf]",
+        "c-text": "长" * 80,
+    }
+    assert rows["c-text"].session_id == "sess-7" and rows["c-image"].session_id is None

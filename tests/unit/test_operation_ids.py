@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
-from runtime.accounts.registry import AccountSpec, create_account, load_account
+import pytest
+
+from runtime.accounts.registry import AccountSpec, create_account, delete_account, load_account
+from runtime.admission.routes import RouteChanges, RouteSpec, create_route, delete_route, list_routes, update_route
+from runtime.errors import KefuError
 from runtime.placement.directory import enter_accounts
 from runtime.placement.moves import begin_move
 from worker.cli import cli
@@ -66,3 +70,26 @@ def test_operations_show_reads_a_receipt_or_a_move_and_never_runs_anything(kefu,
     unknown = kefu.invoke(cli, ["operations", "show", "pause-2"])
     assert unknown.exit_code == 2 and "KEFU_OPERATION_UNKNOWN" in unknown.output and "Traceback" not in unknown.output
     assert _receipts(store) == before and _revision(store, "shop") == (2, "disconnected")  # nothing ran
+
+
+def test_an_operation_id_replayed_on_another_account_or_route_is_refused_and_changes_nothing(store, shop):
+    """A receipt names what its operation was on: the same id on anything else is a conflict,
+    never a silent "done" with the other one's result."""
+    create_account(store, AccountSpec(id="a1", platform="simulator", identity="seller-a1"))
+    create_account(store, AccountSpec(id="a2", platform="simulator", identity="seller-a2"))
+    assert delete_account(store, "a2", 1, "op-x") == 2
+    assert delete_account(store, "a2", 1, "op-x") == 2  # a lost response, asked again
+    with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT.*account.delete on 'a2'"):
+        delete_account(store, "a1", 1, "op-x")
+    assert _revision(store, "a1") == (1, "connected")  # a1 is untouched
+    for route in ("r1", "r2"):
+        create_route(
+            store, RouteSpec(id=route, account_id="shop", conversation_type="group", trigger_mention=True), route
+        )
+    delete_route(store, "r2", 1, "op-y")
+    with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
+        delete_route(store, "r1", 1, "op-y")
+    with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
+        update_route(store, "r1", 1, RouteChanges(enabled=False), op_id="r2")  # r2's create receipt
+    assert [r.id for r in list_routes(store, "shop") if r.id in ("r1", "r2")] == ["r1"]
+    assert next(r for r in list_routes(store, "shop") if r.id == "r1").enabled
