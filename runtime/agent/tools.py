@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.admission.batches import commit_batch
-from runtime.admission.handling import pause_handling
+from runtime.admission.handling import pause_in
 from runtime.agent.history import query_history
 from runtime.agent.pending_questions import ask
 from runtime.agent.repair import Recorded
@@ -284,7 +284,8 @@ def im_handoff(binding: TurnBinding, call: ToolCall) -> ToolOutcome:
     args = parse_arguments(call, ImHandoffArgs)
     if isinstance(args, ToolOutcome):
         return args
-    pause_handling(binding.store, binding.customer.id, f"handoff: {args.reason}", handoff=True)  # type: ignore[arg-type]
+    with binding.write() as conn:  # fenced: a turn that lost the customer's lease hands nothing off
+        pause_in(conn, binding.customer.id, f"handoff: {args.reason}", handoff=True)  # type: ignore[arg-type]
     return ToolOutcome(
         "Handed off: automatic handling of this customer is paused for a human operator.", ends_turn=True
     )

@@ -146,3 +146,36 @@ def test_a_renewal_that_did_not_commit_does_not_count_for_a_file_write(store):
     with pytest.raises(LeaseLost):  # the stored expiry is the old one: too close to write a file
         with before_file_write(fence):
             pass
+
+
+class TakenOverDuringCall(RulesProvider):
+    """Another worker is granted the customer during the model call (its clock ran ahead: the
+    lease had lapsed for it), while this worker's own clock still says it holds the lease."""
+
+    def __init__(self, store, customer_id: int) -> None:
+        super().__init__(load_knowledge(None))
+        self.store, self.customer_id = store, customer_id
+
+    def complete(self, messages, tools) -> AssistantReply:
+        with clock_at(now_ms() + 61_000):
+            assert leases.grant(self.store, f"customer:{self.customer_id}", "worker-2", ttl_s=60) is not None
+        return super().complete(messages, tools)  # no FAQ answer: the rules agent hands off
+
+
+def test_a_turn_that_lost_its_lease_hands_nothing_off(store, settings, shop, transport, platform):
+    """The handoff pauses the customer and revokes unsent replies: the new holder's, by then."""
+    customer = say(store, transport, platform, "b1", "你们仓库在哪个城市？")
+    evaluate(store, customer, 1000)
+    fence = leases.grant(store, f"customer:{customer}", "worker-1", ttl_s=60)
+    with pytest.raises(LeaseLost):
+        run_turn(
+            store,
+            TakenOverDuringCall(store, customer),
+            customer,
+            settings.sessions_dir,
+            settings.zone,
+            settings.agent,
+            fence=fence,
+        )
+    with store.read() as conn:
+        assert conn.execute("SELECT handling_paused FROM customer WHERE id = :c", {"c": customer}).scalar_one() == 0
