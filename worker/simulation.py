@@ -88,12 +88,14 @@ def ensure_sample_shop(store: DeliveryStore, account_id: str = SAMPLE_SHOP) -> N
             f"account {account_id!r} is a real {existing.platform} account",
             "simulate on a simulator account (the default sim-shop is made for you)",
         )
-    have = {route.id for route in list_routes(store)}
+    routes = list_routes(store, account_id)
+    have = {route.id for route in routes}
+    covered = {route.conversation_type for route in routes if route.target == "all"}  # by the operator's own
     for spec in (
         RouteSpec(id=f"{account_id}-direct", account_id=account_id, conversation_type="direct"),
         RouteSpec(id=f"{account_id}-groups", account_id=account_id, conversation_type="group", trigger_mention=True),
     ):
-        if spec.id not in have:
+        if spec.id not in have and spec.conversation_type not in covered:
             create_route(store, spec, f"{spec.id}-setup")
 
 

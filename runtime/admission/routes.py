@@ -107,12 +107,28 @@ def create_route(
             require_account(conn, spec.account_id)
             if _load_route(conn, spec.id) is not None:
                 raise KefuError("KEFU_ROUTE_EXISTS", f"route {spec.id!r} already exists", "update it instead")
+            _refuse_a_second_for_the_same_conversations(conn, spec)
             keep_observed(conn, spec.account_id)
             row = Route(**spec.model_dump(), created_at=now_ms())
             insert_row(conn, row)
             return row.model_dump()
 
         return Route.model_validate(run_once(conn, op_id, "route.create", spec.id, create))
+
+
+def _refuse_a_second_for_the_same_conversations(conn: Connection, spec: RouteSpec) -> None:
+    """Only the oldest of two routes for the same conversations would ever govern them: the
+    second one's triggers, profile and mode would be silently ignored."""
+    params = {"a": spec.account_id, "t": spec.conversation_type, "target": spec.target, "c": spec.conversation_id}
+    same = conn.execute(queries.route.SAME_CONVERSATIONS, params).scalar_one_or_none()
+    if same is not None:
+        covered = spec.conversation_id if spec.target == "specific" else "all"
+        raise KefuError(
+            "KEFU_ROUTE_DUPLICATE",
+            f"route {same!r} already covers {spec.conversation_type} conversations ({covered}) of account"
+            f" {spec.account_id!r}",
+            f"change route {same!r} (kefu routes enable|disable|set-profile|observe) or delete it first",
+        )
 
 
 def _expect_revision(conn: Connection, route_id: str, expected_revision: int) -> Route:

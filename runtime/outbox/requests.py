@@ -113,14 +113,15 @@ def _auto_send_is_stale(conn: Connection, request: OutboxRequest) -> str | None:
     row = conn.execute(queries.customer.AUTO_SEND_FACTS, {"c": request.customer_id, "b": request.batch_id}).first()
     if row is None:
         return None
-    paused, epoch, generation, enabled, account_live = row
+    paused, epoch, generation, enabled_and_governing, account_live = row
     current = not paused and epoch == request.handling_epoch
-    return _stale(current, bool(account_live), generation == request.route_generation and bool(enabled))
+    return _stale(current, bool(account_live), generation == request.route_generation and bool(enabled_and_governing))
 
 
 def _stale(current: bool, account_live: bool, route_current: bool) -> str | None:
     """Why an automatic send may no longer go out: a human took over or the account cannot
-    send (`revoked`), or its route changed since the batch was admitted (`route-changed`)."""
+    send (`revoked`), or its route changed since the batch was admitted, or another route
+    governs the conversation now (`route-changed`)."""
     if not current or not account_live:
         return "revoked"
     return None if route_current else "route-changed"

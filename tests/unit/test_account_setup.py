@@ -75,7 +75,9 @@ def test_the_same_robot_twice_or_an_unverified_identity_is_refused_before_anythi
 def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
     from runtime.admission.routes import RouteSpec, create_route
 
-    create_route(store, RouteSpec(id="r2", account_id=shop, conversation_type="direct", peer_id="p"), op_id="op-r")
+    create_route(
+        store, RouteSpec(id="r2", account_id=shop, conversation_type="group", trigger_mention=True), op_id="op-r"
+    )
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
         replayed_account(store, "op-r")
 

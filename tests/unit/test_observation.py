@@ -213,3 +213,17 @@ def test_the_console_conversation_page_says_the_route_observes(settings, store, 
         answering = client.get(f"/c/{customer}").text
     assert 'id="observing"' in observing and "route direct only listens" in observing and "问题 m1" in observing
     assert 'id="observing"' not in answering
+
+
+def test_a_routes_command_made_as_of_an_old_revision_is_refused_and_changes_nothing(kefu, store):
+    from worker.cli import cli
+
+    create_account(store, AccountSpec(id="shop", platform="simulator", identity="seller-1"))
+    assert kefu.invoke(cli, ["routes", "add", "r1", "--account", "shop", "--type", "direct"]).exit_code == 0
+    assert kefu.invoke(cli, ["routes", "disable", "r1", "--revision", "1"]).exit_code == 0  # now at revision 2
+    for args in (["enable", "r1"], ["observe", "r1"], ["set-profile", "r1", "default"], ["delete", "r1"]):
+        stale = kefu.invoke(cli, ["routes", *args, "--revision", "1"])  # another operator's view, before the change
+        assert stale.exit_code == 2 and "KEFU_REVISION_CONFLICT" in stale.output, stale.output
+    [route] = json.loads(kefu.invoke(cli, ["routes", "list", "--json"]).output)
+    assert (route["enabled"], route["mode"], route["revision"]) == (False, "answer", 2)
+    assert kefu.invoke(cli, ["routes", "enable", "r1"]).exit_code == 0  # as of the current one

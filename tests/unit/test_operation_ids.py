@@ -82,10 +82,9 @@ def test_an_operation_id_replayed_on_another_account_or_route_is_refused_and_cha
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT.*account.delete on 'a2'"):
         delete_account(store, "a1", 1, "op-x")
     assert _revision(store, "a1") == (1, "connected")  # a1 is untouched
-    for route in ("r1", "r2"):
-        create_route(
-            store, RouteSpec(id=route, account_id="shop", conversation_type="group", trigger_mention=True), route
-        )
+    for route in ("r1", "r2"):  # one group conversation each
+        group = {"conversation_type": "group", "target": "specific", "conversation_id": route, "trigger_mention": True}
+        create_route(store, RouteSpec(id=route, account_id="shop", **group), route)
     delete_route(store, "r2", 1, "op-y")
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
         delete_route(store, "r1", 1, "op-y")

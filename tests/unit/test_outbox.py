@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.admission.routes import RouteSpec, create_route
 from runtime.outbox.requests import (
     AttemptGrant,
     AttemptSkipped,
@@ -127,6 +128,19 @@ def test_a_stale_auto_send_ends_without_an_attempt(store, customer, change, reas
     assert state(store, "auto-1").state == reason
     with store.read() as conn:
         assert conn.execute("SELECT count(*) FROM outbox_attempt").scalar_one() == 0
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_an_auto_send_admitted_under_all_is_stale_once_a_specific_route_governs_its_conversation(
+    store, customer, enabled
+):
+    """SPEC 3.2: a specific route beats `all` for its conversation, even disabled: an operator
+    who adds one (to silence the agent there, or to answer it otherwise) stops what `all` queued."""
+    with store.write() as conn:
+        register_outbound(conn, intent("auto-1", "auto", "好的", batch_id="b1", route_generation=1, handling_epoch=0))
+    spec = RouteSpec(id="only-c", account_id="shop", conversation_type="direct", target="specific", conversation_id="c")
+    create_route(store, spec.model_copy(update={"enabled": enabled}), op_id="op-c")
+    assert begin_attempt(store, "auto-1", "w", 60) == AttemptSkipped("route-changed")
 
 
 def test_replies_to_one_customer_go_out_in_registration_order(store, customer):

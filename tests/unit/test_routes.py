@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from runtime.admission.batches import evaluate
-from runtime.admission.routes import RouteChanges, RouteSpec, create_route, update_route
+from runtime.admission.routes import RouteChanges, RouteSpec, create_route, list_routes, update_route
 from runtime.errors import KefuError
 from runtime.inbound.ingest import ingest_page
 from runtime.inbound.pages import parse_page
@@ -174,3 +174,18 @@ def test_triggers_accept_the_spec_names():
     )
     assert (spec.trigger_mention, spec.trigger_every_n, spec.trigger_interval_s) == (True, 5, 30)
     assert RouteChanges.model_validate({"every_n": 2}).model_dump(exclude_unset=True) == {"trigger_every_n": 2}
+
+
+def test_a_second_route_for_the_same_conversations_is_refused_naming_the_first(store, shop):
+    """Only the oldest would govern them: the second's triggers and profile would never apply."""
+    with pytest.raises(KefuError) as twice:
+        create_route(store, RouteSpec(id="all-again", account_id="shop", conversation_type="direct"), op_id="o1")
+    assert twice.value.code == "KEFU_ROUTE_DUPLICATE" and "'all-direct'" in twice.value.message
+    one = RouteSpec(id="c1", account_id="shop", conversation_type="direct", target="specific", conversation_id="c1")
+    create_route(store, one, op_id="o2")
+    with pytest.raises(KefuError, match="KEFU_ROUTE_DUPLICATE"):
+        create_route(store, one.model_copy(update={"id": "c1-again", "enabled": False}), op_id="o3")
+    create_route(store, one.model_copy(update={"id": "c2", "conversation_id": "c2"}), op_id="o4")  # another one
+    group = RouteSpec(id="g", account_id="shop", conversation_type="group", trigger_mention=True)
+    create_route(store, group, op_id="o5")  # the account's group conversations: not the direct ones
+    assert sorted(r.id for r in list_routes(store, "shop")) == ["all-direct", "c1", "c2", "g"]

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from worker.cli.common import N_, _, cli, console, current_settings, open_store, operator_errors, print_rows
 
+if TYPE_CHECKING:  # the CLI loads the store when a command runs, not at import
+    from runtime.store import DeliveryStore
+
 routes = typer.Typer(no_args_is_help=True, help="Routes: which conversations the agent answers, and when.")
 cli.add_typer(routes, name="routes")
 
 OpId = Annotated[str | None, typer.Option(help="operation id: replaying it returns the stored result")]
+# A change as of the revision the operator saw (`kefu routes list`): one made since is refused
+# (KEFU_REVISION_CONFLICT) rather than overwritten.
+Revision = Annotated[int | None, typer.Option(help="the revision you looked at (default: the current one)")]
 
 
 def _op(op_id: str | None, verb: str) -> str:
@@ -85,24 +91,24 @@ def list_command(
 
 
 @routes.command()
-def enable(route: str, op_id: OpId = None) -> None:
+def enable(route: str, op_id: OpId = None, revision: Revision = None) -> None:
     """Answer this route's conversations again (only new input)."""
-    _set_enabled(route, True, op_id)
+    _set_enabled(route, True, op_id, revision)
 
 
 @routes.command()
-def disable(route: str, op_id: OpId = None) -> None:
+def disable(route: str, op_id: OpId = None, revision: Revision = None) -> None:
     """Stop answering: replies admitted under the route and not yet sent never go out."""
-    _set_enabled(route, False, op_id)
+    _set_enabled(route, False, op_id, revision)
 
 
-def _set_enabled(route: str, enabled: bool, op_id: str | None) -> None:
-    from runtime.admission.routes import RouteChanges, current_revision, update_route
+def _set_enabled(route: str, enabled: bool, op_id: str | None, revision: int | None) -> None:
+    from runtime.admission.routes import RouteChanges, update_route
 
     store = open_store()
     with operator_errors():
         changes = RouteChanges(enabled=enabled)
-        saved = update_route(store, route, current_revision(store, route), changes, _op(op_id, "update"))
+        saved = update_route(store, route, _seen(store, route, revision), changes, _op(op_id, "update"))
     state = _("enabled") if saved.enabled else _("disabled")
     console.print(
         _("route {id}: {state} (revision {revision})").format(id=saved.id, state=state, revision=saved.revision)
@@ -114,16 +120,18 @@ def set_profile(
     route: str,
     profile: Annotated[str, typer.Argument(help="a profile of `kefu agents list`; `default`: the top-level agent")],
     op_id: OpId = None,
+    revision: Revision = None,
 ) -> None:
     """Answer this route's conversations as another agent profile (their sessions begin anew)."""
-    from runtime.admission.routes import RouteChanges, current_revision, update_route
+    from runtime.admission.routes import RouteChanges, update_route
 
     store = open_store()
     profiles = current_settings().agent.profile_names
     with operator_errors():
         changes = RouteChanges(agent_preset=None if profile == "default" else profile)
-        revision = current_revision(store, route)
-        saved = update_route(store, route, revision, changes, _op(op_id, "update"), profiles=profiles)
+        saved = update_route(
+            store, route, _seen(store, route, revision), changes, _op(op_id, "update"), profiles=profiles
+        )
     console.print(
         _("route {id}: agent profile {profile} (revision {revision})").format(
             id=saved.id, profile=saved.agent_preset or "default", revision=saved.revision
@@ -132,24 +140,24 @@ def set_profile(
 
 
 @routes.command()
-def observe(route: str, op_id: OpId = None) -> None:
+def observe(route: str, op_id: OpId = None, revision: Revision = None) -> None:
     """Only listen: store this route's conversations (history, memory), never answer them."""
-    _set_mode(route, "observe", op_id)
+    _set_mode(route, "observe", op_id, revision)
 
 
 @routes.command()
-def answer(route: str, op_id: OpId = None) -> None:
+def answer(route: str, op_id: OpId = None, revision: Revision = None) -> None:
     """Answer this route's conversations again: only what buyers write from now on."""
-    _set_mode(route, "answer", op_id)
+    _set_mode(route, "answer", op_id, revision)
 
 
-def _set_mode(route: str, mode: str, op_id: str | None) -> None:
-    from runtime.admission.routes import RouteChanges, current_revision, update_route
+def _set_mode(route: str, mode: str, op_id: str | None, revision: int | None) -> None:
+    from runtime.admission.routes import RouteChanges, update_route
 
     store = open_store()
     with operator_errors():
         changes = RouteChanges(mode=mode)  # type: ignore[arg-type]  # "answer" or "observe", from the command
-        saved = update_route(store, route, current_revision(store, route), changes, _op(op_id, "update"))
+        saved = update_route(store, route, _seen(store, route, revision), changes, _op(op_id, "update"))
     said = _("observes (stores, never answers)") if saved.mode == "observe" else _("answers")
     console.print(
         _("route {id}: {state} (revision {revision})").format(id=saved.id, state=said, revision=saved.revision)
@@ -157,13 +165,13 @@ def _set_mode(route: str, mode: str, op_id: str | None) -> None:
 
 
 @routes.command()
-def delete(route: str, op_id: OpId = None) -> None:
+def delete(route: str, op_id: OpId = None, revision: Revision = None) -> None:
     """Remove a route; history stays."""
-    from runtime.admission.routes import current_revision, delete_route
+    from runtime.admission.routes import delete_route
 
     store = open_store()
     with operator_errors():
-        delete_route(store, route, current_revision(store, route), _op(op_id, "delete"))
+        delete_route(store, route, _seen(store, route, revision), _op(op_id, "delete"))
     console.print(_("route {id} deleted").format(id=route))
 
 
@@ -179,3 +187,10 @@ def open_conversation(route: str) -> None:
             id=route, customer=customer
         )
     )
+
+
+def _seen(store: DeliveryStore, route: str, revision: int | None) -> int:
+    """The revision a change is made as of: the one the operator saw, else the current one."""
+    from runtime.admission.routes import current_revision
+
+    return current_revision(store, route) if revision is None else revision

@@ -1,6 +1,6 @@
 """The `customer` table's statements."""
 
-from runtime.store.queries import message_search
+from runtime.store.queries import message_search, route
 from runtime.store.queries.inbound_message import AGENT_INPUT_ROLES
 
 HANDLING = "SELECT handling_paused, handling_epoch, handling_reason FROM customer WHERE id = :c"
@@ -121,14 +121,15 @@ REPLY_CHECK = (
     "  AND origin = 'auto' ORDER BY created_at LIMIT 1),"
     " (SELECT state FROM account_placement WHERE account_id = c.account_id),"
     " a.connection_intent = 'connected' AND a.authorization = 'ready',"
-    " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0),"
+    " coalesce((SELECT generation = :g AND enabled FROM route WHERE id = :route), 0)"
+    f" AND coalesce({route.governing_id('c')} = :route, 0),"
     " EXISTS (SELECT 1 FROM outbox_request WHERE customer_id = :c AND state IN ('pending', 'sending')),"
     f" {UNDELIVERED_READS_JSON}, {_RECIPIENT_COLUMNS} FROM customer c JOIN account a ON a.id = c.account_id"
     " WHERE c.id = :c"
 )
 # Whether an automatic send (:c, its batch :b) is stale (runtime.outbox.requests._auto_send_is_stale).
 AUTO_SEND_FACTS = (
-    "SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled,"
+    f"SELECT c.handling_paused, c.handling_epoch, r.generation, r.enabled AND {route.governing_id('c')} = b.route_id,"
     " a.connection_intent = 'connected' AND a.authorization = 'ready' FROM customer c"
     " JOIN admission_batch b ON b.customer_id = c.id LEFT JOIN route r ON r.id = b.route_id"
     " JOIN account a ON a.id = c.account_id WHERE c.id = :c AND b.id = :b"
