@@ -344,6 +344,7 @@ class SimulatorSettings(_Section):
 
 DINGTALK_SDK_ENDPOINT = "DINGTALK_OPENAPI_ENDPOINT"
 _HTTP_URL = r"^https?://"
+_HTTP_HOST = r"^https?://[^/\s]+"  # the SDK's endpoint: a scheme and a host at least
 
 
 def _dingtalk_openapi() -> str:
@@ -351,7 +352,7 @@ def _dingtalk_openapi() -> str:
     test or a proxy points DingTalk clients at another host), when KEFU_DINGTALK__OPENAPI_URL
     does not say. One that is no http(s) URL is left out here and named by load_settings."""
     given = os.environ.get(DINGTALK_SDK_ENDPOINT, "").rstrip("/")
-    return given if re.match(_HTTP_URL, given) else "https://api.dingtalk.com"
+    return given if re.match(_HTTP_HOST, given) else "https://api.dingtalk.com"
 
 
 class DingTalkSettings(_Section):
@@ -726,7 +727,7 @@ def load_settings(**overrides: Any) -> Settings:
     """Build the settings or raise SettingsError with one line per bad or unknown variable."""
     problems = _unknown_variables(os.environ)
     endpoint = os.environ.get(DINGTALK_SDK_ENDPOINT)
-    if endpoint and not re.match(_HTTP_URL, endpoint):
+    if endpoint and not re.match(_HTTP_HOST, endpoint.rstrip("/")):
         problems.append(f"  {DINGTALK_SDK_ENDPOINT} (got {_without_credentials(endpoint)!r}): must be an http(s) URL")
     settings: Settings | None = None
     try:

@@ -35,7 +35,7 @@ from runtime.store import DeliveryStore
 from transports.simulator import SimulatedPlatform
 from transports.simulator.platform import InstanceState, InstanceStopped, SimInstance
 from transports.simulator.transport import message_ids
-from worker.sample_shop import SAMPLE_ROUTE
+from worker.sample_shop import SAMPLE_ROUTE, SAMPLE_SHOP
 from worker.simulation import POLL_S, ensure_sample_shop, wait_handled
 
 IM_SIM_STOP = ToolSpec(
@@ -87,9 +87,11 @@ def new_instance(
     direct route; the sample shop is made on first use of its route."""
     if persona is not None and not persona.strip():
         raise SimulationError("KEFU_SIMULATION_INVALID", "the persona is empty", "write who the model plays")
-    if route_id == SAMPLE_ROUTE:
+    if route_id == SAMPLE_ROUTE:  # made on first use; an operator's own all-route may stand in for it
         ensure_sample_shop(store)
-    account_id = route_account(store, route_id)
+        account_id = SAMPLE_SHOP
+    else:
+        account_id = route_account(store, route_id)
     if persona is None:
         return platform.new_instance(account_id, "manual", name)
     return platform.new_instance(account_id, "paired", name, persona)

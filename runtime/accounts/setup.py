@@ -87,8 +87,9 @@ class AccountSetups:
             del self._pending[setup_id]
 
 
-def replayed_account(store: DeliveryStore, op_id: str) -> Account | None:
-    """The account an earlier confirm under this operation id saved, if any."""
+def replayed_account(store: DeliveryStore, op_id: str, account_id: str) -> Account | None:
+    """The account an earlier confirm under this operation id saved, if any (another account's
+    under it is KEFU_OPERATION_CONFLICT)."""
     with store.read() as conn:
-        result = stored_result(conn, op_id, "account.create", None)
+        result = stored_result(conn, op_id, "account.create", account_id)
     return None if result is None else Account.model_validate(result)

@@ -22,12 +22,14 @@ ON = "on"  # the key of a receipt's result naming what the operation was on (an 
 def stored_result(conn: Connection, op_id: str, kind: str, on: str | None) -> dict[str, Any] | None:
     """The result stored under `op_id`, if any. The same id for another kind of operation, or
     on anything but `on` (None: the caller cannot tell), is refused rather than answered with
-    another's result (a receipt from before kefu kept `on` is taken at its word)."""
+    another's result."""
     row = conn.execute(queries.operation.BY_ID, {"id": op_id}).mappings().first()
     if row is None:
         return None
     result: dict[str, Any] = json.loads(row["result"])
-    was_on = result.pop(ON, None)
+    # A receipt from before kefu kept `on` names it in its result: an account's pause or
+    # resume as `account_id`, a created or updated account or route as `id`.
+    was_on = result.pop(ON, None) or result.get("account_id") or result.get("id")
     if row["kind"] != kind or (None not in (on, was_on) and was_on != on):
         raise KefuError(
             "KEFU_OPERATION_CONFLICT",

@@ -227,6 +227,7 @@ def connect(
     coordination, a simulated platform, a store's fence read without writing): kefu opens
     transactions itself (runtime.store.engine.immediate). `pragmas` are set in order
     (journal_mode first). `read_only` opens an existing file without the right to write it."""
+    require_sqlite()  # before any file is made
     target = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else path
     try:
         dbapi = sqlite3.connect(
@@ -248,8 +249,9 @@ def connect(
 
 @cache
 def require_sqlite() -> None:
-    """The SQLite this Python was built with can hold kefu's files: refused once, at the first
-    file opened, with what to do; not by a statement failing deep in a migration or a task."""
+    """The SQLite this Python was built with can hold kefu's files: refused before any file is
+    opened (a store, a backup being checked), with what to do; not by a statement failing deep
+    in a migration or a task. Checked once per process."""
     problem = None
     if sqlite3.sqlite_version_info < SQLITE_NEEDED:
         problem = f"SQLite {sqlite3.sqlite_version} is older than {'.'.join(map(str, SQLITE_NEEDED))}"

@@ -19,7 +19,7 @@ from config import DeliverySettings
 from config.retries import STORE_MIGRATION_BUSY, STORE_WRITE_BUSY
 from runtime.errors import KefuError
 from runtime.store import fence
-from runtime.store.connection import Connection, as_sqlalchemy_error
+from runtime.store.connection import Connection, as_sqlalchemy_error, require_sqlite
 from runtime.store.failures import is_busy, store_error, unopenable
 from runtime.store.migrate import migrate, user_version
 from runtime.store.migrations import MIGRATIONS
@@ -273,6 +273,7 @@ class DeliveryStore:
             raise unopenable(self.path, error) from None
 
     def _open(self) -> None:
+        require_sqlite()  # before any file is made
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _owner_only(self.path)
         self._migrate()

@@ -52,10 +52,8 @@ def migrate(conn: Connection, migrations: Sequence[Migration], file: str, hint: 
     than them is left as it is: KEFU_SCHEMA_TOO_NEW names it (`file`, its path and what it is)
     and says what to do (`hint`). A busy file raises the driver's error: the caller decides how
     long to wait for another process's migration."""
-    from runtime.store.connection import require_sqlite  # it installs the fence, which reads this module
     from runtime.store.engine import immediate  # the engine migrates through this module
 
-    require_sqlite()
     current = user_version(conn)
     if current > latest(migrations):
         raise KefuError(

@@ -42,8 +42,10 @@ def test_a_replayed_confirm_returns_the_same_account(store):
     setups = AccountSetups(ttl_ms=300_000)
     first = setups.confirm(store, setups.preview(store, SPEC, SECRET, ok).setup_id, "op-1")
     again = setups.confirm(store, "no-longer-pending", "op-1")
-    assert again == first and replayed_account(store, "op-1") == first
-    assert replayed_account(store, "op-unknown") is None
+    assert again == first and replayed_account(store, "op-1", SPEC.id) == first
+    assert replayed_account(store, "op-unknown", SPEC.id) is None
+    with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):  # `kefu accounts add` of another account
+        replayed_account(store, "op-1", "ding-2")
 
 
 def test_setup_material_expires_after_the_ttl(store):
@@ -79,7 +81,7 @@ def test_an_operation_id_of_another_kind_is_a_conflict(store, shop):
         store, RouteSpec(id="r2", account_id=shop, conversation_type="group", trigger_mention=True), op_id="op-r"
     )
     with pytest.raises(KefuError, match="KEFU_OPERATION_CONFLICT"):
-        replayed_account(store, "op-r")
+        replayed_account(store, "op-r", "r2")
 
 
 def test_deleting_checks_the_revision_removes_routes_and_credentials_and_keeps_history(

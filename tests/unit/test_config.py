@@ -275,8 +275,9 @@ def test_the_dingtalk_sdks_own_endpoint_variable_points_kefu_at_another_openapi(
     monkeypatch.setenv("KEFU_DINGTALK__OPENAPI_URL", "http://127.0.0.1:9999")
     assert load_settings().dingtalk.openapi_url == "http://127.0.0.1:9999"
     monkeypatch.delenv("KEFU_DINGTALK__OPENAPI_URL")
-    monkeypatch.setenv("DINGTALK_OPENAPI_ENDPOINT", "ftp://elsewhere")
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    assert "DINGTALK_OPENAPI_ENDPOINT (got 'ftp://elsewhere'): must be an http(s) URL" in str(raised.value)
-    assert "OPENAPI_URL" not in str(raised.value)
+    for bad in ("ftp://elsewhere", "https://"):
+        monkeypatch.setenv("DINGTALK_OPENAPI_ENDPOINT", bad)
+        with pytest.raises(SettingsError) as raised:
+            load_settings()
+        assert f"DINGTALK_OPENAPI_ENDPOINT (got '{bad}'): must be an http(s) URL" in str(raised.value)
+        assert "OPENAPI_URL" not in str(raised.value)

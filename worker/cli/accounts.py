@@ -165,7 +165,7 @@ def _preview_and_confirm(
 
     store = ensure_store()
     op_id = op_id or f"account-add-{uuid.uuid4().hex[:12]}"
-    replayed = replayed_account(store, op_id)
+    replayed = replayed_account(store, op_id, spec.id)
     if replayed is not None:
         console.print(
             _("account {id} ({platform} {identity}) was saved by operation {op_id}").format(

@@ -33,7 +33,7 @@ def show(op_id: str, as_json: Annotated[bool, typer.Option("--json", help="JSON 
     if as_json:
         print(json.dumps(found.model_dump(mode="json"), ensure_ascii=False))
         return
-    columns = [N_("op_id"), N_("kind"), N_("state"), N_("recorded_at"), N_("result")]
+    columns = [N_("op_id"), N_("kind"), N_("subject"), N_("state"), N_("recorded_at"), N_("result")]
     result = json.dumps(found.result, ensure_ascii=False, sort_keys=True)
-    row = [found.op_id, found.kind, found.state, shop_time(found.recorded_at), result]
+    row = [found.op_id, found.kind, found.on or "", found.state, shop_time(found.recorded_at), result]
     print_table(_("operation"), columns, [row], flexible="result", timed=True)

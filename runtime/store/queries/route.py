@@ -7,7 +7,7 @@ DELETE = "DELETE FROM route WHERE id = :r"
 # The route that governs a conversation: a specific route beats `all`, even when disabled.
 _GOVERNS = (
     "account_id = {a} AND conversation_type = {t} AND (target = 'all' OR conversation_id = {c})"
-    " ORDER BY target = 'specific' DESC, created_at LIMIT 1"
+    " ORDER BY target = 'specific' DESC, created_at, id LIMIT 1"
 )
 GOVERNING = "SELECT * FROM route WHERE " + _GOVERNS.format(a=":a", t=":t", c=":c")
 # A route for the same conversations as a new one (:target 'all', or 'specific' to :c): only the
