@@ -165,3 +165,22 @@ def test_a_buyers_file_is_downloaded_by_its_code_within_the_size_limit(fake_ding
     with pytest.raises(MediaFetchFailure) as unknown:
         api.download(credentials, "no-such-code", 1000)
     assert not unknown.value.transient and unknown.value.code.startswith("DINGTALK_")
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "hint"),
+    [
+        ((429, {"code": "Forbidden.AccessDenied.QpsLimitForAppkeyAndApi"}), "DINGTALK_THROTTLED", 1.0),
+        ((503, {"code": "ServiceUnavailable"}), "DINGTALK_TOKEN_UNAVAILABLE", None),
+    ],
+)
+def test_a_token_endpoint_that_throttles_or_fails_is_not_a_credentials_problem(
+    fake_dingtalk, credentials, answer, code, hint
+):
+    """Only a refused token is DINGTALK_AUTH_FAILED; the send is tried again, as its own code says."""
+    fake_dingtalk.token_answers = [answer]
+    failed = failure_of(lambda: api_for(fake_dingtalk).send(credentials, direct()))
+    assert (failed.kind, failed.code) == ("not-submitted", code) and fake_dingtalk.sends == []
+    assert failed.retry_after_s == hint  # throttled: DingTalk's hint (no Retry-After: the default 1 s)
+    api_for(fake_dingtalk).send(credentials, direct())
+    assert len(fake_dingtalk.sends) == 1

@@ -34,6 +34,7 @@ from runtime.ports import MediaFetchFailure, MediaTooLarge, OutboundSend, SendFa
 from transports.dingtalk.credentials import DingTalkCredentials
 
 AUTH_FAILED = "DINGTALK_AUTH_FAILED"  # a refused access token (and the Stream's refusal): the credentials are wrong
+TOKEN_UNAVAILABLE = "DINGTALK_TOKEN_UNAVAILABLE"  # the token endpoint failed (a 5xx): asked again later
 
 # httpx logs each request's URL at INFO, and a media upload carries the access token in its URL.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -104,8 +105,11 @@ class DingTalkOpenAPI:
         except httpx.TransportError as error:
             raise SendFailure("not-submitted", f"DINGTALK_UNREACHABLE_{type(error).__name__}") from None
         failure = classify(response)  # None for a 2xx
-        if failure is not None:
-            raise SendFailure(failure.kind if failure.kind != "unknown" else "not-submitted", AUTH_FAILED)
+        if failure is not None and failure.kind == "rejected":
+            raise SendFailure("rejected", AUTH_FAILED)
+        if failure is not None:  # throttled (its hint kept) or DingTalk failing: nothing was sent, ask again
+            code = failure.code if failure.kind == "not-submitted" else TOKEN_UNAVAILABLE
+            raise SendFailure("not-submitted", code, failure.retry_after_s)
         body = response.json()
         token, expires_in = body.get("accessToken"), body.get("expireIn")
         if not isinstance(token, str) or not isinstance(expires_in, int):

@@ -73,8 +73,7 @@ class DingTalkTransport:
 
 def _token_failure(failure: SendFailure) -> ListenerFailure:
     """Only a refused token request (a 4xx) is about the credentials and final; throttling, a
-    5xx or the network are retried. `access_token` names every error answer DINGTALK_AUTH_FAILED,
-    so a retried one gets a code of its own."""
+    5xx or the network are retried, under their own codes."""
     if failure.kind == "rejected":
         return ListenerFailure(AUTH_FAILED, authorization=True)
-    return ListenerFailure("DINGTALK_TOKEN_UNAVAILABLE" if failure.code == AUTH_FAILED else failure.code)
+    return ListenerFailure(failure.code)
