@@ -4,7 +4,6 @@ real time; a real conversation's platform times never move the shop's clock."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -21,6 +20,7 @@ from runtime.memory.engine import MemoryEngine, scope_of
 from runtime.memory.jobs import SessionJobs, archive_job
 from runtime.memory.store import MemoryStore
 from runtime.store import now_ms
+from runtime.store.clock import clock_at
 from runtime.store.lru import Lru
 
 ZONE = ZoneInfo("Asia/Shanghai")
@@ -59,20 +59,21 @@ def test_labels_and_history_follow_the_script_clock_across_days(store, settings,
     first = answer(store, settings, customer)
     with store.read() as conn:
         replied = conn.execute("SELECT max(created_at) FROM outbox_request").scalar_one()
-    while now_ms() <= replied:  # Friday's message comes in after Tuesday's reply, as a buyer's would
-        time.sleep(0.001)  # (the transcript's order is real time; within one millisecond, input first)
-    customer = say(store, transport, platform, "还没收到，什么时候发货？", at_ms=friday)
-    answer(store, settings, customer)
-    shown = batches(settings, first.session_id)
-    assert shown[0].startswith("[2026-03-03 09:00] [counterpart 张三]")
-    assert shown[1].startswith("[2026-03-06 18:00] [counterpart 张三]")
-    with store.read() as conn:
-        clock = conversation_clock(conn, customer)
-        lines = query_history(conn, customer, 10, None, ZONE, clock).lines
-        received = conn.execute("SELECT max(received_at) FROM inbound_message").scalar_one()
-    assert [line[:18] for line in lines] == ["[2026-03-03 09:00]", "[2026-03-06 18:00]"]
-    assert abs(received - now_ms()) < 60_000  # the records keep real time
-    assert abs(clock.shown(now_ms()) - friday) < 60_000  # "now", for the agent: Friday evening
+    # Friday's message comes in the millisecond after Tuesday's reply, as a buyer's would (the
+    # transcript's order is real time; within one millisecond, input first), and "now" stays there.
+    with clock_at(replied + 1):
+        customer = say(store, transport, platform, "还没收到，什么时候发货？", at_ms=friday)
+        answer(store, settings, customer)
+        shown = batches(settings, first.session_id)
+        assert shown[0].startswith("[2026-03-03 09:00] [counterpart 张三]")
+        assert shown[1].startswith("[2026-03-06 18:00] [counterpart 张三]")
+        with store.read() as conn:
+            clock = conversation_clock(conn, customer)
+            lines = query_history(conn, customer, 10, None, ZONE, clock).lines
+            received = conn.execute("SELECT max(received_at) FROM inbound_message").scalar_one()
+        assert [line[:18] for line in lines] == ["[2026-03-03 09:00]", "[2026-03-06 18:00]"]
+        assert abs(received - now_ms()) < 60_000  # the records keep real time
+        assert abs(clock.shown(now_ms()) - friday) < 60_000  # "now", for the agent: Friday evening
     # the operator's transcript reads the same days, the replies included; its order stays real
     page = transcript(store, customer, sessions_dir=settings.sessions_dir)
     days = [(line.speaker, f"{datetime.fromtimestamp(line.shown_at / 1000, ZONE):%m-%d}") for line in page.lines]

@@ -38,9 +38,9 @@ from runtime.inbound.media import (
 from runtime.operators.accounts import Role, add_operator
 from runtime.outbox.manual import ManualSend, send_manual
 from runtime.outbox.requests import begin_attempt, record_sent
-from runtime.ports import AssistantReply, ChatMessage, ToolSpec
 from runtime.store import now_ms
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.unit.test_inbound_images import Recorder
 from transports.dingtalk import DingTalkCredentials
 from transports.dingtalk.robot import parse_robot_message, robot_page
 from transports.dingtalk.transport import DingTalkTransport
@@ -171,19 +171,6 @@ def body_of(store, message_id):
 def copies(store) -> dict[str, tuple[str, str, bytes]]:
     with store.read() as conn:
         return {r[0]: (r[1], r[2], bytes(r[3])) for r in conn.execute("SELECT sha256, kind, mime, data FROM media")}
-
-
-class Recorder:
-    """A model that answers in text and keeps every view it was shown."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.views: list[list[ChatMessage]] = []
-
-    def complete(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> AssistantReply:
-        self.views.append(messages)
-        return AssistantReply(text="好的")
 
 
 def sign_in(client: TestClient, name: str = "victor", password: str = "viewer-pass-1") -> None:
